@@ -1,0 +1,48 @@
+# gpucap: `make lab` opens the workbook, `make test` runs every test. Both create .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PORT ?= 8888
+
+.DEFAULT_GOAL := help
+.PHONY: help venv lab test lint typecheck unit notebooks accuracy golden clean
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[notebooks,test]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv with the package, notebook and test extras
+
+lab: $(STAMP) ## open JupyterLab on notebooks/ (prints the address; works headless)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=127.0.0.1 --port=$(PORT)
+
+lint: $(STAMP) ## ruff lint and format check over code, tests, benchmarks and notebooks
+	$(BIN)/ruff check gpucap tests benchmarks notebooks
+	$(BIN)/ruff format --check gpucap tests benchmarks notebooks
+
+typecheck: $(STAMP) ## mypy on gpucap/
+	$(BIN)/mypy
+
+unit: $(STAMP) ## unit and property tests with coverage
+	$(BIN)/python -m pytest --cov=gpucap --cov-report=term
+
+notebooks: $(STAMP) ## execute every notebook (outputs must not be committed)
+	$(BIN)/nbstripout --verify notebooks/*.ipynb
+	$(BIN)/python -m pytest --nbmake notebooks -p no:cacheprovider
+
+test: lint typecheck unit notebooks ## everything CI runs
+
+accuracy: $(STAMP) ## error table on ../shared/data/measured-public.csv (benchmarks/out/)
+	$(BIN)/python benchmarks/accuracy.py
+
+golden: $(STAMP) ## rewrite tests/golden/predictions.csv on purpose (say why in the commit)
+	$(BIN)/python tests/golden/make_golden.py
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage

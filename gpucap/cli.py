@@ -1,0 +1,189 @@
+"""Command line: ``gpucap estimate | validate | gpus | models``.
+
+Errors in the input print one line naming the bad value and exit non-zero (2 for bad input,
+3 when the model does not fit); they never print a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from . import __version__
+from .catalog import load_model, model_cards
+from .engine import ENGINES, EngineConfig
+from .estimate import DoesNotFit, estimate
+from .gpus import load_gpus
+from .units import GB, GiB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return v
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpucap", description="LLM serving capacity from first principles.")
+    p.add_argument("--version", action="version", version=f"gpucap {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    e = sub.add_parser("estimate", help="memory, per-resource concurrency, recommendation, speed")
+    e.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
+    e.add_argument("--gpu", required=True, help="catalog key (see `gpucap gpus`)")
+    e.add_argument("--num-gpus", type=_positive_int, default=None, help="GPUs in all (default: one replica)")
+    e.add_argument("--tp", type=_positive_int, default=1)
+    e.add_argument("--pp", type=_positive_int, default=1)
+    e.add_argument("--ep", type=_positive_int, default=1)
+    e.add_argument("--attn-dp", type=_positive_int, default=1, help="attention data-parallel degree")
+    e.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
+    e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
+    e.add_argument("--input-len", type=_positive_float, required=True, help="input tokens per request")
+    e.add_argument("--output-len", type=_positive_float, required=True, help="output tokens per request")
+    e.add_argument("--concurrency", type=_positive_float, default=None, help="requests in flight, all replicas")
+    e.add_argument("--ttft-slo", type=_positive_float, default=2.0, help="seconds (default 2)")
+    e.add_argument("--tpot-slo", type=_positive_float, default=0.1, help="seconds (default 0.1)")
+    e.add_argument("--engine", default="vllm", choices=list(ENGINES))
+    e.add_argument("--max-num-seqs", type=_positive_int, default=None)
+    e.add_argument("--max-num-batched-tokens", type=_positive_int, default=None)
+    e.add_argument("--gpu-memory-utilization", type=_positive_float, default=None)
+    e.add_argument("--block-size", type=_positive_int, default=None)
+    e.add_argument("--no-cuda-graphs", action="store_true", help="as vLLM --enforce-eager")
+    e.add_argument("--coefficients", default=None, help="calibration JSON")
+    e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    e.add_argument("--json", action="store_true")
+
+    v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
+    v.add_argument("cases", help="CSV in the schema of measured-public.csv")
+    v.add_argument("--json", action="store_true", help="one object per row")
+    v.add_argument("--out", default=None, help="also write the per-row table as CSV here (never overwrites)")
+
+    g = sub.add_parser("gpus", help="list the GPU catalog")
+    g.add_argument("--gpu-file", default=None)
+    g.add_argument("--json", action="store_true")
+    m = sub.add_parser("models", help="list the model catalog")
+    m.add_argument("--json", action="store_true")
+    return p
+
+
+def _estimate(a: argparse.Namespace) -> int:
+    eng = EngineConfig(
+        engine=a.engine, max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
+        gpu_memory_utilization=a.gpu_memory_utilization, block_size=a.block_size, cuda_graphs=not a.no_cuda_graphs,
+    )
+    est = estimate(
+        a.model, a.gpu, a.num_gpus, input_len=a.input_len, output_len=a.output_len, tp=a.tp, pp=a.pp, ep=a.ep,
+        attn_dp=a.attn_dp, weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype, concurrency=a.concurrency,
+        ttft_slo_s=a.ttft_slo, tpot_slo_s=a.tpot_slo, engine=eng, coefficients=a.coefficients, gpu_file=a.gpu_file,
+    )
+    print(json.dumps(est.to_dict(), indent=2) if a.json else est)
+    return 0
+
+
+def _validate(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .validate import error_summary, read_cases, validate
+
+    result = validate(read_cases(a.cases))
+    if a.out:
+        out = Path(a.out)
+        if out.exists():
+            raise ValueError(f"{out} exists; choose another --out (results are never overwritten)")
+        result.to_csv(out, index=False)
+    if a.json:
+        rows = []
+        for _, r in result.iterrows():
+            if r["error"]:
+                rows.append({"case_id": r["case_id"], "error": r["error"]})
+            else:
+                rows.append({
+                    "case_id": r["case_id"],
+                    **{m: (None if r[f"{m}_predicted"] != r[f"{m}_predicted"] else r[f"{m}_predicted"]) for m in ("output_tok_s", "ttft_ms", "tpot_ms")},
+                })
+        print(json.dumps(rows, indent=1))
+        return 0
+    ok = result["error"].isna()
+    print(f"{int(ok.sum())} of {len(result)} rows predicted")
+    for _, r in result[~ok].iterrows():
+        print(f"  not predicted: {r['case_id']} ({r['model']} on {r['gpu']}): {r['error']}")
+    print("\nabsolute error |predicted / measured - 1|:")
+    print(error_summary(result).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    for by in ("engine", "gpu", "model"):
+        s = error_summary(result, by)
+        s = s[s["metric"] == "output_tok_s"]
+        print(f"\noutput tokens/s by {by}:")
+        print(s.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    return 0
+
+
+def _gpus(a: argparse.Namespace) -> int:
+    gpus = load_gpus(a.gpu_file)
+    rows: list[dict[str, Any]] = [
+        {
+            "key": g.key, "memory_GiB": round(g.memory_bytes / GiB, 1), "bf16_TFLOPs": g.flops_per_s["bf16"] / TERA,
+            "fp8_TFLOPs": g.flops_per_s["fp8"] / TERA or None, "fp4_TFLOPs": g.flops_per_s["fp4"] / TERA or None,
+            "hbm_TB_per_s": g.hbm_bytes_per_s / TB, "link": g.link_kind, "link_GB_per_s": g.link_bytes_per_s / GB,
+        }
+        for g in gpus.values()
+    ]
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'key':<20}{'GiB':>7}{'bf16 TF':>9}{'fp8 TF':>8}{'fp4 TF':>8}{'TB/s':>6}  link")
+    for r in rows:
+        print(f"{r['key']:<20}{r['memory_GiB']:>7.1f}{r['bf16_TFLOPs']:>9.0f}{r['fp8_TFLOPs'] or 0:>8.0f}"
+              f"{r['fp4_TFLOPs'] or 0:>8.0f}{r['hbm_TB_per_s']:>6.2f}  {r['link']} {r['link_GB_per_s']:.0f} GB/s")
+    return 0
+
+
+def _models(a: argparse.Namespace) -> int:
+    rows = []
+    for hf_id, card in model_cards().items():
+        spec = load_model(hf_id)
+        rows.append({
+            "id": hf_id, "family": spec.family, "total_params_B": round(spec.total_params / 1e9, 2),
+            "active_params_B": round(spec.active_params / 1e9, 2), "layers": spec.num_layers,
+            "attention": "MLA" if spec.is_mla else f"GQA {spec.num_heads}/{spec.num_kv_heads}",
+            "aliases": card.get("aliases", []),
+        })
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'id':<48}{'family':<13}{'total B':>9}{'active B':>9}  attention")
+    for r in rows:
+        print(f"{r['id']:<48}{r['family']:<13}{r['total_params_B']:>9.1f}{r['active_params_B']:>9.1f}  {r['attention']}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handlers = {"estimate": _estimate, "validate": _validate, "gpus": _gpus, "models": _models}
+    try:
+        return handlers[args.command](args)
+    except DoesNotFit as exc:
+        print(f"gpucap: does not fit: {exc}", file=sys.stderr)
+        return 3
+    except ValueError as exc:
+        print(f"gpucap: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

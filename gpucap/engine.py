@@ -1,0 +1,198 @@
+"""Serving-engine knobs and the efficiency coefficients the calibration fits.
+
+``EngineConfig`` holds the knobs a user sets on the engine's command line (``max_num_seqs``,
+``max_num_batched_tokens``, ``gpu_memory_utilization``, block size, CUDA graphs) with each
+engine's defaults. ``Coefficients`` holds the efficiencies of the roofline step time; they are
+applied in exactly one place (``gpucap.step.step_time``) and are what ``calibrate`` fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .gpus import GPU
+from .units import GiB, MS
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine knobs. ``None`` means the engine's own default for this GPU (``resolve``).
+
+    memory_basis: "total" when the fraction applies to the whole GPU (vLLM
+    ``gpu_memory_utilization``, SGLang ``mem_fraction_static``), "free" when it applies to what
+    is left after weights and activations (TensorRT-LLM ``free_gpu_memory_fraction``).
+    """
+
+    engine: str = "vllm"
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    cuda_graphs: bool = True
+    runtime_overhead_bytes: float = 1.0 * GiB  # CUDA context, NCCL buffers, allocator slack
+    cuda_graph_bytes: float = 1.0 * GiB  # CUDA-graph pools (vLLM logs 0.5-2 GiB)
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINES)}")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+
+    @property
+    def memory_basis(self) -> str:
+        return "free" if self.engine == "trtllm" else "total"
+
+    def resolve(self, gpu: GPU) -> EngineConfig:
+        """Fill ``None`` knobs with the engine's defaults for ``gpu``.
+
+        vLLM (``EngineArgs.get_batch_defaults``, v0.10+): API server on GPUs with >= 70 GiB that
+        are not A100: 1024 sequences, 8192 batched tokens; otherwise 256 and 2048.
+        gpu_memory_utilization 0.9, block 16.
+        SGLang (``server_args.py``): chunked_prefill_size 8192 on >= 60 GB GPUs (4096 / 2048 on
+        smaller), mem_fraction_static ~0.88, page size 1; running requests capped by memory,
+        taken here as 1024.
+        TensorRT-LLM (``BuildConfig``): max_batch_size 2048, max_num_tokens 8192,
+        free_gpu_memory_fraction 0.9, tokens_per_block 32.
+        """
+        big = gpu.memory_bytes >= 70 * GiB
+        if self.engine == "vllm":
+            a100 = gpu.key.upper().startswith("A100")
+            seqs, tokens = (1024, 8192) if big and not a100 else (256, 2048)
+            util, block = 0.9, 16
+        elif self.engine == "sglang":
+            seqs, util, block = 1024, 0.88, 1
+            tokens = 8192 if gpu.memory_bytes >= 60 * GiB else 4096 if gpu.memory_bytes >= 35 * GiB else 2048
+        else:
+            seqs, tokens, util, block = 2048, 8192, 0.9, 32
+        return dataclasses.replace(
+            self,
+            max_num_seqs=self.max_num_seqs or seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens or tokens,
+            gpu_memory_utilization=self.gpu_memory_utilization or util,
+            block_size=self.block_size or block,
+        )
+
+
+@dataclass(frozen=True)
+class Coefficient:
+    value: float
+    lower: float
+    upper: float
+    source: str
+
+
+# Each efficiency: default, physical bounds, and where the default comes from.
+COEFFICIENT_INFO: dict[str, Coefficient] = {
+    "u_compute": Coefficient(
+        0.55, 0.05, 1.0,
+        "share of dense tensor-core peak reached by a serving step's matmuls and attention; large "
+        "bf16/fp8 GEMMs reach 60-75% on H100 (NVIDIA cuBLAS benchmarks), a whole forward pass less",
+    ),
+    "u_hbm": Coefficient(
+        0.80, 0.3, 1.0,
+        "share of datasheet HBM bandwidth reached when streaming weights and KV; copy kernels reach "
+        "~90% on H100/A100 (NVIDIA nvbandwidth / STREAM), decode GEMV and paged attention less",
+    ),
+    "u_link": Coefficient(
+        0.70, 0.1, 1.0,
+        "share of per-direction link bandwidth reached by NCCL all-reduce bus bandwidth "
+        "(nccl-tests: ~360-480 of 450 GB/s on H100 NVSwitch for large messages, less for small)",
+    ),
+    "overlap": Coefficient(
+        0.0, 0.0, 1.0, "share of communication hidden under compute; none unless the engine overlaps",
+    ),
+    "t_seq_s": Coefficient(
+        0.0, 0.0, 1e-3,
+        "host time per running sequence per step (scheduler bookkeeping, sampling, detokenizing, "
+        "output processing): what makes small models at batch 1000+ slower than their GPU work",
+    ),
+    "t_request_s": Coefficient(
+        0.0, 0.0, 0.1,
+        "serial front-end time per request (HTTP, tokenization, detokenization, output processing "
+        "in the API server process); caps the request rate at 1 / t_request_s",
+    ),
+    "t_overhead_s": Coefficient(
+        2.0 * MS, 0.0, 50.0 * MS,
+        "per-step time outside GPU kernels (scheduling, sampling, launch gaps) with CUDA graphs on",
+    ),
+}
+
+# Per-engine starting points, round numbers within each coefficient's physical range (checked
+# against the public measurements in benchmarks/accuracy.py, not fitted to them):
+# - TensorRT-LLM runs fused kernels under a C++ runtime and overlaps scheduling with the GPU:
+#   the smallest per-step and per-sequence host time, no front-end limit in trtllm-bench.
+# - vLLM V1 and SGLang schedule in Python between steps and serve over HTTP: a few ms per step,
+#   ~10 us per running sequence, and 5-10 ms of API-server time per request (vLLM's single
+#   API-server process tokenizes and detokenizes serially). Their prefill kernels reach a lower
+#   share of peak than TensorRT-LLM's on the same GPU.
+ENGINE_COEFFICIENTS: dict[str, dict[str, float]] = {
+    "vllm": {"u_compute": 0.40, "t_overhead_s": 2.0 * MS, "t_seq_s": 10e-6, "t_request_s": 10.0 * MS},
+    "sglang": {"u_compute": 0.45, "t_overhead_s": 1.5 * MS, "t_seq_s": 10e-6, "t_request_s": 5.0 * MS},
+    "trtllm": {"u_compute": 0.50, "u_hbm": 0.85, "t_overhead_s": 0.5 * MS, "t_seq_s": 5e-6},
+}
+
+# Extra launch time per layer per step when CUDA graphs are off (enforce_eager): ~10 kernels a
+# layer at ~5 us each.
+EAGER_LAUNCH_S_PER_LAYER = 50e-6
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Efficiency coefficients of the step-time roofline (DESIGN.md section 4)."""
+
+    u_compute: float = COEFFICIENT_INFO["u_compute"].value
+    u_hbm: float = COEFFICIENT_INFO["u_hbm"].value
+    u_link: float = COEFFICIENT_INFO["u_link"].value
+    overlap: float = COEFFICIENT_INFO["overlap"].value
+    t_overhead_s: float = COEFFICIENT_INFO["t_overhead_s"].value
+    t_request_s: float = COEFFICIENT_INFO["t_request_s"].value
+    t_seq_s: float = COEFFICIENT_INFO["t_seq_s"].value
+
+    def __post_init__(self) -> None:
+        for name, info in COEFFICIENT_INFO.items():
+            v = getattr(self, name)
+            if not info.lower <= v <= info.upper:
+                raise ValueError(f"coefficient {name}={v} outside its bounds [{info.lower}, {info.upper}]")
+
+    @classmethod
+    def for_engine(cls, engine: str) -> Coefficients:
+        if engine not in ENGINE_COEFFICIENTS:
+            raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+        return cls(**ENGINE_COEFFICIENTS[engine])
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Coefficients:
+        """Load coefficients from a calibration JSON (``{"coefficients": {name: value|{value}}}``)
+        or a flat ``{name: value}`` object."""
+        path = Path(path)
+        try:
+            data: Any = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"coefficients file {path} does not exist") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"coefficients file {path} is not valid JSON ({exc})") from None
+        data = data.get("coefficients", data) if isinstance(data, dict) else data
+        if not isinstance(data, dict):
+            raise ValueError(f"coefficients file {path}: expected a JSON object of coefficient values")
+        values: dict[str, float] = {}
+        for name, v in data.items():
+            if name not in COEFFICIENT_INFO:
+                raise ValueError(f"coefficients file {path}: unknown coefficient {name!r}; known: {', '.join(COEFFICIENT_INFO)}")
+            v = v.get("value") if isinstance(v, dict) else v
+            if not isinstance(v, (int, float)):
+                raise ValueError(f"coefficients file {path}: {name} is {v!r}, not a number")
+            values[name] = float(v)
+        return cls(**values)

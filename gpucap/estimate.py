@@ -1,0 +1,254 @@
+"""The estimator: one call from (model, GPUs, split, workload, SLOs, engine) to the memory
+breakdown, the concurrency each resource allows, the SLO-limited recommendation, the binding
+constraint and the speed at a concurrency. This is what the CLI, notebooks and planner call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .batching import LoadPoint, closed_loop, saturation_run
+from .catalog import load_model
+from .engine import Coefficients, EngineConfig
+from .gpus import GPU, get_gpu
+from .layout import Layout
+from .memory import MemoryBreakdown, concurrency_by_memory, does_not_fit_message, memory_breakdown
+from .models import ModelSpec
+from .step import Hardware
+
+RESOURCES = ("memory", "compute", "hbm_bandwidth", "interconnect")
+COMM_SHARE_WARNING = 0.5  # seed 1's rule of thumb
+MAX_SEARCH_CONCURRENCY = 1 << 16  # per replica
+
+
+class DoesNotFit(ValueError):
+    """The model's weights and reservations leave no room for KV cache."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    input_len: float
+    output_len: float
+    ttft_slo_s: float = 2.0
+    tpot_slo_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("input_len", "output_len", "ttft_slo_s", "tpot_slo_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
+
+    @property
+    def max_context(self) -> float:
+        """Tokens a request holds at its end: input + output (the safe length for memory)."""
+        return self.input_len + self.output_len
+
+    @property
+    def mean_context(self) -> float:
+        """Tokens a request holds on average over its life: input + output / 2."""
+        return self.input_len + self.output_len / 2
+
+
+@dataclass(frozen=True)
+class Estimate:
+    hw: Hardware
+    workload: Workload
+    coefficients: Coefficients
+    replicas: int
+    memory: MemoryBreakdown
+    limits: dict[str, float | None]  # total concurrency each resource allows; None = not binding
+    memory_limit_mean_context: float
+    recommended_concurrency: int
+    bottleneck: str
+    concurrency: float  # where the speed below is evaluated (total across replicas)
+    at: LoadPoint  # one replica at concurrency / replicas
+    saturation_output_tokens_per_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ttft_s(self) -> float:
+        return float(self.at.ttft_s)
+
+    @property
+    def tpot_s(self) -> float:
+        return float(self.at.tpot_s)
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return float(self.at.output_tokens_per_s) * self.replicas
+
+    @property
+    def comm_share(self) -> float:
+        return float(self.at.decode_step.comm_share)
+
+    def to_dict(self) -> dict[str, Any]:
+        from .report import estimate_to_dict
+
+        return estimate_to_dict(self)
+
+    def __str__(self) -> str:
+        from .report import format_estimate
+
+        return format_estimate(self)
+
+
+def hardware(
+    model: str | Path | ModelSpec,
+    gpu: str | GPU,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    attn_dp: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "auto",
+    engine: str | EngineConfig = "vllm",
+    gpu_file: str | Path | None = None,
+) -> Hardware:
+    """Resolve names into a checked ``Hardware`` (model, GPU, layout, formats, engine knobs)."""
+    spec = load_model(model)
+    g = get_gpu(gpu, gpu_file)
+    layout = Layout(tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)
+    layout.check(spec)
+    eng = EngineConfig(engine=engine) if isinstance(engine, str) else engine
+    return Hardware(spec=spec, gpu=g, layout=layout, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=eng.resolve(g))
+
+
+def memory_limit(hw: Hardware, context_tokens: float) -> tuple[MemoryBreakdown, float]:
+    """Per-GPU breakdown and the requests one replica's KV cache holds at ``context_tokens``."""
+    mem = memory_breakdown(hw.spec, hw.gpu, hw.layout, weight_dtype=hw.weight_dtype, kv_dtype=hw.kv_dtype, engine=hw.engine)
+    if not mem.fits:
+        raise DoesNotFit(does_not_fit_message(mem, hw.spec, hw.gpu, hw.layout, hw.weight_dtype))
+    limit = float(concurrency_by_memory(mem, hw.spec, hw.layout, context_tokens, int(hw.engine.block_size or 1)))
+    return mem, limit
+
+
+def _grid(top: float) -> np.ndarray:
+    return np.unique(np.round(np.geomspace(1, max(top, 1), 600)))
+
+
+def _largest_ok(grid: np.ndarray, ok: np.ndarray) -> float | None:
+    """Largest grid value before the first failure (quantities rise with concurrency)."""
+    if not ok[0]:
+        return 0.0
+    bad = np.flatnonzero(~ok)
+    return None if bad.size == 0 else float(grid[bad[0] - 1])
+
+
+def resource_limits(hw: Hardware, coef: Coefficients, wl: Workload, top: float) -> dict[str, float | None]:
+    """Per replica: the concurrency at which each resource's own term alone uses up an SLO.
+
+    For resource r (compute, HBM, link) the steady-state step is split into its terms; the limit is
+    the largest C with ``term_r(decode step) <= TPOT_SLO`` and ``chunks x term_r(prefill step) <=
+    TTFT_SLO``. The combined recommendation can sit below every bar, since the terms add.
+    """
+    grid = _grid(top)
+    pt = closed_loop(hw, coef, concurrency=grid, input_len=wl.input_len, output_len=wl.output_len)
+    chunks = np.where(pt.prefill_step.total_s > 0, (pt.ttft_s / pt.prefill_step.total_s), 1.0)
+    out: dict[str, float | None] = {}
+    for name, attr in (("compute", "compute_s"), ("hbm_bandwidth", "memory_s"), ("interconnect", "comm_s")):
+        dec = getattr(pt.decode_step, attr)
+        pre = getattr(pt.prefill_step, attr) * chunks
+        out[name] = _largest_ok(grid, (dec <= wl.tpot_slo_s) & (pre <= wl.ttft_slo_s))
+    return out
+
+
+def slo_limit(hw: Hardware, coef: Coefficients, wl: Workload, top: float) -> float:
+    """Largest concurrency per replica with TTFT <= SLO and TPOT <= SLO, at most ``top``."""
+    grid = _grid(top)
+    cap = float(hw.engine.max_num_seqs or np.inf)
+    pt = closed_loop(hw, coef, concurrency=grid, input_len=wl.input_len, output_len=wl.output_len, max_running=cap)
+    ok = (pt.ttft_s <= wl.ttft_slo_s) & (pt.tpot_s <= wl.tpot_slo_s)
+    best = _largest_ok(grid, ok)
+    return float(top if best is None else best)
+
+
+def estimate(
+    model: str | Path | ModelSpec,
+    gpu: str | GPU,
+    num_gpus: int | None = None,
+    *,
+    input_len: float,
+    output_len: float,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    attn_dp: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "auto",
+    concurrency: float | None = None,
+    ttft_slo_s: float = 2.0,
+    tpot_slo_s: float = 0.1,
+    engine: str | EngineConfig = "vllm",
+    coefficients: Coefficients | str | Path | None = None,
+    gpu_file: str | Path | None = None,
+) -> Estimate:
+    """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``.
+
+    The GPUs form ``num_gpus / (tp x pp x attn_dp)`` replicas. Concurrency (given and reported)
+    counts requests across all replicas. Raises ``DoesNotFit`` when the weights leave no room.
+    """
+    hw = hardware(model, gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine, gpu_file=gpu_file)
+    wl = Workload(float(input_len), float(output_len), float(ttft_slo_s), float(tpot_slo_s))
+    per_replica = hw.layout.gpus_per_replica
+    num_gpus = num_gpus or per_replica
+    if num_gpus % per_replica:
+        raise ValueError(f"num_gpus={num_gpus} is not a multiple of tp x pp x attn_dp = {per_replica}")
+    replicas = num_gpus // per_replica
+    if isinstance(coefficients, (str, Path)):
+        coef = Coefficients.from_file(coefficients)
+    else:
+        coef = coefficients or Coefficients.for_engine(hw.engine.engine)
+
+    mem, mem_limit = memory_limit(hw, wl.max_context)
+    _, mem_limit_mean = memory_limit(hw, wl.mean_context)
+    if mem_limit < 1:
+        raise DoesNotFit(
+            f"{hw.spec.name} fits on {hw.gpu.key} but its KV budget ({mem.kv_budget / 2**30:.2f} GiB per GPU) "
+            f"holds less than one {wl.max_context:.0f}-token request; use more GPUs per replica or fp8 KV"
+        )
+    limits_r = resource_limits(hw, coef, wl, MAX_SEARCH_CONCURRENCY)
+    slo_r = slo_limit(hw, coef, wl, mem_limit)
+    rec_r = min(slo_r, mem_limit)
+    limits: dict[str, float | None] = {"memory": mem_limit * replicas}
+    for k, v in limits_r.items():
+        limits[k] = None if v is None else v * replicas
+
+    notes: list[str] = []
+    probe = closed_loop(hw, coef, concurrency=max(rec_r, 1.0), input_len=wl.input_len, output_len=wl.output_len, max_running=float(hw.engine.max_num_seqs or np.inf))
+    if rec_r >= mem_limit:
+        bottleneck = "memory"
+    elif hw.engine.max_num_seqs and rec_r >= hw.engine.max_num_seqs and float(probe.ttft_s) <= wl.ttft_slo_s:
+        bottleneck = "max_num_seqs"
+    else:
+        step = probe.decode_step
+        shares = {
+            "compute": float(np.maximum(step.compute_s - step.memory_s, 0) > 0) * float(step.compute_s),
+            "hbm_bandwidth": float(step.memory_s >= step.compute_s) * float(step.memory_s),
+            "interconnect": float(step.comm_s),
+            "step_overhead": float(step.overhead_s),
+        }
+        bottleneck = max(shares, key=lambda k: shares[k])
+    if rec_r < 1:
+        notes.append("no concurrency meets both SLOs: even one request misses TTFT or TPOT")
+
+    c_total = float(concurrency) if concurrency is not None else max(rec_r, 1.0) * replicas
+    if c_total <= 0:
+        raise ValueError(f"concurrency must be positive, got {concurrency}")
+    at = closed_loop(hw, coef, concurrency=c_total / replicas, input_len=wl.input_len, output_len=wl.output_len, max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_limit))
+    sat = saturation_run(hw, coef, num_prompts=np.inf, input_len=wl.input_len, output_len=wl.output_len, max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_limit))
+    share = float(at.decode_step.comm_share)
+    if share > COMM_SHARE_WARNING:
+        notes.append(f"communication is {share:.0%} of the step (> 50%): fewer GPUs per replica or a faster link")
+    if concurrency is not None and concurrency > mem_limit * replicas:
+        notes.append(f"concurrency {concurrency:g} exceeds what memory holds ({mem_limit * replicas:g}); the rest wait in the queue")
+    return Estimate(
+        hw=hw, workload=wl, coefficients=coef, replicas=replicas, memory=mem, limits=limits,
+        memory_limit_mean_context=mem_limit_mean * replicas, recommended_concurrency=int(rec_r * replicas),
+        bottleneck=bottleneck, concurrency=c_total, at=at,
+        saturation_output_tokens_per_s=float(sat.output_tokens_per_s) * replicas, notes=notes,
+    )

@@ -1,0 +1,142 @@
+"""GPU catalog: sourced datasheet numbers in ``data/gpus.csv``, converted to SI on load.
+
+Users add or override GPUs with a CSV of the same columns (``load_gpus(extra=...)``, the
+``--gpu-file`` option, or the ``GPUCAP_GPU_FILE`` environment variable), never by editing code.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .units import GB, GiB, TB, TERA, US
+
+DATA_DIR = Path(os.environ.get("GPUCAP_DATA", Path(__file__).resolve().parent.parent / "data"))
+GPU_FILE = DATA_DIR / "gpus.csv"
+
+REQUIRED_COLUMNS = ("key", "memory_GB", "bf16_dense_TFLOPs", "hbm_TB_per_s", "link_kind", "link_GB_per_s_per_direction")
+LINK_KINDS = ("nvswitch", "nvlink-bridge", "xgmi", "pcie")
+
+# Small-message all-reduce latency (the ring's alpha term) per link kind. NCCL-tests on
+# 8 x H100 NVSwitch report ~10-20 us for 8-byte to 64-KiB all-reduces; PCIe boxes and xGMI
+# show 20-40 us (NCCL / RCCL tests published by the vendors). Calibration can rescale it.
+LINK_LATENCY_S: dict[str, float] = {"nvswitch": 10 * US, "nvlink-bridge": 10 * US, "xgmi": 20 * US, "pcie": 25 * US}
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator, SI units: bytes, FLOP/s, bytes/s."""
+
+    key: str
+    memory_bytes: float
+    flops_per_s: dict[str, float]  # dense peak by format: bf16, fp8, fp4, int8
+    hbm_bytes_per_s: float
+    link_kind: str
+    link_bytes_per_s: float  # per direction, per GPU
+    max_tp_on_link: int
+    link_latency_s: float
+    name: str = ""
+    source: str = ""
+
+    def peak_flops_per_s(self, fmt: str) -> float:
+        """Dense peak for a compute format, falling back to the next wider format the chip has
+        (fp4 -> fp8 -> bf16): a chip without fp4 tensor cores runs an fp4 model's matmuls in fp8
+        or bf16 after dequantizing."""
+        for f in {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "int8": ("int8", "bf16")}.get(fmt, (fmt,)):
+            if self.flops_per_s.get(f):
+                return self.flops_per_s[f]
+        return self.flops_per_s["bf16"]
+
+
+def _num(row: dict[str, str], col: str, where: str, required: bool = False) -> float:
+    text = (row.get(col) or "").strip()
+    if not text:
+        if required:
+            raise ValueError(f"{where}: column {col!r} is empty; give the datasheet number")
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: column {col!r} = {text!r} is not a number") from None
+    if value < 0:
+        raise ValueError(f"{where}: column {col!r} = {value} is negative")
+    return value
+
+
+def _gpu_from_row(row: dict[str, str], where: str) -> GPU:
+    kind = (row.get("link_kind") or "").strip()
+    if kind not in LINK_KINDS:
+        raise ValueError(f"{where}: link_kind {kind!r} is not one of {', '.join(LINK_KINDS)}")
+    reported_gib = _num(row, "memory_GiB_reported", where)
+    memory = reported_gib * GiB if reported_gib else _num(row, "memory_GB", where, True) * GB
+    flops = {
+        "bf16": _num(row, "bf16_dense_TFLOPs", where, True) * TERA,
+        "fp8": _num(row, "fp8_dense_TFLOPs", where) * TERA,
+        "fp4": _num(row, "fp4_dense_TFLOPs", where) * TERA,
+        "int8": _num(row, "int8_dense_TOPs", where) * TERA,
+    }
+    return GPU(
+        key=row["key"].strip(),
+        memory_bytes=memory,
+        flops_per_s=flops,
+        hbm_bytes_per_s=_num(row, "hbm_TB_per_s", where, True) * TB,
+        link_kind=kind,
+        link_bytes_per_s=_num(row, "link_GB_per_s_per_direction", where, True) * GB,
+        max_tp_on_link=int(_num(row, "max_tp_on_link", where) or 8),
+        link_latency_s=LINK_LATENCY_S[kind],
+        name=(row.get("name") or "").strip(),
+        source=(row.get("source") or "").strip(),
+    )
+
+
+def read_gpu_file(path: str | Path) -> dict[str, GPU]:
+    """Read a GPU CSV (the columns of ``data/gpus.csv``); errors name the file, row and column."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ValueError(f"GPU file {path} does not exist") from None
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ValueError(f"GPU file {path} lacks columns: {', '.join(missing)}")
+    gpus: dict[str, GPU] = {}
+    for i, row in enumerate(reader, start=2):
+        if not (row.get("key") or "").strip():
+            raise ValueError(f"{path}, line {i}: empty key")
+        gpu = _gpu_from_row(row, f"{path}, line {i} ({row['key']})")
+        gpus[gpu.key] = gpu
+    return gpus
+
+
+@lru_cache(maxsize=8)
+def _load(extra: tuple[str, ...]) -> dict[str, GPU]:
+    gpus = read_gpu_file(GPU_FILE)
+    for path in extra:
+        gpus.update(read_gpu_file(path))
+    return gpus
+
+
+def load_gpus(extra: str | Path | None = None) -> dict[str, GPU]:
+    """The catalog, plus (overriding) the GPUs in ``extra`` and ``$GPUCAP_GPU_FILE``."""
+    files = [p for p in (os.environ.get("GPUCAP_GPU_FILE"), extra) if p]
+    return dict(_load(tuple(str(p) for p in files)))
+
+
+def get_gpu(key: str | GPU, extra: str | Path | None = None) -> GPU:
+    """Look a GPU up by catalog key (case-insensitive); unknown keys list close matches."""
+    if isinstance(key, GPU):
+        return key
+    gpus = load_gpus(extra)
+    if key in gpus:
+        return gpus[key]
+    lower = {k.lower(): k for k in gpus}
+    if key.lower() in lower:
+        return gpus[lower[key.lower()]]
+    close = difflib.get_close_matches(key, list(gpus), n=4, cutoff=0.4)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ValueError(f"unknown GPU {key!r}{hint} (`gpucap gpus` lists all; add your own with --gpu-file)")

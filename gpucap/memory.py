@@ -1,0 +1,223 @@
+"""Memory per GPU (DESIGN.md section 3): weights, KV cache per token, reservations, KV budget,
+and the concurrency memory allows.
+
+Functions accept numpy arrays for lengths, so one call sweeps many contexts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .engine import EngineConfig
+from .gpus import GPU
+from .layout import Layout
+from .models import ModelSpec
+from .units import ACTIVATION_BYTES, GiB, kv_bytes_per_element, weight_bytes_per_param
+
+ArrayLike = float | npt.NDArray[np.float64]
+
+# vLLM and TensorRT-LLM keep the DeepSeek-V3.2 indexer's keys in fp8 with one fp32 scale per
+# 128 values: 128 + 4 bytes per token per layer (vLLM ``DeepseekV32IndexerCache``).
+INDEXER_SCALE_BYTES = 4.0
+SAMPLER_BYTES_PER_LOGIT = 4.0  # fp32 logits in the sampler's profiling run
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """Weight bytes one GPU holds, by part."""
+
+    embeddings: float
+    attention: float
+    dense_mlp: float
+    experts: float
+
+    @property
+    def total(self) -> float:
+        return self.embeddings + self.attention + self.dense_mlp + self.experts
+
+
+def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout) -> WeightBytes:
+    """Bytes of weights on the most loaded GPU.
+
+    ``bytes = sum over tensors of params x bytes_per_param(format) / shards``. Attention and dense
+    MLPs are split ``tp`` ways (K/V projections replicated when tp exceeds the KV heads),
+    embeddings and lm_head are vocabulary-parallel over ``tp`` and stay 16-bit (quantized
+    checkpoints keep them in bf16), routed experts are split over the ``tp x attn_dp`` GPUs of a
+    stage, layers over ``pp`` (the first/last stage also holds the embedding/lm_head).
+    """
+    b = weight_bytes_per_param(weight_dtype)
+    b_attn = ACTIVATION_BYTES if "attention" in spec.unquantized_modules else b
+    layer_share = 1.0 / layout.pp
+    if spec.is_mla:
+        attn = spec.attention_params / layout.tp
+    else:
+        hd, h = spec.head_dim, spec.hidden_size
+        q_o = 2 * h * spec.num_heads * hd / layout.tp
+        k_v = 2 * h * layout.kv_heads_per_gpu(spec) * hd
+        attn = (q_o + k_v) * spec.num_layers
+    dense = (
+        spec.dense_mlp_params * spec.num_dense_layers
+        + (spec.shared_expert_params + spec.router_params) * spec.num_moe_layers
+    ) / layout.tp
+    experts = spec.routed_expert_params / layout.stage_gpus
+    embed_params = spec.vocab_size * spec.hidden_size
+    embed = embed_params * (1 if spec.tie_embeddings or layout.pp > 1 else 2) / layout.tp
+    return WeightBytes(
+        embeddings=embed * ACTIVATION_BYTES,
+        attention=(attn * b_attn + spec.norm_params * ACTIVATION_BYTES) * layer_share,
+        dense_mlp=dense * b * layer_share,
+        experts=experts * b * layer_share,
+    )
+
+
+def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "auto") -> float:
+    """KV-cache bytes of one token over all layers, unsharded, inside every window.
+
+    GQA/MQA: ``layers x 2 x num_kv_heads x head_dim x kv_bytes`` (Llama-3-70B bf16:
+    80 x 2 x 8 x 128 x 2 = 327,680). MLA: ``layers x (kv_lora_rank + qk_rope_head_dim) x
+    kv_bytes`` (DeepSeek-V3: 61 x 576 x 2 = 70,272), plus the V3.2 indexer keys.
+    """
+    per_layer = spec.kv_elements_per_token_per_layer * kv_bytes_per_element(kv_dtype)
+    if spec.index_head_dim:
+        per_layer += spec.index_head_dim + INDEXER_SCALE_BYTES
+    return float(per_layer * spec.num_layers)
+
+
+def kv_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str, layout: Layout) -> float:
+    """KV bytes one token costs on one GPU: the GPU's KV heads (``max(1, kv_heads / tp)``;
+    MLA's latent is replicated on every TP rank) over the ``layers / pp`` layers it holds."""
+    per_gpu = kv_bytes_per_token(spec, kv_dtype)
+    if not spec.is_mla:
+        per_gpu *= layout.kv_heads_per_gpu(spec) / spec.num_kv_heads
+    return per_gpu / layout.pp
+
+
+def held_tokens_per_layer(spec: ModelSpec, context_tokens: ArrayLike, block_size: int = 1) -> ArrayLike:
+    """Tokens a request of ``context_tokens`` holds, summed over layers, in units of layers.
+
+    A full-attention layer holds the whole context; a sliding-window or chunked layer holds
+    ``min(context, window)``. Each layer's tokens round up to whole paged blocks. Divided by the
+    layer count, so that ``result x kv_bytes_per_token`` is the request's KV bytes.
+    """
+    ctx = np.asarray(context_tokens, dtype=float)
+    total = np.zeros_like(ctx)
+    for window, count in _window_counts(spec).items():
+        held = ctx if window is None else np.minimum(ctx, window)
+        total = total + count * np.ceil(held / block_size) * block_size
+    return total / spec.num_layers
+
+
+def _window_counts(spec: ModelSpec) -> dict[int | None, int]:
+    counts: dict[int | None, int] = {}
+    for w in spec.layer_window:
+        counts[w] = counts.get(w, 0) + 1
+    return counts
+
+
+def activation_bytes_per_gpu(spec: ModelSpec, layout: Layout, engine: EngineConfig) -> float:
+    """Peak activations of the engine's profiling run at ``max_num_batched_tokens``.
+
+    ``T x (4 x hidden + 2 x mlp_width / tp) x 2 bytes`` (residual, normed input, attention output
+    and the gated MLP's two halves) plus fp32 logits for ``max_num_seqs`` sampled rows
+    (``max_num_seqs x vocab / tp x 4``). An approximation of what vLLM's profiler measures.
+    """
+    tokens = float(engine.max_num_batched_tokens or 0)
+    mlp = max(spec.intermediate_size, spec.experts_per_token * spec.moe_intermediate_size)
+    per_token = (4 * spec.hidden_size + 2 * mlp / layout.tp) * ACTIVATION_BYTES
+    logits = (engine.max_num_seqs or 0) * spec.vocab_size / layout.tp * SAMPLER_BYTES_PER_LOGIT
+    return tokens * per_token + logits
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes of one GPU: what is usable, what the weights and reservations take, and the KV
+    budget that is left. A negative ``kv_budget`` means the model does not fit."""
+
+    total: float
+    usable: float
+    weights: WeightBytes
+    activations: float
+    cuda_graphs: float
+    runtime_overhead: float
+    kv_budget: float
+    kv_bytes_per_token: float  # one token, all layers, unsharded
+    kv_bytes_per_token_per_gpu: float
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_budget > 0
+
+    @property
+    def reserved(self) -> float:
+        return self.activations + self.cuda_graphs + self.runtime_overhead
+
+    @property
+    def kv_tokens_per_gpu(self) -> float:
+        return max(self.kv_budget, 0.0) / self.kv_bytes_per_token_per_gpu
+
+
+def memory_breakdown(
+    spec: ModelSpec, gpu: GPU, layout: Layout, *, weight_dtype: str, kv_dtype: str, engine: EngineConfig
+) -> MemoryBreakdown:
+    """Per-GPU memory: ``kv_budget = usable - weights - activations - cuda_graphs - overhead``.
+
+    ``usable = gpu_memory_utilization x total`` for vLLM/SGLang; TensorRT-LLM gives the KV cache
+    ``free_gpu_memory_fraction x (total - weights - reservations)``.
+    """
+    engine = engine.resolve(gpu)
+    util = float(engine.gpu_memory_utilization or 0.9)
+    weights = weight_bytes_per_gpu(spec, weight_dtype, layout)
+    act = activation_bytes_per_gpu(spec, layout, engine)
+    graphs = engine.cuda_graph_bytes if engine.cuda_graphs else 0.0
+    overhead = engine.runtime_overhead_bytes
+    reserved = weights.total + act + graphs + overhead
+    if engine.memory_basis == "free":
+        usable = gpu.memory_bytes
+        free = gpu.memory_bytes - reserved
+        budget = util * free if free > 0 else free
+    else:
+        usable = util * gpu.memory_bytes
+        budget = usable - reserved
+    return MemoryBreakdown(
+        total=gpu.memory_bytes,
+        usable=usable,
+        weights=weights,
+        activations=act,
+        cuda_graphs=graphs,
+        runtime_overhead=overhead,
+        kv_budget=budget,
+        kv_bytes_per_token=kv_bytes_per_token(spec, kv_dtype),
+        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(spec, kv_dtype, layout),
+    )
+
+
+def concurrency_by_memory(
+    mem: MemoryBreakdown, spec: ModelSpec, layout: Layout, context_tokens: ArrayLike, block_size: int = 1
+) -> ArrayLike:
+    """Requests one replica can hold: ``attn_dp x kv_budget / (held tokens x kv bytes/token/GPU)``.
+
+    ``context_tokens`` is the length each request is charged: the maximum (input + output, safe)
+    or the average over its life (input + output / 2); the caller chooses and says which.
+    """
+    held = held_tokens_per_layer(spec, context_tokens, block_size)
+    per_request = held * mem.kv_bytes_per_token_per_gpu
+    return np.floor(layout.attn_dp * max(mem.kv_budget, 0.0) / per_request)
+
+
+def does_not_fit_message(mem: MemoryBreakdown, spec: ModelSpec, gpu: GPU, layout: Layout, weight_dtype: str) -> str:
+    """'does not fit by X GiB; try ...' for a non-positive KV budget."""
+    short = -mem.kv_budget / GiB
+    tries = []
+    if layout.tp < 8:
+        tries.append(f"tp={layout.tp * 2}")
+    if weight_dtype in ("bf16", "fp16"):
+        tries.append("--weight-dtype fp8")
+    tries.append("a GPU with more memory")
+    return (
+        f"{spec.name} does not fit on {gpu.key} with tp={layout.tp} pp={layout.pp}: short by "
+        f"{short:.1f} GiB per GPU (weights {mem.weights.total / GiB:.1f} GiB + reserved "
+        f"{mem.reserved / GiB:.1f} GiB of {mem.usable / GiB:.1f} GiB usable); try {', '.join(tries)}"
+    )

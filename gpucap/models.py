@@ -1,0 +1,397 @@
+"""Model architecture read from a raw Hugging Face ``config.json``.
+
+``ModelSpec.from_hf_config`` reads the dictionary (it never imports or runs model code), dispatches
+on ``model_type`` and returns a frozen description with everything the physics needs: layer
+shapes, attention kind (GQA/MQA or MLA), sliding-window or chunked layers, and the MoE layout.
+Parameter counts are derived from those shapes, so they can be checked against the published
+counts (``tests/test_models.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+SUPPORTED_FAMILIES: dict[str, str] = {
+    "llama": "Llama 2 / 3 (dense, GQA)",
+    "mistral": "Mistral (dense, optional sliding window)",
+    "mixtral": "Mixtral (MoE)",
+    "qwen2": "Qwen2 / Qwen2.5 (dense, GQA, qkv bias)",
+    "qwen3": "Qwen3 (dense, explicit head_dim)",
+    "qwen3_moe": "Qwen3 MoE",
+    "llama4": "Llama 4 (MoE, chunked attention, nested text_config)",
+    "llama4_text": "Llama 4 text model",
+    "deepseek_v3": "DeepSeek-V3 / R1 (MLA, MoE)",
+    "deepseek_v32": "DeepSeek-V3.2 (MLA, MoE, sparse-attention indexer)",
+    "glm4_moe": "GLM-4.5 / 4.6 (MoE)",
+    "gpt_oss": "gpt-oss (MoE, alternating sliding/full attention)",
+    "gemma3": "Gemma 3 (nested text_config, 5:1 local/global attention)",
+    "gemma3_text": "Gemma 3 text model",
+    "falcon": "Falcon (dense, non-gated MLP)",
+}
+
+# Keys every family needs (after family-specific renaming), named as in Hugging Face configs.
+_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+# Defaults of transformers' Gemma3TextConfig that the published gemma-3 configs rely on
+# (transformers/models/gemma3/configuration_gemma3.py).
+_GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262_208,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
+    "head_dim": 256,
+    "num_key_value_heads": 4,
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of a decoder-only transformer, as the serving physics sees it.
+
+    Per-layer tuples have one entry per decoder layer: ``layer_window[i]`` is ``None`` for full
+    attention or the number of tokens a sliding-window / chunked layer keeps; ``layer_is_moe[i]``
+    says whether layer i's MLP is a mixture of experts.
+    """
+
+    name: str
+    family: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int  # dense MLP width (0 when every layer is MoE)
+    tie_embeddings: bool = False
+    mlp_gated: bool = True  # SwiGLU/GeGLU: 3 matrices; plain GELU (Falcon): 2
+    qkv_bias: bool = False
+    # MLA (DeepSeek); kv_lora_rank > 0 marks an MLA model
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # DeepSeek-V3.2 sparse-attention indexer
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    # MoE
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0  # all shared experts of one layer together
+    expert_bias: bool = False
+    layer_is_moe: tuple[bool, ...] = ()
+    layer_window: tuple[int | None, ...] = ()
+    # weights that stay 16-bit whatever the checkpoint format ("attention" for gpt-oss MXFP4)
+    unquantized_modules: frozenset[str] = field(default_factory=frozenset)
+    vision_params: float = 0.0
+    max_position_embeddings: int = 0
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_hf_config(cls, source: str | Path | Mapping[str, Any], name: str = "") -> ModelSpec:
+        """Read a Hugging Face ``config.json`` (a path or the parsed dict)."""
+        if isinstance(source, (str, Path)):
+            path = Path(source)
+            if path.is_dir():
+                path = path / "config.json"
+            try:
+                raw = json.loads(path.read_text())
+            except FileNotFoundError:
+                raise ValueError(f"{path}: no such config.json") from None
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: not valid JSON ({exc})") from None
+            name = name or path.parent.name
+        else:
+            raw = dict(source)
+        return _parse(raw, name or str(raw.get("_name_or_path", "model")))
+
+    # ---- attention ----------------------------------------------------------------------
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def kv_elements_per_token_per_layer(self) -> int:
+        """KV-cache elements one token stores in one attention layer.
+
+        GQA/MQA: ``2 x num_kv_heads x head_dim`` (K and V). MLA: ``kv_lora_rank +
+        qk_rope_head_dim`` (one compressed latent shared by all heads; DeepSeek-V2 paper, sec. 2.1).
+        """
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    @property
+    def attention_params_per_layer(self) -> float:
+        h, hd = self.hidden_size, self.head_dim
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk
+            else:
+                q = h * self.num_heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * (
+                self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            )
+            o = self.num_heads * self.v_head_dim * h
+            idx = 0.0
+            if self.index_n_heads:
+                idx = (
+                    self.q_lora_rank * self.index_n_heads * self.index_head_dim
+                    + h * self.index_head_dim
+                    + h * self.index_n_heads
+                )
+            return float(q + kv + o + idx)
+        q_out = self.num_heads * hd
+        kv_out = 2 * self.num_kv_heads * hd
+        bias = (q_out + kv_out) if self.qkv_bias else 0
+        return float(h * (q_out + kv_out) + q_out * h + bias)
+
+    # ---- MLP ------------------------------------------------------------------------------
+    @property
+    def _mats(self) -> int:
+        return 3 if self.mlp_gated else 2
+
+    @property
+    def dense_mlp_params(self) -> float:
+        return float(self._mats * self.hidden_size * self.intermediate_size)
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters of one routed expert (gated MLP of width ``moe_intermediate_size``)."""
+        p = self._mats * self.hidden_size * self.moe_intermediate_size
+        if self.expert_bias:
+            p += 2 * self.moe_intermediate_size + self.hidden_size
+        return float(p)
+
+    @property
+    def shared_expert_params(self) -> float:
+        return float(self._mats * self.hidden_size * self.shared_expert_intermediate_size)
+
+    @property
+    def router_params(self) -> float:
+        return float(self.hidden_size * self.num_experts)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.layer_is_moe)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    # ---- parameter counts -----------------------------------------------------------------
+    @property
+    def embedding_params(self) -> float:
+        """Input embedding plus lm_head (counted once when tied)."""
+        return float(self.vocab_size * self.hidden_size * (1 if self.tie_embeddings else 2))
+
+    @property
+    def norm_params(self) -> float:
+        return float(2 * self.hidden_size * self.num_layers + self.hidden_size)
+
+    @property
+    def attention_params(self) -> float:
+        return self.attention_params_per_layer * self.num_layers
+
+    @property
+    def routed_expert_params(self) -> float:
+        """All routed experts of all MoE layers."""
+        return self.expert_params * self.num_experts * self.num_moe_layers
+
+    @property
+    def dense_params(self) -> float:
+        """Non-embedding parameters every token uses: attention, dense MLPs, shared experts,
+        routers and norms (everything but the routed experts)."""
+        return (
+            self.attention_params
+            + self.dense_mlp_params * self.num_dense_layers
+            + (self.shared_expert_params + self.router_params) * self.num_moe_layers
+            + self.norm_params
+        )
+
+    @property
+    def total_params(self) -> float:
+        """All language-model parameters (vision encoder excluded, see ``vision_params``)."""
+        return self.dense_params + self.routed_expert_params + self.embedding_params
+
+    @property
+    def active_nonembedding_params(self) -> float:
+        """Non-embedding parameters one token passes through: dense part plus k routed experts
+        per MoE layer. This is what ``2 x params`` FLOP per token counts."""
+        routed = self.expert_params * self.experts_per_token * self.num_moe_layers
+        return self.dense_params + routed
+
+    @property
+    def active_params(self) -> float:
+        """Parameters used per token, embeddings and lm_head included (the model-card count)."""
+        return self.active_nonembedding_params + self.embedding_params
+
+
+# ---- parsing ------------------------------------------------------------------------------
+def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def _merge_text_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Multimodal configs (Llama 4, Gemma 3) nest the language model in ``text_config``."""
+    text = raw.get("text_config")
+    if isinstance(text, Mapping):
+        cfg = {k: v for k, v in raw.items() if k not in ("text_config", "vision_config")}
+        cfg.update(text)
+        cfg["model_type"] = raw.get("model_type", text.get("model_type"))
+        return cfg, dict(raw.get("vision_config") or {})
+    return dict(raw), {}
+
+
+def _vision_params(vision: Mapping[str, Any]) -> float:
+    """ViT encoder: per layer 4 h^2 (attention) + 2 h x intermediate (MLP)."""
+    h = vision.get("hidden_size")
+    n = vision.get("num_hidden_layers")
+    inter = vision.get("intermediate_size")
+    if not (h and n and inter):
+        return 0.0
+    return float(n * (4 * h * h + 2 * h * inter))
+
+
+def _layer_windows(cfg: Mapping[str, Any], family: str, n: int) -> tuple[int | None, ...]:
+    """Tokens each layer's attention keeps: None = full context."""
+    types = cfg.get("layer_types")
+    window = cfg.get("sliding_window")
+    if family in ("llama4", "llama4_text") and cfg.get("attention_chunk_size"):
+        chunk = int(cfg["attention_chunk_size"])
+        nope = cfg.get("no_rope_layers")
+        if nope and len(nope) == n:  # 1 = RoPE layer with chunked attention, 0 = global NoPE
+            return tuple(chunk if r else None for r in nope)
+        interval = int(cfg.get("nope_layer_interval", 4))
+        return tuple(None if (i + 1) % interval == 0 else chunk for i in range(n))
+    if types and len(types) == n:
+        w = int(window or 0)
+        return tuple(w if t == "sliding_attention" else None for t in types)
+    if family in ("gemma3", "gemma3_text"):
+        pattern = int(cfg.get("sliding_window_pattern", 6))
+        return tuple(None if (i + 1) % pattern == 0 else int(window) for i in range(n))
+    if family in ("qwen2", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window", False):
+        return (None,) * n
+    if window:
+        return (int(window),) * n
+    return (None,) * n
+
+
+def _moe_layout(cfg: Mapping[str, Any], family: str, n: int) -> tuple[bool, ...]:
+    experts = _get(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=0)
+    if not experts:
+        return (False,) * n
+    if family in ("llama4", "llama4_text"):
+        step = int(cfg.get("interleave_moe_layer_step", 1))
+        moe_layers = cfg.get("moe_layers")
+        if moe_layers is not None:
+            return tuple(i in set(moe_layers) for i in range(n))
+        return tuple((i + 1) % step == 0 for i in range(n))
+    first_dense = int(cfg.get("first_k_dense_replace", 0))
+    freq = int(_get(cfg, "moe_layer_freq", "decoder_sparse_step", default=1))
+    mlp_only = set(cfg.get("mlp_only_layers") or [])
+    return tuple(i >= first_dense and (i % freq == 0) and i not in mlp_only for i in range(n))
+
+
+def _parse(raw: Mapping[str, Any], name: str) -> ModelSpec:
+    cfg, vision = _merge_text_config(raw)
+    family = str(cfg.get("model_type", ""))
+    if family not in SUPPORTED_FAMILIES:
+        supported = ", ".join(f"{k} ({v})" for k, v in SUPPORTED_FAMILIES.items())
+        archs = raw.get("architectures")
+        raise ValueError(
+            f"{name}: unsupported architecture model_type={family!r} (architectures={archs}); "
+            f"supported families: {supported}"
+        )
+    if family in ("gemma3", "gemma3_text"):
+        cfg = {**_GEMMA3_TEXT_DEFAULTS, **cfg}
+    if family == "falcon":
+        cfg = {
+            **cfg,
+            "num_hidden_layers": _get(cfg, "num_hidden_layers", "n_layer"),
+            "num_attention_heads": _get(cfg, "num_attention_heads", "n_head"),
+            "num_key_value_heads": _get(cfg, "num_kv_heads", "n_head_kv", default=1),
+        }
+    missing = [k for k in _REQUIRED if cfg.get(k) is None]
+    if family in ("deepseek_v3", "deepseek_v32"):
+        missing += [k for k in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim") if cfg.get(k) is None]
+    if missing:
+        raise ValueError(f"{name}: config of family {family!r} lacks required keys: {', '.join(missing)}")
+
+    n = int(cfg["num_hidden_layers"])
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    kv_heads = int(_get(cfg, "num_key_value_heads", default=heads))
+    head_dim = int(_get(cfg, "head_dim", default=hidden // heads))
+    layer_is_moe = _moe_layout(cfg, family, n)
+    moe = any(layer_is_moe)
+    experts = int(_get(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=0)) if moe else 0
+
+    if family in ("llama4", "llama4_text"):
+        dense_inter = int(_get(cfg, "intermediate_size_mlp", "intermediate_size", default=0))
+        moe_inter = int(cfg.get("intermediate_size", 0))
+        shared_inter = moe_inter  # one shared expert per MoE layer
+    elif family in ("mixtral", "gpt_oss"):
+        dense_inter = 0
+        moe_inter = int(cfg.get("intermediate_size", 0))
+        shared_inter = 0
+    else:
+        dense_inter = int(_get(cfg, "intermediate_size", "ffn_hidden_size", default=4 * hidden))
+        moe_inter = int(cfg.get("moe_intermediate_size", 0))
+        shared_inter = int(cfg.get("n_shared_experts", 0) or 0) * moe_inter
+        shared_inter += int(cfg.get("shared_expert_intermediate_size", 0) or 0)
+    if moe and not moe_inter:
+        raise ValueError(f"{name}: MoE config lacks the expert width (moe_intermediate_size/intermediate_size)")
+
+    unquantized: set[str] = set()
+    quant = cfg.get("quantization_config") or {}
+    if quant.get("quant_method") == "mxfp4" and any(
+        "self_attn" in m for m in quant.get("modules_to_not_convert", [])
+    ):
+        unquantized.add("attention")
+
+    mla = family in ("deepseek_v3", "deepseek_v32")
+    return ModelSpec(
+        name=name,
+        family=family,
+        num_layers=n,
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=int(cfg["vocab_size"]),
+        intermediate_size=dense_inter,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", family in ("gemma3", "gemma3_text"))),
+        mlp_gated=family != "falcon",
+        qkv_bias=bool(cfg.get("attention_bias", family == "qwen2")),
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0) if mla else 0,
+        kv_lora_rank=int(cfg["kv_lora_rank"]) if mla else 0,
+        qk_nope_head_dim=int(cfg["qk_nope_head_dim"]) if mla else 0,
+        qk_rope_head_dim=int(cfg["qk_rope_head_dim"]) if mla else 0,
+        v_head_dim=int(cfg.get("v_head_dim", 0)) if mla else 0,
+        index_n_heads=int(cfg.get("index_n_heads", 0)),
+        index_head_dim=int(cfg.get("index_head_dim", 0)),
+        index_topk=int(cfg.get("index_topk", 0)),
+        num_experts=experts,
+        experts_per_token=int(_get(cfg, "num_experts_per_tok", "experts_per_token", default=0)) if moe else 0,
+        moe_intermediate_size=moe_inter if moe else 0,
+        shared_expert_intermediate_size=shared_inter if moe else 0,
+        expert_bias=family == "gpt_oss",
+        layer_is_moe=layer_is_moe,
+        layer_window=_layer_windows(cfg, family, n),
+        unquantized_modules=frozenset(unquantized),
+        vision_params=_vision_params(vision),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 0) or 0),
+    )

@@ -1,0 +1,122 @@
+"""Turn an Estimate into text (memory breakdown, constraint bars, recommendation) and JSON."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from .units import GiB
+
+if TYPE_CHECKING:
+    from .estimate import Estimate
+
+BAR_WIDTH = 40
+
+
+def text_bars(values: dict[str, float | None], highlight: str = "", width: int = BAR_WIDTH) -> str:
+    """Horizontal bars on a log scale, one line per key; None means 'not binding'."""
+    finite = [v for v in values.values() if v is not None and v > 0]
+    top = math.log10(max(finite)) if finite else 1.0
+    lines = []
+    for name, v in values.items():
+        if v is None:
+            lines.append(f"  {name:<14} {'':<{width}}  not binding")
+            continue
+        n = 0 if v <= 0 else max(1, round(width * (1 + math.log10(v)) / (1 + top)))
+        mark = "  <- binds first" if name == highlight else ""
+        lines.append(f"  {name:<14} {'#' * n:<{width}}  {v:>9,.0f}{mark}")
+    return "\n".join(lines)
+
+
+def format_estimate(e: Estimate) -> str:
+    hw, wl, m = e.hw, e.workload, e.memory
+    lay = hw.layout
+    w = m.weights
+    head = (
+        f"{hw.spec.name} on {e.replicas * lay.gpus_per_replica} x {hw.gpu.key} "
+        f"(tp={lay.tp} pp={lay.pp} ep={lay.ep} attn_dp={lay.attn_dp}, {e.replicas} replica(s)), "
+        f"weights {hw.weight_dtype}, KV {hw.kv_dtype}, {hw.engine.engine}\n"
+        f"workload: {wl.input_len:g} in / {wl.output_len:g} out tokens; SLO TTFT <= {wl.ttft_slo_s:g} s, "
+        f"TPOT <= {wl.tpot_slo_s * 1e3:g} ms"
+    )
+    mem = (
+        "memory per GPU (GiB):\n"
+        f"  total {m.total / GiB:8.2f}   usable {m.usable / GiB:8.2f}\n"
+        f"  weights {w.total / GiB:8.2f}  (embeddings {w.embeddings / GiB:.2f}, attention {w.attention / GiB:.2f}, "
+        f"dense MLP {w.dense_mlp / GiB:.2f}, experts {w.experts / GiB:.2f})\n"
+        f"  activations {m.activations / GiB:.2f}   CUDA graphs {m.cuda_graphs / GiB:.2f}   runtime {m.runtime_overhead / GiB:.2f}\n"
+        f"  KV budget {m.kv_budget / GiB:8.2f}   = {m.kv_tokens_per_gpu:,.0f} tokens "
+        f"({m.kv_bytes_per_token_per_gpu:,.0f} B/token/GPU; {m.kv_bytes_per_token:,.0f} B/token whole model)"
+    )
+    bars = "concurrency each resource allows (all replicas):\n" + text_bars(e.limits, e.bottleneck)
+    speed = (
+        f"recommended concurrency: {e.recommended_concurrency:,}   bottleneck: {e.bottleneck}\n"
+        f"  memory holds {e.limits['memory']:,.0f} at input+output, {e.memory_limit_mean_context:,.0f} at input+output/2\n"
+        f"at concurrency {e.concurrency:,.0f}: TTFT {e.ttft_s * 1e3:,.0f} ms, TPOT {e.tpot_s * 1e3:,.1f} ms, "
+        f"{e.output_tokens_per_s:,.0f} output tokens/s, communication {e.comm_share:.0%} of a step\n"
+        f"saturation (all requests at once): {e.saturation_output_tokens_per_s:,.0f} output tokens/s"
+    )
+    notes = "".join(f"\nnote: {n}" for n in e.notes)
+    return "\n\n".join([head, mem, bars, speed]) + notes
+
+
+def _clean(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def estimate_to_dict(e: Estimate) -> dict[str, Any]:
+    hw, m = e.hw, e.memory
+    lay = hw.layout
+    return {
+        "model": hw.spec.name,
+        "gpu": hw.gpu.key,
+        "num_gpus": e.replicas * lay.gpus_per_replica,
+        "replicas": e.replicas,
+        "layout": {"tp": lay.tp, "pp": lay.pp, "ep": lay.ep, "attn_dp": lay.attn_dp},
+        "weight_dtype": hw.weight_dtype,
+        "kv_dtype": hw.kv_dtype,
+        "engine": hw.engine.engine,
+        "engine_config": {
+            "max_num_seqs": hw.engine.max_num_seqs,
+            "max_num_batched_tokens": hw.engine.max_num_batched_tokens,
+            "gpu_memory_utilization": hw.engine.gpu_memory_utilization,
+            "block_size": hw.engine.block_size,
+            "cuda_graphs": hw.engine.cuda_graphs,
+        },
+        "workload": {
+            "input_len": e.workload.input_len,
+            "output_len": e.workload.output_len,
+            "ttft_slo_s": e.workload.ttft_slo_s,
+            "tpot_slo_s": e.workload.tpot_slo_s,
+        },
+        "coefficients": e.coefficients.as_dict(),
+        "memory": {
+            "total_bytes_per_gpu": m.total,
+            "usable_bytes_per_gpu": m.usable,
+            "weights_bytes_per_gpu": m.weights.total,
+            "weights_breakdown_bytes_per_gpu": {
+                "embeddings": m.weights.embeddings,
+                "attention": m.weights.attention,
+                "dense_mlp": m.weights.dense_mlp,
+                "experts": m.weights.experts,
+            },
+            "activation_bytes_per_gpu": m.activations,
+            "cuda_graph_bytes_per_gpu": m.cuda_graphs,
+            "runtime_overhead_bytes_per_gpu": m.runtime_overhead,
+            "kv_budget_bytes_per_gpu": m.kv_budget,
+            "kv_bytes_per_token": m.kv_bytes_per_token,
+            "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu,
+            "kv_tokens_per_gpu": m.kv_tokens_per_gpu,
+        },
+        "limits": {k: _clean(v) for k, v in e.limits.items()},
+        "memory_limit_mean_context": e.memory_limit_mean_context,
+        "recommended_concurrency": e.recommended_concurrency,
+        "bottleneck": e.bottleneck,
+        "concurrency": e.concurrency,
+        "ttft_s": _clean(e.ttft_s),
+        "tpot_s": _clean(e.tpot_s),
+        "output_tokens_per_s": _clean(e.output_tokens_per_s),
+        "comm_share": e.comm_share,
+        "saturation_output_tokens_per_s": e.saturation_output_tokens_per_s,
+        "notes": e.notes,
+    }

@@ -1,0 +1,223 @@
+"""Time of one engine step (DESIGN.md section 4): FLOP, HBM bytes and link traffic per GPU, and the
+roofline that turns them into seconds with the efficiency coefficients.
+
+A step processes ``decode_tokens`` running sequences (one new token each, mean context
+``decode_context``) plus ``prefill_tokens`` prompt tokens that carry ``prefill_pairs`` causal
+attention (query, key) pairs per layer. All arguments may be numpy arrays (broadcast together).
+With ``pp`` pipeline stages the batch runs as ``pp`` micro-batches: a token passes all stages, so
+the step takes ``pp`` stage slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .engine import EAGER_LAUNCH_S_PER_LAYER, Coefficients, EngineConfig
+from .gpus import GPU
+from .layout import Layout
+from .memory import ArrayLike, held_tokens_per_layer, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from .models import ModelSpec
+from .units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
+
+Array = npt.NDArray[np.float64]
+
+# Activation traffic per token per layer in units of hidden (residual read/write, norm, attention
+# in/out, MLP in/out); small next to weights except in large prefill chunks.
+ACTIVATION_HIDDEN_PASSES = 10
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the step runs on: model, GPU, split, formats, engine."""
+
+    spec: ModelSpec
+    gpu: GPU
+    layout: Layout
+    weight_dtype: str
+    kv_dtype: str
+    engine: EngineConfig
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """Work of one pipeline-stage slot on one GPU, before any efficiency is applied."""
+
+    linear_flop: Array  # matmuls against weights, at the weight format's tensor-core rate
+    attention_flop: Array  # QK^T and AV (and the V3.2 indexer), at bf16 rate
+    weight_bytes: Array  # weights read, plus activations
+    kv_bytes: Array  # KV cache read and written by attention
+    link_bytes_s: Array  # link transfer time at full per-direction bandwidth
+    link_latency_s: Array  # sum of per-collective latencies (alpha)
+    sequences: Array  # running sequences one scheduler handles (batch / attn_dp)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds of one engine step, by part. ``total_s`` is what a running sequence waits per token."""
+
+    compute_s: Array
+    memory_s: Array
+    comm_s: Array
+    overhead_s: Array
+    total_s: Array
+
+    @property
+    def comm_share(self) -> Array:
+        return self.comm_s / self.total_s
+
+
+def attended_tokens_per_layer(spec: ModelSpec, context_tokens: ArrayLike) -> Array:
+    """Keys one query attends to, averaged over layers: ``mean_l min(context, window_l)``, with
+    DeepSeek-V3.2's sparse attention capped at ``index_topk``."""
+    ctx = np.asarray(context_tokens, dtype=float)
+    if spec.index_topk:
+        ctx = np.minimum(ctx, spec.index_topk)
+    return np.asarray(held_tokens_per_layer(spec, ctx), dtype=float)
+
+
+def prefill_pairs_per_layer(spec: ModelSpec, prompt_tokens: ArrayLike) -> Array:
+    """Causal attention pairs of one prompt of I tokens, averaged over layers.
+
+    Full attention: ``I^2 / 2``; a window w < I: ``w I - w^2 / 2`` (each query sees at most w keys).
+    """
+    i = np.asarray(prompt_tokens, dtype=float)
+    total = np.zeros_like(i)
+    cap = spec.index_topk or None
+    for w in spec.layer_window:
+        w = min(w, cap) if (w and cap) else (w or cap)
+        total = total + (i * i / 2 if w is None else np.where(i <= w, i * i / 2, w * i - w * w / 2))
+    return total / spec.num_layers
+
+
+def attention_flop_per_pair(spec: ModelSpec, decode: bool) -> float:
+    """FLOP per (query, key) pair per layer: ``2 x heads x qk_dim + 2 x heads x v_dim``.
+
+    GQA/MHA: ``4 x heads x head_dim``. MLA decode uses the absorbed form over the latent
+    (qk_dim = kv_lora_rank + rope, v_dim = kv_lora_rank); MLA prefill the expanded heads
+    (qk_dim = nope + rope, v_dim = v_head_dim) (DeepSeek-V2 paper, appendix on absorption).
+    """
+    if not spec.is_mla:
+        return 4.0 * spec.num_heads * spec.head_dim
+    if decode:
+        return 2.0 * spec.num_heads * (2 * spec.kv_lora_rank + spec.qk_rope_head_dim)
+    return 2.0 * spec.num_heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim + spec.v_head_dim)
+
+
+def step_work(
+    hw: Hardware,
+    *,
+    decode_tokens: ArrayLike,
+    decode_context: ArrayLike,
+    prefill_tokens: ArrayLike = 0.0,
+    prefill_pairs: ArrayLike = 0.0,
+) -> StepWork:
+    """FLOP, bytes and link traffic of one stage slot on one GPU (one replica's batch).
+
+    FLOP = 2 x dense params x tokens / tp + 2 x expert params x k x tokens / stage GPUs
+    + 2 x hidden x vocab x sampled tokens / tp + attention pairs x FLOP per pair / tp.
+    Bytes = dense weights + experts the batch routes to (``E (1 - (1 - k/E)^T)`` of E) + KV read
+    for every attended key + KV written + activations. Link: two ring all-reduces per layer
+    under tp (``2 (tp-1)/tp x message``), two all-to-alls per MoE layer under ep, one
+    point-to-point send per pipeline stage.
+    """
+    spec, lay = hw.spec, hw.layout
+    pp, group = lay.pp, lay.tp * lay.attn_dp
+    b = np.asarray(decode_tokens, dtype=float) / pp  # one micro-batch
+    p = np.asarray(prefill_tokens, dtype=float) / pp
+    pairs_prefill = np.asarray(prefill_pairs, dtype=float) / pp
+    tokens = b + p
+    layers = spec.num_layers / pp
+    moe_layers = spec.num_moe_layers / pp
+
+    # FLOP
+    dense_flop = 2 * spec.dense_params / pp * tokens / group
+    expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus
+    lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * b / group
+    attended = attended_tokens_per_layer(spec, decode_context)
+    attn_flop = layers / group * (
+        b * attended * attention_flop_per_pair(spec, decode=True)
+        + pairs_prefill * attention_flop_per_pair(spec, decode=False)
+    )
+    if spec.index_n_heads:  # V3.2 indexer scores every key of the full context (fp8)
+        ctx = np.asarray(decode_context, dtype=float)
+        attn_flop = attn_flop + layers / group * 2 * spec.index_n_heads * spec.index_head_dim * (
+            b * ctx + pairs_prefill
+        )
+
+    # HBM bytes
+    w = weight_bytes_per_gpu(spec, hw.weight_dtype, lay)
+    lm_head_bytes = w.embeddings / (1 if spec.tie_embeddings or pp > 1 else 2)
+    if spec.is_moe:
+        k_over_e = spec.experts_per_token / spec.num_experts
+        touched = 1.0 - (1.0 - k_over_e) ** np.maximum(tokens, 1.0)
+    else:
+        touched = np.zeros_like(tokens)
+    weights = w.attention + w.dense_mlp + lm_head_bytes + w.experts * touched
+    kv_tok = kv_bytes_per_token_per_gpu(spec, hw.kv_dtype, lay)
+    if spec.index_head_dim:  # main latent read for top-k keys, indexer keys for all
+        idx_tok = kv_tok - spec.kv_elements_per_token_per_layer * kv_bytes_per_element(hw.kv_dtype) * layers
+        kv_read = b / lay.attn_dp * (attended * (kv_tok - idx_tok) + np.asarray(decode_context) * idx_tok)
+    else:
+        kv_read = b / lay.attn_dp * attended * kv_tok
+    kv_write = tokens / lay.attn_dp * kv_tok
+    act = tokens / lay.attn_dp * layers * ACTIVATION_HIDDEN_PASSES * spec.hidden_size * ACTIVATION_BYTES
+
+    # Link traffic
+    link, alpha = hw.gpu.link_bytes_per_s, hw.gpu.link_latency_s
+    group_tokens = tokens / lay.attn_dp
+    msg = group_tokens * spec.hidden_size * ACTIVATION_BYTES
+    zero = np.zeros_like(tokens)
+    link_s, lat_s = zero.copy(), zero.copy()
+    if lay.tp > 1:
+        n_ar = 2 * layers if lay.ep == 1 else layers + (layers - moe_layers)  # attention + dense MLPs
+        link_s = link_s + n_ar * 2 * (lay.tp - 1) / lay.tp * msg / link
+        lat_s = lat_s + n_ar * alpha
+    if lay.ep > 1:
+        sent = group_tokens / lay.tp * spec.experts_per_token * spec.hidden_size * ACTIVATION_BYTES
+        link_s = link_s + 2 * moe_layers * sent * (lay.ep - 1) / lay.ep / link
+        lat_s = lat_s + 2 * moe_layers * alpha
+    if pp > 1:
+        link_s = link_s + msg * lay.attn_dp / link
+        lat_s = lat_s + alpha
+    return StepWork(
+        linear_flop=np.asarray(dense_flop + expert_flop + lm_head_flop, dtype=float),
+        attention_flop=np.asarray(attn_flop, dtype=float),
+        weight_bytes=np.asarray(weights + act, dtype=float),
+        kv_bytes=np.asarray(kv_read + kv_write, dtype=float),
+        link_bytes_s=np.asarray(link_s, dtype=float),
+        link_latency_s=np.asarray(lat_s + zero, dtype=float),
+        sequences=np.asarray(b * pp / lay.attn_dp + zero, dtype=float),
+    )
+
+
+def step_time(hw: Hardware, work: StepWork, coef: Coefficients) -> StepTime:
+    """The one place efficiencies are applied. Matmuls and attention are separate kernels that run
+    one after the other, so each gets its own roofline (as in LLM-Viewer) and the two add:
+
+    ``t_gemm = max(linear FLOP / (peak_format x u_compute), weight bytes / (hbm x u_hbm))``
+    ``t_attn = max(attention FLOP / (peak_bf16 x u_compute), KV bytes / (hbm x u_hbm))``
+    ``t_step = pp x [t_gemm + t_attn + (1 - overlap) x (alpha + link bytes / (link x u_link))]
+    + t_overhead + t_seq x sequences``
+
+    (plus ``50 us`` of kernel launches per layer when CUDA graphs are off).
+    """
+    gpu = hw.gpu
+    bw = gpu.hbm_bytes_per_s * coef.u_hbm
+    gemm_c = work.linear_flop / (gpu.peak_flops_per_s(COMPUTE_FORMAT[hw.weight_dtype]) * coef.u_compute)
+    attn_c = work.attention_flop / (gpu.peak_flops_per_s("bf16") * coef.u_compute)
+    gemm_m, attn_m = work.weight_bytes / bw, work.kv_bytes / bw
+    comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
+    pp = hw.layout.pp
+    overhead = coef.t_overhead_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER * hw.spec.num_layers)
+    overhead_arr = overhead + coef.t_seq_s * work.sequences + 0.0 * gemm_c
+    total = pp * (np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm) + overhead_arr
+    return StepTime(
+        compute_s=pp * (gemm_c + attn_c),
+        memory_s=pp * (gemm_m + attn_m),
+        comm_s=pp * comm,
+        overhead_s=overhead_arr,
+        total_s=total,
+    )
