@@ -94,9 +94,10 @@ class Coefficient:
 # Each efficiency: default, physical bounds, and where the default comes from.
 COEFFICIENT_INFO: dict[str, Coefficient] = {
     "u_compute": Coefficient(
-        0.55, 0.05, 1.0,
+        0.50, 0.05, 1.0,
         "share of dense tensor-core peak reached by a serving step's matmuls and attention; large "
-        "bf16/fp8 GEMMs reach 60-75% on H100 (NVIDIA cuBLAS benchmarks), a whole forward pass less",
+        "bf16/fp8 GEMMs reach 60-75% on H100 (NVIDIA cuBLAS benchmarks), a whole prefill less "
+        "(DESIGN.md section 7 takes 50-60% for prefill)",
     ),
     "u_hbm": Coefficient(
         0.80, 0.3, 1.0,
@@ -133,12 +134,12 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
 #   the smallest per-step and per-sequence host time, no front-end limit in trtllm-bench.
 # - vLLM V1 and SGLang schedule in Python between steps and serve over HTTP: a few ms per step,
 #   ~10 us per running sequence, and 5-10 ms of API-server time per request (vLLM's single
-#   API-server process tokenizes and detokenizes serially). Their prefill kernels reach a lower
-#   share of peak than TensorRT-LLM's on the same GPU.
+#   API-server process tokenizes and detokenizes serially). TensorRT-LLM's decode kernels reach
+#   a higher share of HBM bandwidth.
 ENGINE_COEFFICIENTS: dict[str, dict[str, float]] = {
-    "vllm": {"u_compute": 0.40, "t_overhead_s": 2.0 * MS, "t_seq_s": 10e-6, "t_request_s": 10.0 * MS},
-    "sglang": {"u_compute": 0.45, "t_overhead_s": 1.5 * MS, "t_seq_s": 10e-6, "t_request_s": 5.0 * MS},
-    "trtllm": {"u_compute": 0.50, "u_hbm": 0.85, "t_overhead_s": 0.5 * MS, "t_seq_s": 5e-6},
+    "vllm": {"t_overhead_s": 2.0 * MS, "t_seq_s": 10e-6, "t_request_s": 10.0 * MS},
+    "sglang": {"t_overhead_s": 1.5 * MS, "t_seq_s": 10e-6, "t_request_s": 5.0 * MS},
+    "trtllm": {"u_hbm": 0.85, "t_overhead_s": 0.5 * MS, "t_seq_s": 5e-6},
 }
 
 # Extra launch time per layer per step when CUDA graphs are off (enforce_eager): ~10 kernels a

@@ -51,13 +51,10 @@ def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout) -> 
     b = weight_bytes_per_param(weight_dtype)
     b_attn = ACTIVATION_BYTES if "attention" in spec.unquantized_modules else b
     layer_share = 1.0 / layout.pp
-    if spec.is_mla:
-        attn = spec.attention_params / layout.tp
-    else:
-        hd, h = spec.head_dim, spec.hidden_size
-        q_o = 2 * h * spec.num_heads * hd / layout.tp
-        k_v = 2 * h * layout.kv_heads_per_gpu(spec) * hd
-        attn = (q_o + k_v) * spec.num_layers
+    attn = spec.attention_params / layout.tp
+    if not spec.is_mla:  # K/V projections replicated where tp exceeds the KV heads
+        extra_heads = layout.kv_heads_per_gpu(spec) - spec.num_kv_heads / layout.tp
+        attn += 2 * spec.hidden_size * spec.head_dim * extra_heads * spec.num_layers
     dense = (
         spec.dense_mlp_params * spec.num_dense_layers
         + (spec.shared_expert_params + spec.router_params) * spec.num_moe_layers

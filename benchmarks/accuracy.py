@@ -1,0 +1,105 @@
+"""Accuracy of gpucap on published serving measurements.
+
+    python benchmarks/accuracy.py [CASES.csv] [--out-dir benchmarks/out]
+
+Runs the estimator on every row (the same predictions as ``gpucap validate``), prints the error
+tables by metric, engine, GPU, model size and load mode, compares throughput with seed 1's
+formula (2 x params FLOP per token at 35% of peak), and writes the per-row table as CSV and a
+measured-vs-predicted plot. Never overwrites: each run writes files stamped with the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from gpucap.catalog import load_model  # noqa: E402
+from gpucap.gpus import get_gpu  # noqa: E402
+from gpucap.units import COMPUTE_FORMAT  # noqa: E402
+from gpucap.validate import abs_error, error_summary, read_cases, validate  # noqa: E402
+
+DEFAULT_CASES = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured-public.csv"
+SEED_UTILIZATION = 0.35  # seed 1's compute utilization
+
+
+def seed_throughput(row: pd.Series) -> float:
+    """Seed 1: tokens/s = GPUs x peak x 0.35 / (2 x params), peak of the weight format."""
+    spec = load_model(str(row["model"]))
+    gpu = get_gpu(str(row["gpu"]))
+    fmt = COMPUTE_FORMAT.get(str(row["weight_dtype"]), "bf16") if isinstance(row["weight_dtype"], str) else "bf16"
+    return float(row["num_gpus"]) * gpu.peak_flops_per_s(fmt) * SEED_UTILIZATION / (2 * spec.total_params)
+
+
+def size_bucket(model: str) -> str:
+    active = load_model(model).active_params / 1e9
+    return "<10B" if active < 10 else "10-40B" if active < 40 else "40-100B" if active < 100 else ">100B"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cases", nargs="?", default=str(DEFAULT_CASES))
+    ap.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "out"))
+    args = ap.parse_args()
+
+    cases = read_cases(args.cases)
+    t0 = time.perf_counter()
+    result = validate(cases)
+    seconds = time.perf_counter() - t0
+    ok = result["error"].isna()
+    print(f"{args.cases}: {int(ok.sum())} of {len(result)} rows predicted ({ok.mean():.1%}) in {seconds:.1f} s")
+    for _, r in result[~ok].iterrows():
+        print(f"  not predicted: {r['case_id']} ({r['model']}, {r['gpu']}): {r['error']}")
+
+    fmt = {"median_abs_err": "{:.1%}".format, "p90_abs_err": "{:.1%}".format, "median_ratio": "{:.2f}".format}
+    print("\nabsolute error |predicted / measured - 1| (median_ratio > 1: overestimate)")
+    print(error_summary(result).to_string(index=False, formatters=fmt))
+
+    result["size"] = [size_bucket(m) for m in result["model"]]
+    for by in ("engine", "gpu", "size", "load_mode", "model"):
+        s = error_summary(result, by)
+        s = s[s["metric"] == "output_tok_s"].drop(columns="metric")
+        print(f"\noutput tokens/s by {by}:")
+        print(s.to_string(index=False, formatters=fmt))
+
+    tput = result[result["output_tok_s_ratio"].notna()].copy()
+    rows = cases.set_index("case_id").loc[tput["case_id"]]
+    seed = np.array([seed_throughput(r) for _, r in rows.iterrows()])
+    seed_err = abs_error(pd.Series(seed / tput["output_tok_s_measured"].to_numpy()))
+    ours = abs_error(tput["output_tok_s_ratio"])
+    print(
+        f"\nthroughput, same {len(tput)} rows: gpucap median abs error {ours.median():.1%} (p90 {ours.quantile(0.9):.1%}); "
+        f"seed 1 formula {seed_err.median():.1%} (p90 {seed_err.quantile(0.9):.1%})"
+    )
+
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    table = out / f"accuracy-{stamp}.csv"
+    result.to_csv(table, index=False)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, metric in zip(axes, ("output_tok_s", "ttft_ms", "tpot_ms")):
+        d = result[result[f"{metric}_ratio"].notna()]
+        for engine, g in d.groupby("engine"):
+            ax.scatter(g[f"{metric}_measured"], g[f"{metric}_predicted"], s=12, label=engine, alpha=0.7)
+        lo, hi = d[[f"{metric}_measured", f"{metric}_predicted"]].min().min(), d[[f"{metric}_measured", f"{metric}_predicted"]].max().max()
+        ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+        ax.plot([lo, hi], [lo * 1.25, hi * 1.25], "k:", lw=0.6)
+        ax.plot([lo, hi], [lo / 1.25, hi / 1.25], "k:", lw=0.6)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {metric}", ylabel=f"predicted {metric}", title=f"{metric} (n={len(d)})")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    plot = out / f"accuracy-{stamp}.png"
+    fig.savefig(plot, dpi=110)
+    print(f"\nwrote {table} and {plot}")
+
+
+if __name__ == "__main__":
+    main()

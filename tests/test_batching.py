@@ -1,0 +1,97 @@
+"""Continuous-batching steady state: Little's law, queueing, finite runs (DESIGN.md section 5)."""
+
+import numpy as np
+import pytest
+
+from gpucap.batching import closed_loop, drain_time, open_loop, saturation_run, static_batch
+from gpucap.engine import Coefficients
+from gpucap.estimate import hardware
+from gpucap.step import prefill_pairs_per_layer, step_time, step_work
+
+COEF = Coefficients()
+HW = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+
+
+def test_littles_law_holds() -> None:
+    c = np.array([1.0, 8.0, 64.0, 256.0])
+    p = closed_loop(HW, COEF, concurrency=c, input_len=1000, output_len=200)
+    assert p.requests_per_s * (p.ttft_s + 199 * p.tpot_s) == pytest.approx(c, rel=1e-3)
+    assert p.output_tokens_per_s == pytest.approx(p.requests_per_s * 200)
+
+
+def test_single_request_ttft_is_one_prefill_step() -> None:
+    p = closed_loop(HW, COEF, concurrency=1.0, input_len=1000, output_len=200)
+    pairs = prefill_pairs_per_layer(HW.spec, 1000)
+    # the prefill step carries 1000 prompt tokens beside the (less than one) decoding sequence
+    lo = step_time(
+        HW, step_work(HW, decode_tokens=0.0, decode_context=1100, prefill_tokens=1000, prefill_pairs=pairs), COEF
+    )
+    hi = step_time(
+        HW, step_work(HW, decode_tokens=1.0, decode_context=1100, prefill_tokens=1000, prefill_pairs=pairs), COEF
+    )
+    assert float(lo.total_s) <= float(p.ttft_s) <= float(hi.total_s)
+
+
+def test_requests_beyond_max_running_wait() -> None:
+    free = closed_loop(HW, COEF, concurrency=512.0, input_len=500, output_len=100)
+    capped = closed_loop(HW, COEF, concurrency=512.0, input_len=500, output_len=100, max_running=256.0)
+    run = closed_loop(HW, COEF, concurrency=256.0, input_len=500, output_len=100)
+    assert float(capped.running) == 256
+    # the other 256 wait (C - R) / X on top of the running requests' TTFT
+    assert float(capped.ttft_s) == pytest.approx(float(run.ttft_s) + 256 / float(run.requests_per_s), rel=1e-6)
+    assert float(capped.ttft_s) > float(free.ttft_s)
+
+
+def test_static_batch_by_hand() -> None:
+    # 64 prompts x 1000 tokens in chunks of 8192 -> ceil(64000 / 8192) = 8 prefill steps
+    p = static_batch(HW, COEF, batch=64.0, input_len=1000, output_len=100)
+    pre = step_time(
+        HW, step_work(HW, decode_tokens=0.0, decode_context=1000, prefill_tokens=8000, prefill_pairs=64 * 5e5 / 8), COEF
+    )
+    dec = step_time(HW, step_work(HW, decode_tokens=64.0, decode_context=1050), COEF)
+    assert float(p.ttft_s) == pytest.approx(8 * float(pre.total_s), rel=1e-9)
+    assert float(p.output_tokens_per_s) == pytest.approx(
+        64 * 100 / (8 * float(pre.total_s) + 99 * float(dec.total_s)), rel=1e-9
+    )
+
+
+def test_one_wave_saturation_run_is_a_static_batch() -> None:
+    wave = saturation_run(HW, COEF, num_prompts=64.0, input_len=1000, output_len=100, max_running=256.0)
+    batch = static_batch(HW, COEF, batch=64.0, input_len=1000, output_len=100)
+    # burst prefill, then O - 1 decode steps at the full batch (first token comes with the prefill)
+    pre = static_batch(HW, COEF, batch=64.0, input_len=1000, output_len=1.0)
+    assert float(wave.output_tokens_per_s) == pytest.approx(
+        64 * 100 / (float(pre.ttft_s) + 99 * float(batch.tpot_s)), rel=1e-9
+    )
+
+
+def test_dataset_lengths_drain_slower_than_fixed() -> None:
+    # exponential output lengths leave a long tail of a few requests running alone
+    kw = dict(batch=np.array([512.0]), input_len=np.array([200.0]), output_len=np.array([200.0]))
+    fixed = drain_time(HW, COEF, lengths="fixed", staggered=False, **kw)
+    dataset = drain_time(HW, COEF, lengths="dataset", staggered=False, **kw)
+    assert float(dataset[0]) > float(fixed[0])
+
+
+def test_open_loop_low_rate_and_overload() -> None:
+    full = closed_loop(HW, COEF, concurrency=256.0, input_len=1000, output_len=200)
+    p = open_loop(
+        HW,
+        COEF,
+        request_rate=np.array([0.05, 2 * float(full.requests_per_s)]),
+        input_len=1000,
+        output_len=200,
+        max_running=256.0,
+    )
+    alone = closed_loop(HW, COEF, concurrency=1.0, input_len=1000, output_len=200)
+    assert p.ttft_s[0] == pytest.approx(float(alone.ttft_s), rel=0.05)  # nearly empty system
+    assert p.output_tokens_per_s[0] == pytest.approx(0.05 * 200)
+    assert np.isinf(p.ttft_s[1])  # arrivals above the service rate: the queue grows without bound
+    assert p.requests_per_s[1] == pytest.approx(float(full.requests_per_s))
+
+
+def test_frontend_caps_the_request_rate() -> None:
+    coef = Coefficients(t_request_s=0.01)  # at most 100 requests/s through the API server
+    p = closed_loop(HW, coef, concurrency=512.0, input_len=100, output_len=4)
+    assert float(p.requests_per_s) == pytest.approx(100.0)
+    assert p.requests_per_s * (p.ttft_s + 3 * p.tpot_s) == pytest.approx(512.0, rel=1e-6)

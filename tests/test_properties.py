@@ -1,0 +1,92 @@
+"""Invariants that must hold for any input (hypothesis)."""
+
+import dataclasses
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpucap.batching import closed_loop
+from gpucap.engine import Coefficients
+from gpucap.estimate import DoesNotFit, estimate, hardware, memory_limit
+from gpucap.gpus import get_gpu
+from gpucap.units import GiB
+
+MODELS = st.sampled_from(
+    ["Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B", "mistralai/Mistral-7B-v0.3", "openai/gpt-oss-20b"]
+)
+CONTEXT = st.integers(min_value=16, max_value=100_000)
+
+
+def _limit(hw, ctx: int) -> float:
+    """Requests memory holds; 0 when the weights do not fit at all."""
+    try:
+        return memory_limit(hw, ctx)[1]
+    except DoesNotFit:
+        return 0.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    model=MODELS,
+    memory_gib=st.floats(min_value=40, max_value=300),
+    extra_gib=st.floats(min_value=0, max_value=100),
+    ctx=CONTEXT,
+)
+def test_more_memory_never_lowers_the_memory_limit(model: str, memory_gib: float, extra_gib: float, ctx: int) -> None:
+    base = get_gpu("H100-SXM-80GB")
+    small = dataclasses.replace(base, memory_bytes=memory_gib * GiB)
+    big = dataclasses.replace(base, memory_bytes=(memory_gib + extra_gib) * GiB)
+    lim_small = _limit(hardware(model, small), ctx)
+    lim_big = _limit(hardware(model, big), ctx)
+    assert lim_big >= lim_small
+
+
+@settings(max_examples=30, deadline=None)
+@given(model=MODELS, ctx=CONTEXT, more=st.integers(min_value=0, max_value=50_000))
+def test_longer_context_never_raises_the_memory_limit(model: str, ctx: int, more: int) -> None:
+    hw = hardware(model, "H100-SXM-80GB")
+    short = _limit(hw, ctx)
+    long = _limit(hw, ctx + more)
+    assert long <= short
+
+
+@settings(max_examples=20, deadline=None)
+@given(model=MODELS, gpu=st.sampled_from(["H100-SXM-80GB", "A100-SXM-80GB", "L40S-48GB"]))
+def test_fp8_kv_doubles_the_tokens_that_fit(model: str, gpu: str) -> None:
+    bf16, _ = memory_limit(hardware(model, gpu, weight_dtype="fp8", kv_dtype="bf16"), 1000)
+    fp8, _ = memory_limit(hardware(model, gpu, weight_dtype="fp8", kv_dtype="fp8"), 1000)
+    assert fp8.kv_budget == bf16.kv_budget
+    assert np.isclose(fp8.kv_tokens_per_gpu, 2 * bf16.kv_tokens_per_gpu)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    model=MODELS,
+    isl=st.integers(min_value=16, max_value=20_000),
+    osl=st.integers(min_value=2, max_value=4_000),
+    ttft=st.floats(min_value=0.2, max_value=20),
+    tpot=st.floats(min_value=0.01, max_value=0.5),
+)
+def test_recommendation_never_exceeds_the_memory_limit(
+    model: str, isl: int, osl: int, ttft: float, tpot: float
+) -> None:
+    e = estimate(model, "H100-SXM-80GB", input_len=isl, output_len=osl, ttft_slo_s=ttft, tpot_slo_s=tpot)
+    assert e.memory.fits
+    assert e.recommended_concurrency <= e.limits["memory"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    model=MODELS,
+    isl=st.integers(min_value=16, max_value=30_000),
+    osl=st.integers(min_value=2, max_value=4_000),
+    engine=st.sampled_from(["vllm", "sglang", "trtllm"]),
+)
+def test_tpot_never_falls_as_concurrency_rises(model: str, isl: int, osl: int, engine: str) -> None:
+    hw = hardware(model, "H100-SXM-80GB", engine=engine)
+    c = np.geomspace(1, 2048, 40)
+    p = closed_loop(
+        hw, Coefficients.for_engine(engine), concurrency=c, input_len=isl, output_len=osl, max_running=1024.0
+    )
+    assert np.all(np.diff(p.tpot_s) >= -1e-9 * p.tpot_s[1:])

@@ -1,0 +1,94 @@
+"""Roofline step time against hand-derived FLOP, bytes and link times (DESIGN.md section 4)."""
+
+import numpy as np
+import pytest
+
+from gpucap.engine import Coefficients, EngineConfig
+from gpucap.estimate import hardware
+from gpucap.memory import weight_bytes_per_gpu
+from gpucap.step import attention_flop_per_pair, prefill_pairs_per_layer, step_time, step_work
+
+IDEAL = Coefficients(u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0)
+
+# Llama-3-8B by hand: per layer q,o 2 x 4096^2 + k,v 2 x 4096 x 1024 + MLP 3 x 4096 x 14336
+LLAMA8B_LAYER = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+LLAMA8B_BODY = 32 * LLAMA8B_LAYER  # 6.98e9 non-embedding parameters
+LLAMA8B_LM_HEAD = 128256 * 4096
+
+
+def test_batch1_decode_reads_every_weight_once() -> None:
+    # H100 SXM: 3.35 TB/s. Bytes = body + lm_head, bf16 (the embedding table is not read).
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    t = step_time(hw, step_work(hw, decode_tokens=1, decode_context=1), IDEAL)
+    expected = (LLAMA8B_BODY + LLAMA8B_LM_HEAD) * 2 / 3.35e12  # 4.48 ms
+    assert float(t.total_s) == pytest.approx(expected, rel=0.01)
+    assert float(t.memory_s) > 100 * float(t.compute_s)  # decode is HBM-bound
+
+
+def test_large_batch_turns_compute_bound() -> None:
+    # H100 bf16: 989.5 TFLOP/s / 3.35 TB/s = 295 FLOP per byte; a bf16 GEMM does 1 FLOP per byte
+    # per token, so the matmuls turn compute-bound near 295 tokens per step.
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    w = step_work(hw, decode_tokens=np.array([64.0, 4096.0]), decode_context=1)
+    gemm_compute = w.linear_flop / 989.5e12
+    gemm_memory = w.weight_bytes / 3.35e12
+    assert gemm_compute[0] < gemm_memory[0] and gemm_compute[1] > gemm_memory[1]
+    flop_4096 = 2 * (LLAMA8B_BODY + LLAMA8B_LM_HEAD) * 4096
+    assert w.linear_flop[1] == pytest.approx(flop_4096, rel=0.001)
+
+
+def test_tp8_allreduce_ring_time() -> None:
+    # Llama-3-70B, tp=8 on NVSwitch (450 GB/s per direction, alpha 10 us): 2 all-reduces per
+    # layer x 80 layers, each of one token's hidden state (8192 x 2 bytes):
+    # 160 x (10 us + 2 x 7/8 x 16384 B / 450e9 B/s)
+    hw = hardware("meta-llama/Llama-3.3-70B-Instruct", "H100-SXM-80GB", tp=8)
+    w = step_work(hw, decode_tokens=1, decode_context=1)
+    t = step_time(hw, w, IDEAL)
+    assert float(t.comm_s) == pytest.approx(160 * (10e-6 + 1.75 * 16384 / 450e9), rel=1e-6)
+
+
+def test_pcie_costs_more_than_nvlink() -> None:
+    nv = hardware("meta-llama/Llama-3.3-70B-Instruct", "H100-SXM-80GB", tp=8, weight_dtype="fp8")
+    pcie = hardware("meta-llama/Llama-3.3-70B-Instruct", "H100-PCIE-80GB", tp=8, weight_dtype="fp8")
+    kw = dict(decode_tokens=256.0, decode_context=2000.0)
+    t_nv = step_time(nv, step_work(nv, **kw), IDEAL)
+    t_pcie = step_time(pcie, step_work(pcie, **kw), IDEAL)
+    assert float(t_pcie.comm_s) > 3 * float(t_nv.comm_s)
+
+
+def test_moe_small_batch_reads_few_experts() -> None:
+    # Mixtral: 8 experts, top-2. One token touches 2 of 8 experts: 1 - (1 - 2/8)^1 = 1/4.
+    hw = hardware("mistralai/Mixtral-8x7B-v0.1", "H100-SXM-80GB")
+    experts = weight_bytes_per_gpu(hw.spec, "bf16", hw.layout).experts
+    one = step_work(hw, decode_tokens=1, decode_context=1)
+    many = step_work(hw, decode_tokens=512, decode_context=1)
+    act = 32 * 10 * 4096 * 2  # activation bytes per token, all layers
+    assert float(many.weight_bytes - one.weight_bytes) == pytest.approx(0.75 * experts + 511 * act, rel=1e-3)
+
+
+def test_attention_flop_and_prefill_pairs() -> None:
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    assert attention_flop_per_pair(hw.spec, decode=True) == 4 * 32 * 128
+    assert float(prefill_pairs_per_layer(hw.spec, 1000)) == 1000 * 1000 / 2
+    oss = hardware("openai/gpt-oss-20b", "H100-SXM-80GB", weight_dtype="mxfp4").spec
+    # half the layers full (I^2/2), half a 128 window (128 I - 128^2/2)
+    assert float(prefill_pairs_per_layer(oss, 1000)) == pytest.approx((1000**2 / 2 + 128 * 1000 - 128**2 / 2) / 2)
+
+
+def test_overheads_and_eager_mode() -> None:
+    coef = Coefficients(t_overhead_s=1e-3, t_seq_s=1e-5)
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    eager = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", engine=EngineConfig(cuda_graphs=False))
+    t = step_time(hw, step_work(hw, decode_tokens=100, decode_context=10), coef)
+    t_eager = step_time(eager, step_work(eager, decode_tokens=100, decode_context=10), coef)
+    assert float(t.overhead_s) == pytest.approx(1e-3 + 100 * 1e-5)
+    assert float(t_eager.overhead_s - t.overhead_s) == pytest.approx(32 * 50e-6)
+
+
+def test_pipeline_parallel_does_not_cut_decode_latency() -> None:
+    # a token passes every stage: at batch 1 pp=2 reads the same weights one after another
+    one = hardware("meta-llama/Llama-3.3-70B-Instruct", "H200-SXM-141GB")
+    two = hardware("meta-llama/Llama-3.3-70B-Instruct", "H200-SXM-141GB", pp=2)
+    t1 = step_time(one, step_work(one, decode_tokens=1, decode_context=100), IDEAL)
+    t2 = step_time(two, step_work(two, decode_tokens=1, decode_context=100), IDEAL)
+    assert float(t2.memory_s) == pytest.approx(float(t1.memory_s), rel=0.02)
