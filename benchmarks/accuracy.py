@@ -85,15 +85,24 @@ def main() -> None:
     table = out / f"accuracy-{stamp}.csv"
     result.to_csv(table, index=False)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for ax, metric in zip(axes, ("output_tok_s", "ttft_ms", "tpot_ms")):
+    for ax, metric in zip(axes, ("output_tok_s", "ttft_ms", "tpot_ms"), strict=True):
         d = result[result[f"{metric}_ratio"].notna()]
         for engine, g in d.groupby("engine"):
             ax.scatter(g[f"{metric}_measured"], g[f"{metric}_predicted"], s=12, label=engine, alpha=0.7)
-        lo, hi = d[[f"{metric}_measured", f"{metric}_predicted"]].min().min(), d[[f"{metric}_measured", f"{metric}_predicted"]].max().max()
+        lo, hi = (
+            d[[f"{metric}_measured", f"{metric}_predicted"]].min().min(),
+            d[[f"{metric}_measured", f"{metric}_predicted"]].max().max(),
+        )
         ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
         ax.plot([lo, hi], [lo * 1.25, hi * 1.25], "k:", lw=0.6)
         ax.plot([lo, hi], [lo / 1.25, hi / 1.25], "k:", lw=0.6)
-        ax.set(xscale="log", yscale="log", xlabel=f"measured {metric}", ylabel=f"predicted {metric}", title=f"{metric} (n={len(d)})")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel=f"measured {metric}",
+            ylabel=f"predicted {metric}",
+            title=f"{metric} (n={len(d)})",
+        )
         ax.legend(fontsize=7)
     fig.tight_layout()
     plot = out / f"accuracy-{stamp}.png"

@@ -12,6 +12,17 @@ from .models import ModelSpec
 __version__ = "0.1.0"
 
 __all__ = [
-    "GPU", "Coefficients", "DoesNotFit", "EngineConfig", "Estimate", "Layout", "ModelSpec",
-    "estimate", "get_gpu", "hardware", "load_gpus", "load_model", "model_cards",
+    "GPU",
+    "Coefficients",
+    "DoesNotFit",
+    "EngineConfig",
+    "Estimate",
+    "Layout",
+    "ModelSpec",
+    "estimate",
+    "get_gpu",
+    "hardware",
+    "load_gpus",
+    "load_model",
+    "model_cards",
 ]

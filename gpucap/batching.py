@@ -104,7 +104,9 @@ def closed_loop(
     )
 
 
-def static_batch(hw: Hardware, coef: Coefficients, *, batch: ArrayLike, input_len: ArrayLike, output_len: ArrayLike) -> LoadPoint:
+def static_batch(
+    hw: Hardware, coef: Coefficients, *, batch: ArrayLike, input_len: ArrayLike, output_len: ArrayLike
+) -> LoadPoint:
     """One batch of B requests run to the end together (static batching, e.g. trtllm-bench
     ``--concurrency`` runs reported per batch): the whole prefill in chunks of M tokens, then
     O - 1 decode steps at batch B with mean context I + O / 2.
@@ -124,8 +126,15 @@ def static_batch(hw: Hardware, coef: Coefficients, *, batch: ArrayLike, input_le
     duration = ttft + np.maximum(o - 1.0, 0.0) * dec.total_s
     x = bb / duration
     return LoadPoint(
-        concurrency=bb, running=bb, decode_batch=bb, ttft_s=ttft, tpot_s=dec.total_s,
-        requests_per_s=x, output_tokens_per_s=x * o, decode_step=dec, prefill_step=pre,
+        concurrency=bb,
+        running=bb,
+        decode_batch=bb,
+        ttft_s=ttft,
+        tpot_s=dec.total_s,
+        requests_per_s=x,
+        output_tokens_per_s=x * o,
+        decode_step=dec,
+        prefill_step=pre,
     )
 
 
@@ -135,7 +144,14 @@ def _decode_steps_s(hw: Hardware, coef: Coefficients, *, batch: Array, context: 
 
 
 def drain_time(
-    hw: Hardware, coef: Coefficients, *, batch: Array, input_len: Array, output_len: Array, lengths: str, staggered: bool
+    hw: Hardware,
+    coef: Coefficients,
+    *,
+    batch: Array,
+    input_len: Array,
+    output_len: Array,
+    lengths: str,
+    staggered: bool,
 ) -> Array:
     """Seconds to finish ``batch`` running requests when no new request arrives.
 
@@ -187,7 +203,9 @@ def saturation_run(
     """
     if lengths not in LENGTH_DISTRIBUTIONS:
         raise ValueError(f"lengths must be one of {', '.join(LENGTH_DISTRIBUTIONS)}, got {lengths!r}")
-    n, i, o, cap = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (num_prompts, input_len, output_len, max_running)))
+    n, i, o, cap = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (num_prompts, input_len, output_len, max_running))
+    )
     running = np.maximum(np.minimum(n, cap), 1.0)
     steady = closed_loop(hw, coef, concurrency=running, input_len=i, output_len=o)
     burst = static_batch(hw, coef, batch=running, input_len=i, output_len=1.0 + 0.0 * o)
@@ -195,7 +213,9 @@ def saturation_run(
     with np.errstate(invalid="ignore"):
         admit = np.where(waiting > 0, waiting / steady.requests_per_s, 0.0)
     kw = dict(batch=running, input_len=i, output_len=o, lengths=lengths)
-    drain = np.where(waiting > 0, drain_time(hw, coef, staggered=True, **kw), drain_time(hw, coef, staggered=False, **kw))
+    drain = np.where(
+        waiting > 0, drain_time(hw, coef, staggered=True, **kw), drain_time(hw, coef, staggered=False, **kw)
+    )
     with np.errstate(invalid="ignore"):
         duration = np.maximum(burst.ttft_s + admit + drain, n / _frontend_rate(coef))
     finite = np.isfinite(n)
@@ -231,7 +251,9 @@ def open_loop(
     grows without bound: TTFT is infinite and throughput is the service rate. (Means only; the
     tail under Poisson arrivals needs a queueing model.)
     """
-    lam, i, o, cap = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (request_rate, input_len, output_len, max_running)))
+    lam, i, o, cap = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (request_rate, input_len, output_len, max_running))
+    )
     full = closed_loop(hw, coef, concurrency=cap, input_len=i, output_len=o)
     lo, hi = np.full_like(lam, 1e-3), cap.copy()
     for _ in range(40):

@@ -20,8 +20,22 @@ from .models import ModelSpec
 
 MODEL_DIR = DATA_DIR / "models"
 
-# Suffixes of quantized or fine-tuned variants that share the base architecture.
-_VARIANT = re.compile(r"(-(instruct|chat|it|fp8|fp4|nvfp4|awq|gptq|int4|int8|w4a16|w8a8|bnb-4bit)(-\w+)?|-\d{4})+$", re.I)
+# One suffix of a fine-tuned, quantized or versioned variant that shares the base architecture.
+_VARIANT = re.compile(
+    r"-(instruct|chat|it|pt|base|hf|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|int8|w4a16|w8a8|w8a8-fp8|bnb-4bit|dynamic|\d{4})$",
+    re.I,
+)
+
+
+def _stripped_forms(repo: str) -> list[str]:
+    """``repo`` and each form with one more variant suffix removed:
+    "llama-3.3-70b-instruct-fp8" -> [..., "llama-3.3-70b-instruct", "llama-3.3-70b"]."""
+    forms = [repo]
+    while True:
+        shorter = _VARIANT.sub("", forms[-1])
+        if shorter == forms[-1] or not shorter:
+            return forms
+        forms.append(shorter)
 
 
 @lru_cache(maxsize=1)
@@ -36,11 +50,17 @@ def model_cards() -> dict[str, dict[str, Any]]:
 
 
 def _index() -> dict[str, str]:
+    """Lower-cased id, repo name and every suffix-stripped form -> catalog id. Exact names are
+    entered last so that they win over a stripped form of another entry."""
     index: dict[str, str] = {}
+    exact: dict[str, str] = {}
     for hf_id, card in model_cards().items():
         for name in [hf_id, *card.get("aliases", [])]:
-            index[name.lower()] = hf_id
-            index[name.split("/")[-1].lower()] = hf_id
+            exact[name.lower()] = hf_id
+            exact[name.split("/")[-1].lower()] = hf_id
+            for form in _stripped_forms(name.split("/")[-1].lower()):
+                index.setdefault(form, hf_id)
+    index.update(exact)
     return index
 
 
@@ -48,10 +68,7 @@ def resolve_model_id(name: str) -> str:
     """The catalog id for ``name`` (id, alias, repo name, or a known variant suffix)."""
     index = _index()
     key = name.strip().lower()
-    candidates = [key, key.split("/")[-1]]
-    stripped = _VARIANT.sub("", key.split("/")[-1])
-    candidates += [stripped, stripped + "-hf"]
-    for c in candidates:
+    for c in [key, *_stripped_forms(key.split("/")[-1])]:
         if c in index:
             return index[c]
     close = difflib.get_close_matches(key, list(index), n=4, cutoff=0.5)

@@ -9,14 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from . import __version__
 from .catalog import load_model, model_cards
 from .engine import ENGINES, EngineConfig
 from .estimate import DoesNotFit, estimate
 from .gpus import load_gpus
-from .units import GB, GiB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM
+from .units import GB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM, GiB
 
 
 def _positive_int(text: str) -> int:
@@ -39,10 +40,17 @@ def _positive_float(text: str) -> float:
     return v
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line (no usage block) and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpucap", description="LLM serving capacity from first principles.")
+    p = _Parser(prog="gpucap", description="LLM serving capacity from first principles.")
     p.add_argument("--version", action="version", version=f"gpucap {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     e = sub.add_parser("estimate", help="memory, per-resource concurrency, recommendation, speed")
     e.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
@@ -84,13 +92,31 @@ def _parser() -> argparse.ArgumentParser:
 
 def _estimate(a: argparse.Namespace) -> int:
     eng = EngineConfig(
-        engine=a.engine, max_num_seqs=a.max_num_seqs, max_num_batched_tokens=a.max_num_batched_tokens,
-        gpu_memory_utilization=a.gpu_memory_utilization, block_size=a.block_size, cuda_graphs=not a.no_cuda_graphs,
+        engine=a.engine,
+        max_num_seqs=a.max_num_seqs,
+        max_num_batched_tokens=a.max_num_batched_tokens,
+        gpu_memory_utilization=a.gpu_memory_utilization,
+        block_size=a.block_size,
+        cuda_graphs=not a.no_cuda_graphs,
     )
     est = estimate(
-        a.model, a.gpu, a.num_gpus, input_len=a.input_len, output_len=a.output_len, tp=a.tp, pp=a.pp, ep=a.ep,
-        attn_dp=a.attn_dp, weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype, concurrency=a.concurrency,
-        ttft_slo_s=a.ttft_slo, tpot_slo_s=a.tpot_slo, engine=eng, coefficients=a.coefficients, gpu_file=a.gpu_file,
+        a.model,
+        a.gpu,
+        a.num_gpus,
+        input_len=a.input_len,
+        output_len=a.output_len,
+        tp=a.tp,
+        pp=a.pp,
+        ep=a.ep,
+        attn_dp=a.attn_dp,
+        weight_dtype=a.weight_dtype,
+        kv_dtype=a.kv_dtype,
+        concurrency=a.concurrency,
+        ttft_slo_s=a.ttft_slo,
+        tpot_slo_s=a.tpot_slo,
+        engine=eng,
+        coefficients=a.coefficients,
+        gpu_file=a.gpu_file,
     )
     print(json.dumps(est.to_dict(), indent=2) if a.json else est)
     return 0
@@ -99,24 +125,31 @@ def _estimate(a: argparse.Namespace) -> int:
 def _validate(a: argparse.Namespace) -> int:
     from pathlib import Path
 
+    import pandas as pd
+
     from .validate import error_summary, read_cases, validate
 
+    out = Path(a.out) if a.out else None
+    if out is not None and out.exists():
+        raise ValueError(f"{out} exists; choose another --out (results are never overwritten)")
     result = validate(read_cases(a.cases))
-    if a.out:
-        out = Path(a.out)
-        if out.exists():
-            raise ValueError(f"{out} exists; choose another --out (results are never overwritten)")
+    if out is not None:
         result.to_csv(out, index=False)
     if a.json:
         rows = []
         for _, r in result.iterrows():
-            if r["error"]:
+            if isinstance(r["error"], str):
                 rows.append({"case_id": r["case_id"], "error": r["error"]})
             else:
-                rows.append({
-                    "case_id": r["case_id"],
-                    **{m: (None if r[f"{m}_predicted"] != r[f"{m}_predicted"] else r[f"{m}_predicted"]) for m in ("output_tok_s", "ttft_ms", "tpot_ms")},
-                })
+                rows.append(
+                    {
+                        "case_id": r["case_id"],
+                        **{
+                            m: (None if pd.isna(r[f"{m}_predicted"]) else float(r[f"{m}_predicted"]))
+                            for m in ("output_tok_s", "ttft_ms", "tpot_ms")
+                        },
+                    }
+                )
         print(json.dumps(rows, indent=1))
         return 0
     ok = result["error"].isna()
@@ -137,9 +170,14 @@ def _gpus(a: argparse.Namespace) -> int:
     gpus = load_gpus(a.gpu_file)
     rows: list[dict[str, Any]] = [
         {
-            "key": g.key, "memory_GiB": round(g.memory_bytes / GiB, 1), "bf16_TFLOPs": g.flops_per_s["bf16"] / TERA,
-            "fp8_TFLOPs": g.flops_per_s["fp8"] / TERA or None, "fp4_TFLOPs": g.flops_per_s["fp4"] / TERA or None,
-            "hbm_TB_per_s": g.hbm_bytes_per_s / TB, "link": g.link_kind, "link_GB_per_s": g.link_bytes_per_s / GB,
+            "key": g.key,
+            "memory_GiB": round(g.memory_bytes / GiB, 1),
+            "bf16_TFLOPs": g.flops_per_s["bf16"] / TERA,
+            "fp8_TFLOPs": g.flops_per_s["fp8"] / TERA or None,
+            "fp4_TFLOPs": g.flops_per_s["fp4"] / TERA or None,
+            "hbm_TB_per_s": g.hbm_bytes_per_s / TB,
+            "link": g.link_kind,
+            "link_GB_per_s": g.link_bytes_per_s / GB,
         }
         for g in gpus.values()
     ]
@@ -148,8 +186,10 @@ def _gpus(a: argparse.Namespace) -> int:
         return 0
     print(f"{'key':<20}{'GiB':>7}{'bf16 TF':>9}{'fp8 TF':>8}{'fp4 TF':>8}{'TB/s':>6}  link")
     for r in rows:
-        print(f"{r['key']:<20}{r['memory_GiB']:>7.1f}{r['bf16_TFLOPs']:>9.0f}{r['fp8_TFLOPs'] or 0:>8.0f}"
-              f"{r['fp4_TFLOPs'] or 0:>8.0f}{r['hbm_TB_per_s']:>6.2f}  {r['link']} {r['link_GB_per_s']:.0f} GB/s")
+        print(
+            f"{r['key']:<20}{r['memory_GiB']:>7.1f}{r['bf16_TFLOPs']:>9.0f}{r['fp8_TFLOPs'] or 0:>8.0f}"
+            f"{r['fp4_TFLOPs'] or 0:>8.0f}{r['hbm_TB_per_s']:>6.2f}  {r['link']} {r['link_GB_per_s']:.0f} GB/s"
+        )
     return 0
 
 
@@ -157,18 +197,25 @@ def _models(a: argparse.Namespace) -> int:
     rows = []
     for hf_id, card in model_cards().items():
         spec = load_model(hf_id)
-        rows.append({
-            "id": hf_id, "family": spec.family, "total_params_B": round(spec.total_params / 1e9, 2),
-            "active_params_B": round(spec.active_params / 1e9, 2), "layers": spec.num_layers,
-            "attention": "MLA" if spec.is_mla else f"GQA {spec.num_heads}/{spec.num_kv_heads}",
-            "aliases": card.get("aliases", []),
-        })
+        rows.append(
+            {
+                "id": hf_id,
+                "family": spec.family,
+                "total_params_B": round(spec.total_params / 1e9, 2),
+                "active_params_B": round(spec.active_params / 1e9, 2),
+                "layers": spec.num_layers,
+                "attention": "MLA" if spec.is_mla else f"GQA {spec.num_heads}/{spec.num_kv_heads}",
+                "aliases": card.get("aliases", []),
+            }
+        )
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
     print(f"{'id':<48}{'family':<13}{'total B':>9}{'active B':>9}  attention")
     for r in rows:
-        print(f"{r['id']:<48}{r['family']:<13}{r['total_params_B']:>9.1f}{r['active_params_B']:>9.1f}  {r['attention']}")
+        print(
+            f"{r['id']:<48}{r['family']:<13}{r['total_params_B']:>9.1f}{r['active_params_B']:>9.1f}  {r['attention']}"
+        )
     return 0
 
 
@@ -177,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"estimate": _estimate, "validate": _validate, "gpus": _gpus, "models": _models}
     try:
         return handlers[args.command](args)
+    except BrokenPipeError:  # output piped into `head`
+        sys.stderr.close()
+        return 0
     except DoesNotFit as exc:
         print(f"gpucap: does not fit: {exc}", file=sys.stderr)
         return 3

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .gpus import GPU
-from .units import GiB, MS
+from .units import MS, GiB
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -94,36 +94,51 @@ class Coefficient:
 # Each efficiency: default, physical bounds, and where the default comes from.
 COEFFICIENT_INFO: dict[str, Coefficient] = {
     "u_compute": Coefficient(
-        0.50, 0.05, 1.0,
+        0.50,
+        0.05,
+        1.0,
         "share of dense tensor-core peak reached by a serving step's matmuls and attention; large "
         "bf16/fp8 GEMMs reach 60-75% on H100 (NVIDIA cuBLAS benchmarks), a whole prefill less "
         "(DESIGN.md section 7 takes 50-60% for prefill)",
     ),
     "u_hbm": Coefficient(
-        0.80, 0.3, 1.0,
+        0.80,
+        0.3,
+        1.0,
         "share of datasheet HBM bandwidth reached when streaming weights and KV; copy kernels reach "
         "~90% on H100/A100 (NVIDIA nvbandwidth / STREAM), decode GEMV and paged attention less",
     ),
     "u_link": Coefficient(
-        0.70, 0.1, 1.0,
+        0.70,
+        0.1,
+        1.0,
         "share of per-direction link bandwidth reached by NCCL all-reduce bus bandwidth "
         "(nccl-tests: ~360-480 of 450 GB/s on H100 NVSwitch for large messages, less for small)",
     ),
     "overlap": Coefficient(
-        0.0, 0.0, 1.0, "share of communication hidden under compute; none unless the engine overlaps",
+        0.0,
+        0.0,
+        1.0,
+        "share of communication hidden under compute; none unless the engine overlaps",
     ),
     "t_seq_s": Coefficient(
-        0.0, 0.0, 1e-3,
+        0.0,
+        0.0,
+        1e-3,
         "host time per running sequence per step (scheduler bookkeeping, sampling, detokenizing, "
         "output processing): what makes small models at batch 1000+ slower than their GPU work",
     ),
     "t_request_s": Coefficient(
-        0.0, 0.0, 0.1,
+        0.0,
+        0.0,
+        0.1,
         "serial front-end time per request (HTTP, tokenization, detokenization, output processing "
         "in the API server process); caps the request rate at 1 / t_request_s",
     ),
     "t_overhead_s": Coefficient(
-        2.0 * MS, 0.0, 50.0 * MS,
+        2.0 * MS,
+        0.0,
+        50.0 * MS,
         "per-step time outside GPU kernels (scheduling, sampling, launch gaps) with CUDA graphs on",
     ),
 }
@@ -191,7 +206,9 @@ class Coefficients:
         values: dict[str, float] = {}
         for name, v in data.items():
             if name not in COEFFICIENT_INFO:
-                raise ValueError(f"coefficients file {path}: unknown coefficient {name!r}; known: {', '.join(COEFFICIENT_INFO)}")
+                raise ValueError(
+                    f"coefficients file {path}: unknown coefficient {name!r}; known: {', '.join(COEFFICIENT_INFO)}"
+                )
             v = v.get("value") if isinstance(v, dict) else v
             if not isinstance(v, (int, float)):
                 raise ValueError(f"coefficients file {path}: {name} is {v!r}, not a number")

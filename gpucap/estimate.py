@@ -115,12 +115,16 @@ def hardware(
     layout = Layout(tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)
     layout.check(spec)
     eng = EngineConfig(engine=engine) if isinstance(engine, str) else engine
-    return Hardware(spec=spec, gpu=g, layout=layout, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=eng.resolve(g))
+    return Hardware(
+        spec=spec, gpu=g, layout=layout, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=eng.resolve(g)
+    )
 
 
 def memory_limit(hw: Hardware, context_tokens: float) -> tuple[MemoryBreakdown, float]:
     """Per-GPU breakdown and the requests one replica's KV cache holds at ``context_tokens``."""
-    mem = memory_breakdown(hw.spec, hw.gpu, hw.layout, weight_dtype=hw.weight_dtype, kv_dtype=hw.kv_dtype, engine=hw.engine)
+    mem = memory_breakdown(
+        hw.spec, hw.gpu, hw.layout, weight_dtype=hw.weight_dtype, kv_dtype=hw.kv_dtype, engine=hw.engine
+    )
     if not mem.fits:
         raise DoesNotFit(does_not_fit_message(mem, hw.spec, hw.gpu, hw.layout, hw.weight_dtype))
     limit = float(concurrency_by_memory(mem, hw.spec, hw.layout, context_tokens, int(hw.engine.block_size or 1)))
@@ -192,7 +196,18 @@ def estimate(
     The GPUs form ``num_gpus / (tp x pp x attn_dp)`` replicas. Concurrency (given and reported)
     counts requests across all replicas. Raises ``DoesNotFit`` when the weights leave no room.
     """
-    hw = hardware(model, gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine, gpu_file=gpu_file)
+    hw = hardware(
+        model,
+        gpu,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        attn_dp=attn_dp,
+        weight_dtype=weight_dtype,
+        kv_dtype=kv_dtype,
+        engine=engine,
+        gpu_file=gpu_file,
+    )
     wl = Workload(float(input_len), float(output_len), float(ttft_slo_s), float(tpot_slo_s))
     per_replica = hw.layout.gpus_per_replica
     num_gpus = num_gpus or per_replica
@@ -219,7 +234,14 @@ def estimate(
         limits[k] = None if v is None else v * replicas
 
     notes: list[str] = []
-    probe = closed_loop(hw, coef, concurrency=max(rec_r, 1.0), input_len=wl.input_len, output_len=wl.output_len, max_running=float(hw.engine.max_num_seqs or np.inf))
+    probe = closed_loop(
+        hw,
+        coef,
+        concurrency=max(rec_r, 1.0),
+        input_len=wl.input_len,
+        output_len=wl.output_len,
+        max_running=float(hw.engine.max_num_seqs or np.inf),
+    )
     if rec_r >= mem_limit:
         bottleneck = "memory"
     elif hw.engine.max_num_seqs and rec_r >= hw.engine.max_num_seqs and float(probe.ttft_s) <= wl.ttft_slo_s:
@@ -239,16 +261,41 @@ def estimate(
     c_total = float(concurrency) if concurrency is not None else max(rec_r, 1.0) * replicas
     if c_total <= 0:
         raise ValueError(f"concurrency must be positive, got {concurrency}")
-    at = closed_loop(hw, coef, concurrency=c_total / replicas, input_len=wl.input_len, output_len=wl.output_len, max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_limit))
-    sat = saturation_run(hw, coef, num_prompts=np.inf, input_len=wl.input_len, output_len=wl.output_len, max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_limit))
+    at = closed_loop(
+        hw,
+        coef,
+        concurrency=c_total / replicas,
+        input_len=wl.input_len,
+        output_len=wl.output_len,
+        max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_limit),
+    )
+    sat = saturation_run(
+        hw,
+        coef,
+        num_prompts=np.inf,
+        input_len=wl.input_len,
+        output_len=wl.output_len,
+        max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_limit),
+    )
     share = float(at.decode_step.comm_share)
     if share > COMM_SHARE_WARNING:
         notes.append(f"communication is {share:.0%} of the step (> 50%): fewer GPUs per replica or a faster link")
     if concurrency is not None and concurrency > mem_limit * replicas:
-        notes.append(f"concurrency {concurrency:g} exceeds what memory holds ({mem_limit * replicas:g}); the rest wait in the queue")
+        notes.append(
+            f"concurrency {concurrency:g} exceeds what memory holds ({mem_limit * replicas:g}); the rest wait in the queue"
+        )
     return Estimate(
-        hw=hw, workload=wl, coefficients=coef, replicas=replicas, memory=mem, limits=limits,
-        memory_limit_mean_context=mem_limit_mean * replicas, recommended_concurrency=int(rec_r * replicas),
-        bottleneck=bottleneck, concurrency=c_total, at=at,
-        saturation_output_tokens_per_s=float(sat.output_tokens_per_s) * replicas, notes=notes,
+        hw=hw,
+        workload=wl,
+        coefficients=coef,
+        replicas=replicas,
+        memory=mem,
+        limits=limits,
+        memory_limit_mean_context=mem_limit_mean * replicas,
+        recommended_concurrency=int(rec_r * replicas),
+        bottleneck=bottleneck,
+        concurrency=c_total,
+        at=at,
+        saturation_output_tokens_per_s=float(sat.output_tokens_per_s) * replicas,
+        notes=notes,
     )

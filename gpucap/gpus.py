@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import csv
 import difflib
+import math
 import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .units import GB, GiB, TB, TERA, US
+from .units import GB, TB, TERA, US, GiB
 
 DATA_DIR = Path(os.environ.get("GPUCAP_DATA", Path(__file__).resolve().parent.parent / "data"))
 GPU_FILE = DATA_DIR / "gpus.csv"
@@ -53,6 +54,7 @@ class GPU:
 
 
 def _num(row: dict[str, str], col: str, where: str, required: bool = False) -> float:
+    """A finite number >= 0 (> 0 when required); empty optional cells read as 0."""
     text = (row.get(col) or "").strip()
     if not text:
         if required:
@@ -62,8 +64,9 @@ def _num(row: dict[str, str], col: str, where: str, required: bool = False) -> f
         value = float(text)
     except ValueError:
         raise ValueError(f"{where}: column {col!r} = {text!r} is not a number") from None
-    if value < 0:
-        raise ValueError(f"{where}: column {col!r} = {value} is negative")
+    if not math.isfinite(value) or value < 0 or (required and value == 0):
+        need = "a positive number" if required else "a number >= 0"
+        raise ValueError(f"{where}: column {col!r} = {text!r}; it must be {need}")
     return value
 
 
@@ -105,10 +108,11 @@ def read_gpu_file(path: str | Path) -> dict[str, GPU]:
     if missing:
         raise ValueError(f"GPU file {path} lacks columns: {', '.join(missing)}")
     gpus: dict[str, GPU] = {}
-    for i, row in enumerate(reader, start=2):
+    for row in reader:
+        line = reader.line_num
         if not (row.get("key") or "").strip():
-            raise ValueError(f"{path}, line {i}: empty key")
-        gpu = _gpu_from_row(row, f"{path}, line {i} ({row['key']})")
+            raise ValueError(f"{path}, line {line}: empty key")
+        gpu = _gpu_from_row(row, f"{path}, line {line} ({row['key']})")
         gpus[gpu.key] = gpu
     return gpus
 

@@ -6,6 +6,7 @@ Functions accept numpy arrays for lengths, so one call sweeps many contexts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,16 +206,27 @@ def concurrency_by_memory(
 
 
 def does_not_fit_message(mem: MemoryBreakdown, spec: ModelSpec, gpu: GPU, layout: Layout, weight_dtype: str) -> str:
-    """'does not fit by X GiB; try ...' for a non-positive KV budget."""
+    """'does not fit by X GiB; try ...' for a non-positive KV budget, with the smallest split and
+    the lighter formats that would leave room for weights (KV cache needs more on top)."""
     short = -mem.kv_budget / GiB
+    room = mem.usable - mem.reserved
+    shards = layout.tp * layout.pp * mem.weights.total / room if room > 0 else math.inf
     tries = []
-    if layout.tp < 8:
-        tries.append(f"tp={layout.tp * 2}")
-    if weight_dtype in ("bf16", "fp16"):
-        tries.append("--weight-dtype fp8")
+    if math.isfinite(shards):
+        need = 1 << max(0, math.ceil(math.log2(shards * 1.1)))  # 10% left for KV cache
+        if need > layout.tp * layout.pp:
+            tries.append(f"tp x pp = {need} or more GPUs per replica")
+    bpp = weight_bytes_per_param(weight_dtype)
+    for lighter in ("fp8", "nvfp4" if gpu.flops_per_s.get("fp4") else "int4"):
+        if (
+            weight_bytes_per_param(lighter) < bpp
+            and mem.weights.total * weight_bytes_per_param(lighter) / bpp < 0.9 * room
+        ):
+            tries.append(f"--weight-dtype {lighter}")
+            break
     tries.append("a GPU with more memory")
     return (
         f"{spec.name} does not fit on {gpu.key} with tp={layout.tp} pp={layout.pp}: short by "
         f"{short:.1f} GiB per GPU (weights {mem.weights.total / GiB:.1f} GiB + reserved "
-        f"{mem.reserved / GiB:.1f} GiB of {mem.usable / GiB:.1f} GiB usable); try {', '.join(tries)}"
+        f"{mem.reserved / GiB:.1f} GiB of {mem.usable / GiB:.1f} GiB usable); try {', or '.join(tries)}"
     )

@@ -10,9 +10,10 @@ counts (``tests/test_models.py``).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 SUPPORTED_FAMILIES: dict[str, str] = {
     "llama": "Llama 2 / 3 (dense, GQA)",
@@ -281,7 +282,7 @@ def _layer_windows(cfg: Mapping[str, Any], family: str, n: int) -> tuple[int | N
         return tuple(w if t == "sliding_attention" else None for t in types)
     if family in ("gemma3", "gemma3_text"):
         pattern = int(cfg.get("sliding_window_pattern", 6))
-        return tuple(None if (i + 1) % pattern == 0 else int(window) for i in range(n))
+        return tuple(None if (i + 1) % pattern == 0 else int(window or 0) for i in range(n))
     if family in ("qwen2", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window", False):
         return (None,) * n
     if window:
@@ -357,9 +358,7 @@ def _parse(raw: Mapping[str, Any], name: str) -> ModelSpec:
 
     unquantized: set[str] = set()
     quant = cfg.get("quantization_config") or {}
-    if quant.get("quant_method") == "mxfp4" and any(
-        "self_attn" in m for m in quant.get("modules_to_not_convert", [])
-    ):
+    if quant.get("quant_method") == "mxfp4" and any("self_attn" in m for m in quant.get("modules_to_not_convert", [])):
         unquantized.add("attention")
 
     mla = family in ("deepseek_v3", "deepseek_v32")

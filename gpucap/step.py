@@ -137,9 +137,13 @@ def step_work(
     expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus
     lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * b / group
     attended = attended_tokens_per_layer(spec, decode_context)
-    attn_flop = layers / group * (
-        b * attended * attention_flop_per_pair(spec, decode=True)
-        + pairs_prefill * attention_flop_per_pair(spec, decode=False)
+    attn_flop = (
+        layers
+        / group
+        * (
+            b * attended * attention_flop_per_pair(spec, decode=True)
+            + pairs_prefill * attention_flop_per_pair(spec, decode=False)
+        )
     )
     if spec.index_n_heads:  # V3.2 indexer scores every key of the full context (fp8)
         ctx = np.asarray(decode_context, dtype=float)

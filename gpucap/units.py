@@ -67,9 +67,7 @@ def weight_bytes_per_param(dtype: str) -> float:
     try:
         return WEIGHT_BYTES_PER_PARAM[dtype]
     except KeyError:
-        raise ValueError(
-            f"unknown weight dtype {dtype!r}; use one of {', '.join(WEIGHT_BYTES_PER_PARAM)}"
-        ) from None
+        raise ValueError(f"unknown weight dtype {dtype!r}; use one of {', '.join(WEIGHT_BYTES_PER_PARAM)}") from None
 
 
 def kv_bytes_per_element(kv_dtype: str) -> float:
@@ -77,6 +75,4 @@ def kv_bytes_per_element(kv_dtype: str) -> float:
     try:
         return KV_BYTES_PER_ELEMENT[kv_dtype]
     except KeyError:
-        raise ValueError(
-            f"unknown KV-cache dtype {kv_dtype!r}; use one of {', '.join(KV_BYTES_PER_ELEMENT)}"
-        ) from None
+        raise ValueError(f"unknown KV-cache dtype {kv_dtype!r}; use one of {', '.join(KV_BYTES_PER_ELEMENT)}") from None

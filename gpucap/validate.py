@@ -16,8 +16,19 @@ from .estimate import DoesNotFit, hardware, memory_limit
 from .step import Hardware
 
 REQUIRED_COLUMNS = (
-    "model", "weight_dtype", "kv_cache_dtype", "gpu", "num_gpus", "tp", "pp", "engine",
-    "isl", "osl", "load_mode", "concurrency", "request_rate",
+    "model",
+    "weight_dtype",
+    "kv_cache_dtype",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "engine",
+    "isl",
+    "osl",
+    "load_mode",
+    "concurrency",
+    "request_rate",
 )
 LOAD_MODES = ("saturation", "fixed-concurrency", "poisson", "static-batch", "single-request")
 # Engines in the measurements that run one of the modelled engines underneath.
@@ -80,7 +91,9 @@ def case_hardware(row: pd.Series, engine_overrides: dict[str, Any] | None = None
     engine = str(row.get("engine") or "vllm").lower()
     engine = ENGINE_ALIASES.get(engine, engine)
     eng = EngineConfig(engine=engine, **(engine_overrides or {}))
-    hw = hardware(str(row["model"]), gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=wd, kv_dtype=kv, engine=eng)
+    hw = hardware(
+        str(row["model"]), gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=wd, kv_dtype=kv, engine=eng
+    )
     per = hw.layout.gpus_per_replica
     if num_gpus % per:
         raise ValueError(f"num_gpus={num_gpus} is not a multiple of tp x pp x attn_dp = {per}")
@@ -110,7 +123,9 @@ def predict_case(row: pd.Series, coef: Coefficients | None = None) -> dict[str, 
     point: LoadPoint
     if mode == "saturation":
         n = _num(row, "num_prompts", np.inf) or np.inf
-        point = saturation_run(hw, coef, num_prompts=n / replicas, input_len=isl, output_len=osl, max_running=cap, lengths=lengths)
+        point = saturation_run(
+            hw, coef, num_prompts=n / replicas, input_len=isl, output_len=osl, max_running=cap, lengths=lengths
+        )
     elif mode in ("fixed-concurrency", "single-request"):
         c = _num(row, "concurrency", 1.0) if mode == "fixed-concurrency" else 1.0
         point = closed_loop(hw, coef, concurrency=(c or 1.0) / replicas, input_len=isl, output_len=osl, max_running=cap)
@@ -150,7 +165,9 @@ def validate(cases: pd.DataFrame, coef: Coefficients | None = None) -> pd.DataFr
     """One row per case: measured and predicted metrics, the ratio, or the error."""
     out = []
     for _, row in cases.iterrows():
-        rec: dict[str, Any] = {k: row.get(k) for k in ("case_id", "model", "gpu", "engine", "num_gpus", "load_mode", "isl", "osl")}
+        rec: dict[str, Any] = {
+            k: row.get(k) for k in ("case_id", "model", "gpu", "engine", "num_gpus", "load_mode", "isl", "osl")
+        }
         try:
             pred = predict_case(row, coef)
             rec["error"] = None
@@ -184,9 +201,14 @@ def error_summary(result: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
             if r.empty:
                 continue
             e = abs_error(r)
-            rows.append({
-                **({by: key} if by else {}), "metric": m, "n": len(r),
-                "median_abs_err": float(e.median()), "p90_abs_err": float(e.quantile(0.9)),
-                "median_ratio": float(r.median()),
-            })
+            rows.append(
+                {
+                    **({by: key} if by else {}),
+                    "metric": m,
+                    "n": len(r),
+                    "median_abs_err": float(e.median()),
+                    "p90_abs_err": float(e.quantile(0.9)),
+                    "median_ratio": float(r.median()),
+                }
+            )
     return pd.DataFrame(rows)

@@ -121,7 +121,7 @@ def test_paged_blocks_round_up() -> None:
 
 
 def test_does_not_fit_says_by_how_much() -> None:
-    with pytest.raises(DoesNotFit, match=r"short by [0-9.]+ GiB per GPU.*try tp=2"):
+    with pytest.raises(DoesNotFit, match=r"short by [0-9.]+ GiB per GPU.*try tp x pp = 16 or more GPUs"):
         estimate("meta-llama/Llama-3.1-405B", "H100-SXM-80GB", input_len=1000, output_len=100)
 
 
