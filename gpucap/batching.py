@@ -15,7 +15,7 @@ from .engine import Coefficients
 from .memory import ArrayLike
 from .step import Array, Hardware, StepTime, prefill_pairs_per_layer, step_time, step_work
 
-FIXED_POINT_ITERATIONS = 40
+FIXED_POINT_ITERATIONS = 200
 DRAIN_NODES = 16
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "dataset")
 
@@ -61,10 +61,13 @@ def closed_loop(
     ``s = ceil(I / (M - B))`` chunk steps (M = max_num_batched_tokens, B decoding sequences) and
     X requests/s, Little's law and the step roofline give the fixed point
 
-        TPOT = t_step(B decode + X I TPOT prefill tokens),  TTFT_run = s x t_step(B + I / s),
-        X = R / (TTFT_run + (O - 1) TPOT),  B = X (O - 1) TPOT,
+        TPOT = t_step(B decode + P prompt tokens),  P = min(X I TPOT, M - B),
+        TTFT_run = s x t_step(B + I / s),
+        X = min(R / (TTFT_run + (O - 1) TPOT), (M - B) / (I TPOT), 1 / t_request),
+        B = X (O - 1) TPOT,
 
-    and TTFT = TTFT_run + (C - R) / X (the wait for a slot). Output tokens/s = X x O.
+    and TTFT = max(TTFT_run, R / X - (O - 1) TPOT) + (C - R) / X: the prefill, the queue for
+    prompt-token budget or the front end, and the wait for a slot. Output tokens/s = X x O.
     """
     c = np.asarray(concurrency, dtype=float)
     i = np.asarray(input_len, dtype=float)
@@ -77,16 +80,23 @@ def closed_loop(
     decoding = np.maximum(o - 1.0, 0.0)
     b = r * decoding / (decoding + 1.0)
     for _ in range(FIXED_POINT_ITERATIONS):
-        chunks = np.maximum(1.0, np.ceil(i / np.maximum(m - b, 1.0)))
+        budget = np.maximum(m - b, 1.0)  # prompt tokens a step takes beside the decodes
+        chunks = np.maximum(1.0, np.ceil(i / budget))
         pre = _steps(hw, coef, batch=b, context=ctx, prefill=i / chunks, pairs=pairs_one / chunks)
         ttft_run = chunks * pre.total_s
         # prefill load per decode step follows from the previous estimate of X
         tpot_guess = _steps(hw, coef, batch=b, context=ctx, prefill=0.0 * b, pairs=0.0 * b).total_s
         x = r / (ttft_run + decoding * tpot_guess)
-        dec = _steps(hw, coef, batch=b, context=ctx, prefill=x * i * tpot_guess, pairs=x * pairs_one * tpot_guess)
-        x = np.minimum(r / (ttft_run + decoding * dec.total_s), _frontend_rate(coef))
+        prompt = np.minimum(x * i * tpot_guess, budget)
+        dec = _steps(hw, coef, batch=b, context=ctx, prefill=prompt, pairs=pairs_one * prompt / i)
+        # the loop's rate, capped by the prompt tokens the steps can take and by the front end
+        x = np.minimum(r / (ttft_run + decoding * dec.total_s), budget / (i * dec.total_s))
+        x = np.minimum(x, _frontend_rate(coef))
         b_new = x * decoding * dec.total_s
+        converged = np.all(np.abs(b_new - b) <= 1e-9 * np.maximum(b, 1.0))
         b = 0.5 * b + 0.5 * b_new
+        if converged:
+            break
     # time a running request spends before its first token: its prefill, or longer when the
     # front end admits requests more slowly than the engine would finish them
     ttft_run = np.maximum(ttft_run, r / x - decoding * dec.total_s)
