@@ -28,6 +28,13 @@ from gpucap.validate import abs_error, error_summary, read_cases, validate  # no
 
 DEFAULT_CASES = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured-public.csv"
 SEED_UTILIZATION = 0.35  # seed 1's compute utilization
+ENGINE_COLORS = {
+    "vllm": "tab:red",
+    "sglang": "tab:orange",
+    "trtllm": "tab:green",
+    "nim": "tab:blue",
+    "other": "tab:purple",
+}
 
 
 def seed_throughput(row: pd.Series) -> float:
@@ -88,7 +95,14 @@ def main() -> None:
     for ax, metric in zip(axes, ("output_tok_s", "ttft_ms", "tpot_ms"), strict=True):
         d = result[result[f"{metric}_ratio"].notna()]
         for engine, g in d.groupby("engine"):
-            ax.scatter(g[f"{metric}_measured"], g[f"{metric}_predicted"], s=12, label=engine, alpha=0.7)
+            ax.scatter(
+                g[f"{metric}_measured"],
+                g[f"{metric}_predicted"],
+                s=12,
+                label=engine,
+                alpha=0.7,
+                color=ENGINE_COLORS.get(str(engine), "grey"),
+            )
         lo, hi = (
             d[[f"{metric}_measured", f"{metric}_predicted"]].min().min(),
             d[[f"{metric}_measured", f"{metric}_predicted"]].max().max(),
