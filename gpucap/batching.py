@@ -17,6 +17,7 @@ from .step import Array, Hardware, StepTime, prefill_pairs_per_layer, step_time,
 
 FIXED_POINT_ITERATIONS = 200
 DRAIN_NODES = 16
+OPEN_LOOP_BISECTIONS = 30
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "dataset")
 
 
@@ -93,7 +94,7 @@ def closed_loop(
         x = np.minimum(r / (ttft_run + decoding * dec.total_s), budget / (i * dec.total_s))
         x = np.minimum(x, _frontend_rate(coef))
         b_new = x * decoding * dec.total_s
-        converged = np.all(np.abs(b_new - b) <= 1e-9 * np.maximum(b, 1.0))
+        converged = np.all(np.abs(b_new - b) <= 1e-7 * np.maximum(b, 1.0))
         b = 0.5 * b + 0.5 * b_new
         if converged:
             break
@@ -266,7 +267,7 @@ def open_loop(
     )
     full = closed_loop(hw, coef, concurrency=cap, input_len=i, output_len=o)
     lo, hi = np.full_like(lam, 1e-3), cap.copy()
-    for _ in range(40):
+    for _ in range(OPEN_LOOP_BISECTIONS):
         mid = np.sqrt(lo * hi)
         x = closed_loop(hw, coef, concurrency=mid, input_len=i, output_len=o).requests_per_s
         below = x < lam

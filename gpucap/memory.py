@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +41,7 @@ class WeightBytes:
         return self.embeddings + self.attention + self.dense_mlp + self.experts
 
 
+@lru_cache(maxsize=1024)
 def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout) -> WeightBytes:
     """Bytes of weights on the most loaded GPU.
 
@@ -108,6 +110,7 @@ def held_tokens_per_layer(spec: ModelSpec, context_tokens: ArrayLike, block_size
     return total / spec.num_layers
 
 
+@lru_cache(maxsize=256)
 def _window_counts(spec: ModelSpec) -> dict[int | None, int]:
     counts: dict[int | None, int] = {}
     for w in spec.layer_window:

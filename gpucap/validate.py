@@ -4,6 +4,7 @@ compare: one prediction per row, then error summaries by metric, model, GPU and 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +101,34 @@ def case_hardware(row: pd.Series, engine_overrides: dict[str, Any] | None = None
     return hw, num_gpus // per, notes
 
 
-def predict_case(row: pd.Series, coef: Coefficients | None = None) -> dict[str, Any]:
-    """Predicted whole-case output tokens/s, and TTFT/TPOT (ms) where the load mode defines them."""
+@dataclass(frozen=True)
+class PreparedCase:
+    """One case row resolved into hardware and a load, ready to predict with any coefficients."""
+
+    case_id: str
+    hw: Hardware
+    replicas: int
+    mode: str
+    lengths: str
+    input_len: float
+    output_len: float
+    load: float  # prompts (saturation), concurrency, batch or request rate, for the whole case
+    max_running: float  # per replica: min(max_num_seqs, requests memory holds)
+    ttft_only: bool
+    notes: str
+
+    @property
+    def group_key(self) -> tuple[Any, ...]:
+        hw = self.hw
+        return (hw.spec.name, hw.gpu.key, hw.layout, hw.weight_dtype, hw.kv_dtype, hw.engine, self.mode, self.lengths)
+
+
+def prepare_case(row: pd.Series) -> PreparedCase:
+    """Resolve one row; raises ValueError (or DoesNotFit) with the reason it cannot be predicted."""
     hw, replicas, notes = case_hardware(row)
-    coef = coef or Coefficients.for_engine(hw.engine.engine)
     isl, osl = _num(row, "isl"), _num(row, "osl")
-    ttft_only = str(row["load_mode"]) == "single-request" and osl is None
+    mode = str(row["load_mode"])
+    ttft_only = mode == "single-request" and osl is None
     if ttft_only:  # a first-token latency measurement: one output token
         osl = 1.0
     if not isl or not osl or isl <= 0 or osl <= 0:
@@ -118,35 +141,100 @@ def predict_case(row: pd.Series, coef: Coefficients | None = None) -> dict[str, 
     _, mem_cap = memory_limit(hw, isl + osl)
     if mem_cap < 1:
         raise DoesNotFit(f"KV cache holds no {isl + osl:.0f}-token request")
-    cap = min(float(hw.engine.max_num_seqs or np.inf), mem_cap)
-    mode = str(row["load_mode"])
-    point: LoadPoint
     if mode == "saturation":
-        n = _num(row, "num_prompts", np.inf) or np.inf
-        point = saturation_run(
-            hw, coef, num_prompts=n / replicas, input_len=isl, output_len=osl, max_running=cap, lengths=lengths
-        )
-    elif mode in ("fixed-concurrency", "single-request"):
-        c = _num(row, "concurrency", 1.0) if mode == "fixed-concurrency" else 1.0
-        point = closed_loop(hw, coef, concurrency=(c or 1.0) / replicas, input_len=isl, output_len=osl, max_running=cap)
+        load = _num(row, "num_prompts", np.inf) or np.inf
+    elif mode == "fixed-concurrency":
+        load = _num(row, "concurrency", 1.0) or 1.0
+    elif mode == "single-request":
+        load = 1.0
     elif mode == "static-batch":
-        c = _num(row, "concurrency")
-        if not c:
+        load = _num(row, "concurrency") or 0.0
+        if not load:
             raise ValueError("static-batch row without concurrency")
-        point = static_batch(hw, coef, batch=c / replicas, input_len=isl, output_len=osl)
     elif mode == "poisson":
-        rate = _num(row, "request_rate")
-        if not rate:
+        load = _num(row, "request_rate") or 0.0
+        if not load:
             raise ValueError("poisson row without request_rate")
-        point = open_loop(hw, coef, request_rate=rate / replicas, input_len=isl, output_len=osl, max_running=cap)
     else:
         raise ValueError(f"load_mode {mode!r} is not one of {', '.join(LOAD_MODES)}")
-    ttft = float(point.ttft_s) * 1e3
-    return {
-        "output_tok_s": None if ttft_only else float(point.output_tokens_per_s) * replicas,
-        "ttft_ms": ttft if math.isfinite(ttft) else None,
-        "tpot_ms": None if ttft_only else float(point.tpot_s) * 1e3,
-        "notes": "; ".join(notes),
+    return PreparedCase(
+        case_id=str(row.get("case_id")),
+        hw=hw,
+        replicas=replicas,
+        mode=mode,
+        lengths=lengths,
+        input_len=isl,
+        output_len=osl,
+        load=float(load),
+        max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_cap),
+        ttft_only=ttft_only,
+        notes="; ".join(notes),
+    )
+
+
+def predict_prepared(
+    cases: list[PreparedCase], coef: Coefficients | dict[str, Coefficients] | None = None
+) -> pd.DataFrame:
+    """Predictions for prepared cases, one vectorized call per (hardware, load mode, lengths).
+
+    ``coef``: one set for every case, a dict engine -> set, or None for each engine's defaults.
+    Returns whole-case output tokens/s and TTFT/TPOT in ms, indexed like ``cases``.
+    """
+    out = np.full((len(cases), 3), np.nan)
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for k, c in enumerate(cases):
+        groups.setdefault(c.group_key, []).append(k)
+    for idx in groups.values():
+        first = cases[idx[0]]
+        hw, mode = first.hw, first.mode
+        if isinstance(coef, Coefficients):
+            co = coef
+        elif isinstance(coef, dict) and hw.engine.engine in coef:
+            co = coef[hw.engine.engine]
+        else:
+            co = Coefficients.for_engine(hw.engine.engine)
+        rep = np.array([cases[k].replicas for k in idx], dtype=float)
+        isl = np.array([cases[k].input_len for k in idx])
+        osl = np.array([cases[k].output_len for k in idx])
+        load = np.array([cases[k].load for k in idx]) / rep
+        cap = np.array([cases[k].max_running for k in idx])
+        point: LoadPoint
+        if mode == "saturation":
+            point = saturation_run(
+                hw, co, num_prompts=load, input_len=isl, output_len=osl, max_running=cap, lengths=first.lengths
+            )
+        elif mode in ("fixed-concurrency", "single-request"):
+            point = closed_loop(hw, co, concurrency=load, input_len=isl, output_len=osl, max_running=cap)
+        elif mode == "static-batch":
+            point = static_batch(hw, co, batch=load, input_len=isl, output_len=osl)
+        else:
+            point = open_loop(hw, co, request_rate=load, input_len=isl, output_len=osl, max_running=cap)
+        ttft = np.where(np.isfinite(point.ttft_s), point.ttft_s * 1e3, np.nan)
+        only = np.array([cases[k].ttft_only for k in idx])
+        out[idx, 0] = np.where(only, np.nan, point.output_tokens_per_s * rep)
+        out[idx, 1] = ttft
+        out[idx, 2] = np.where(only, np.nan, point.tpot_s * 1e3)
+    return pd.DataFrame(out, columns=[f"{m}_predicted" for m in METRICS])
+
+
+def prepare_cases(cases: pd.DataFrame) -> tuple[list[PreparedCase], dict[int, str]]:
+    """Prepared cases for the rows that can be predicted, and {row position: reason} for the rest."""
+    prepared: list[PreparedCase] = []
+    errors: dict[int, str] = {}
+    for pos, (_, row) in enumerate(cases.iterrows()):
+        try:
+            prepared.append(prepare_case(row))
+        except ValueError as exc:  # DoesNotFit is a ValueError
+            errors[pos] = str(exc)
+    return prepared, errors
+
+
+def predict_case(row: pd.Series, coef: Coefficients | None = None) -> dict[str, Any]:
+    """Predicted whole-case output tokens/s, and TTFT/TPOT (ms) where the load mode defines them."""
+    case = prepare_case(row)
+    pred = predict_prepared([case], coef).iloc[0]
+    return {m: (None if pd.isna(pred[f"{m}_predicted"]) else float(pred[f"{m}_predicted"])) for m in METRICS} | {
+        "notes": case.notes
     }
 
 
@@ -161,28 +249,35 @@ def _measured(row: pd.Series, metric: str) -> float | None:
     return _num(row, f"{metric}_stat_unknown")
 
 
-def validate(cases: pd.DataFrame, coef: Coefficients | None = None) -> pd.DataFrame:
-    """One row per case: measured and predicted metrics, the ratio, or the error."""
-    out = []
-    for _, row in cases.iterrows():
-        rec: dict[str, Any] = {
-            k: row.get(k) for k in ("case_id", "model", "gpu", "engine", "num_gpus", "load_mode", "isl", "osl")
-        }
-        try:
-            pred = predict_case(row, coef)
-            rec["error"] = None
-        except ValueError as exc:  # DoesNotFit is a ValueError
-            pred = {}
-            rec["error"] = str(exc)
-        for m in METRICS:
-            meas = _measured(row, m)
-            p = pred.get(m)
-            rec[f"{m}_measured"] = meas
-            rec[f"{m}_predicted"] = p
-            rec[f"{m}_ratio"] = (p / meas) if (p is not None and meas) else None
-        rec["notes"] = pred.get("notes", "")
-        out.append(rec)
-    return pd.DataFrame(out)
+def measured_metrics(cases: pd.DataFrame) -> pd.DataFrame:
+    """Measured output tokens/s, TTFT and TPOT (ms) per row: mean where given, else median, else
+    the value whose statistic the source does not state."""
+    return pd.DataFrame(
+        {f"{m}_measured": [_measured(row, m) for _, row in cases.iterrows()] for m in METRICS}, dtype=float
+    )
+
+
+def validate(cases: pd.DataFrame, coef: Coefficients | dict[str, Coefficients] | None = None) -> pd.DataFrame:
+    """One row per case: measured and predicted metrics, their ratio, or the reason it cannot be
+    predicted."""
+    prepared, errors = prepare_cases(cases)
+    ok = [pos for pos in range(len(cases)) if pos not in errors]
+    pred = pd.DataFrame(np.nan, index=range(len(cases)), columns=[f"{m}_predicted" for m in METRICS])
+    if prepared:
+        pred.loc[ok] = predict_prepared(prepared, coef).to_numpy()
+    keep = [
+        k for k in ("case_id", "model", "gpu", "engine", "num_gpus", "load_mode", "isl", "osl") if k in cases.columns
+    ]
+    result = cases[keep].reset_index(drop=True).copy()
+    result["error"] = [errors.get(pos) for pos in range(len(cases))]
+    measured = measured_metrics(cases)
+    for m in METRICS:
+        result[f"{m}_measured"] = measured[f"{m}_measured"]
+        result[f"{m}_predicted"] = pred[f"{m}_predicted"]
+        result[f"{m}_ratio"] = result[f"{m}_predicted"] / result[f"{m}_measured"]
+    notes = {c.case_id: c.notes for c in prepared}
+    result["notes"] = [notes.get(str(cid), "") for cid in result["case_id"]]
+    return result
 
 
 def abs_error(ratio: pd.Series) -> pd.Series:
