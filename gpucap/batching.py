@@ -17,7 +17,8 @@ from .step import Array, Hardware, StepTime, prefill_pairs_per_layer, step_time,
 
 FIXED_POINT_ITERATIONS = 200
 DRAIN_NODES = 16
-OPEN_LOOP_BISECTIONS = 30
+OPEN_LOOP_GRID = 96  # concurrencies per rate, log-spaced up to max_running
+OPEN_LOOP_LOWEST = 1e-3
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "dataset")
 
 
@@ -257,8 +258,8 @@ def open_loop(
 ) -> LoadPoint:
     """Mean steady state under arrivals at ``request_rate`` requests/s (Poisson in the benchmark).
 
-    By Little's law the mean number in the system C satisfies X(C) = lambda; it is found by
-    bisection on the closed-loop model. At or above the service rate X(max_running) the queue
+    By Little's law the mean number in the system C satisfies X(C) = lambda; X rises with C, so
+    C is interpolated (in log C) from the closed-loop model on a grid of concurrencies. At or above the service rate X(max_running) the queue
     grows without bound: TTFT is infinite and throughput is the service rate. (Means only; the
     tail under Poisson arrivals needs a queueing model.)
     """
@@ -266,13 +267,14 @@ def open_loop(
         *(np.asarray(v, dtype=float) for v in (request_rate, input_len, output_len, max_running))
     )
     full = closed_loop(hw, coef, concurrency=cap, input_len=i, output_len=o)
-    lo, hi = np.full_like(lam, 1e-3), cap.copy()
-    for _ in range(OPEN_LOOP_BISECTIONS):
-        mid = np.sqrt(lo * hi)
-        x = closed_loop(hw, coef, concurrency=mid, input_len=i, output_len=o).requests_per_s
-        below = x < lam
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    point = closed_loop(hw, coef, concurrency=hi, input_len=i, output_len=o)
+    # X(C) on a log grid of concurrencies for every rate at once, then interpolate C(lambda)
+    frac = np.geomspace(OPEN_LOOP_LOWEST / OPEN_LOOP_GRID, 1.0, OPEN_LOOP_GRID)
+    grid_c = np.maximum(cap[..., None] * frac, OPEN_LOOP_LOWEST)
+    grid_x = closed_loop(hw, coef, concurrency=grid_c, input_len=i[..., None], output_len=o[..., None]).requests_per_s
+    flat_x, flat_c = grid_x.reshape(-1, OPEN_LOOP_GRID), np.log(grid_c).reshape(-1, OPEN_LOOP_GRID)
+    flat_lam = lam.reshape(-1)
+    log_c = np.array([np.interp(flat_lam[k], flat_x[k], flat_c[k]) for k in range(flat_lam.size)])
+    point = closed_loop(hw, coef, concurrency=np.exp(log_c).reshape(lam.shape), input_len=i, output_len=o)
     overloaded = lam >= full.requests_per_s
     x = np.where(overloaded, full.requests_per_s, lam)
     return LoadPoint(
