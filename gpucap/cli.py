@@ -10,9 +10,11 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
+from .calibrate import DEFAULT_FREE
 from .catalog import load_model, model_cards
 from .engine import ENGINES, EngineConfig
 from .estimate import DoesNotFit, estimate
@@ -82,6 +84,31 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="one object per row")
     v.add_argument("--out", default=None, help="also write the per-row table as CSV here (never overwrites)")
 
+    c = sub.add_parser("calibrate", help="fit the efficiency coefficients to load-test results")
+    c.add_argument(
+        "results", nargs="+", help="result files or folders (vLLM, SGLang, GenAI-Perf, GuideLLM), or a cases CSV"
+    )
+    c.add_argument("--out", required=True, help="coefficients JSON to write (never overwritten unless --overwrite)")
+    c.add_argument("--overwrite", action="store_true")
+    for name in ("gpu", "engine", "model"):
+        c.add_argument(f"--{name}", default=None, help=f"{name} for runs whose files and manifest do not say")
+    for name in ("num-gpus", "tp", "pp", "ep"):
+        c.add_argument(f"--{name}", type=_positive_int, default=None, help=f"{name} for runs that do not say")
+    c.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
+    c.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
+    c.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
+    c.add_argument(
+        "--length-dist", default="fixed", choices=["fixed", "dataset"], help="dataset: ShareGPT-like output lengths"
+    )
+    c.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients to fit, comma-separated")
+    c.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="hold a coefficient at a value")
+    c.add_argument("--ttft-slo", type=_positive_float, default=2.0)
+    c.add_argument("--tpot-slo", type=_positive_float, default=0.1)
+    c.add_argument(
+        "--stat", default="mean", choices=["mean", "median", "p90", "p99"], help="statistic the SLOs apply to"
+    )
+    c.add_argument("--json", action="store_true", help="print the saved JSON instead of the report")
+
     g = sub.add_parser("gpus", help="list the GPU catalog")
     g.add_argument("--gpu-file", default=None)
     g.add_argument("--json", action="store_true")
@@ -123,8 +150,6 @@ def _estimate(a: argparse.Namespace) -> int:
 
 
 def _validate(a: argparse.Namespace) -> int:
-    from pathlib import Path
-
     import pandas as pd
 
     from .validate import error_summary, read_cases, validate
@@ -163,6 +188,83 @@ def _validate(a: argparse.Namespace) -> int:
         s = s[s["metric"] == "output_tok_s"]
         print(f"\noutput tokens/s by {by}:")
         print(s.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    return 0
+
+
+def _read_calibration_cases(a: argparse.Namespace) -> tuple[Any, Any]:
+    """Cases to fit (schema of measured-public.csv) and the tidy runs they came from (or None)."""
+    import pandas as pd
+
+    from .loadtests import cases_from_runs
+    from .results import read_results, runs_needing
+    from .validate import read_cases
+
+    first = Path(a.results[0])
+    if len(a.results) == 1 and first.suffix == ".csv" and "load_mode" in pd.read_csv(first, nrows=0).columns:
+        return read_cases(first), None
+    defaults = {
+        k: v
+        for k, v in {
+            "gpu": a.gpu,
+            "engine": a.engine,
+            "model": a.model,
+            "num_gpus": a.num_gpus,
+            "tp": a.tp,
+            "pp": a.pp,
+            "ep": a.ep,
+        }.items()
+        if v is not None
+    }
+    rs = read_results([Path(p) for p in a.results], manifest=a.manifest, defaults=defaults)
+    for file, why in rs.bad:
+        print(f"not read: {file}: {why}", file=sys.stderr)
+    for run, why in runs_needing(rs):
+        print(f"not usable: {run}: {why} (give it with --gpu/--tp/--model/--engine or a manifest)", file=sys.stderr)
+    return cases_from_runs(
+        rs.runs, weight_dtype=a.weight_dtype, kv_cache_dtype=a.kv_dtype, length_dist=a.length_dist
+    ), rs.runs
+
+
+def _calibrate(a: argparse.Namespace) -> int:
+    from .analysis import error_table
+    from .calibrate import calibrate
+    from .loadtests import measured_limit
+
+    out = Path(a.out)
+    if out.exists() and not a.overwrite:
+        raise ValueError(f"{out} exists; choose another --out or pass --overwrite")
+    fixed = {}
+    for item in a.fix:
+        name, _, value = item.partition("=")
+        try:
+            fixed[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--fix {item!r}: expected NAME=NUMBER") from None
+    cases, runs = _read_calibration_cases(a)
+    sources = [
+        str(p) for arg in a.results for p in ([Path(arg)] if Path(arg).is_file() else sorted(Path(arg).rglob("*")))
+    ]
+    fit = calibrate(cases, free=tuple(n.strip() for n in a.free.split(",") if n.strip()), fixed=fixed, sources=sources)
+    fit.save(out, overwrite=a.overwrite)
+    if a.json:
+        print(json.dumps(fit.to_dict(), indent=2))
+        return 0
+    print(fit.report())
+    print("\nmedian absolute error by model size, default -> calibrated coefficients:")
+    print(error_table(cases, fit.coefficients, by="size").to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    if runs is not None and "concurrency" in runs:
+        keys = [k for k in ("model", "gpu", "tp", "engine", "source_file") if k in runs]
+        for key, sweep in runs.dropna(subset=["concurrency"]).groupby(keys, dropna=False):
+            if sweep["concurrency"].nunique() < 2:
+                continue
+            try:
+                lim = measured_limit(sweep, ttft_slo_s=a.ttft_slo, tpot_slo_s=a.tpot_slo, stat=a.stat)
+            except ValueError as exc:
+                print(f"\nmeasured limit of {key}: {exc}")
+                continue
+            found = f"{lim.limit:.1f} ({lim.binding} binds)" if lim.limit is not None else lim.status
+            print(f"\nmeasured limit of {key} at {a.stat} TTFT <= {a.ttft_slo:g} s, TPOT <= {a.tpot_slo:g} s: {found}")
+    print(f"\nwrote {out}")
     return 0
 
 
@@ -221,7 +323,7 @@ def _models(a: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"estimate": _estimate, "validate": _validate, "gpus": _gpus, "models": _models}
+    handlers = {"estimate": _estimate, "validate": _validate, "calibrate": _calibrate, "gpus": _gpus, "models": _models}
     try:
         return handlers[args.command](args)
     except BrokenPipeError:  # output piped into `head`

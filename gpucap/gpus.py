@@ -131,6 +131,13 @@ def load_gpus(extra: str | Path | None = None) -> dict[str, GPU]:
     return dict(_load(tuple(str(p) for p in files)))
 
 
+def _normalize(name: str) -> str:
+    text = name.lower()
+    for vendor in ("nvidia", "amd", "instinct", "geforce", "tesla"):
+        text = text.replace(vendor, "")
+    return "".join(ch for ch in text if ch.isalnum())
+
+
 def get_gpu(key: str | GPU, extra: str | Path | None = None) -> GPU:
     """Look a GPU up by catalog key (case-insensitive); unknown keys list close matches."""
     if isinstance(key, GPU):
@@ -141,6 +148,11 @@ def get_gpu(key: str | GPU, extra: str | Path | None = None) -> GPU:
     lower = {k.lower(): k for k in gpus}
     if key.lower() in lower:
         return gpus[lower[key.lower()]]
-    close = difflib.get_close_matches(key, list(gpus), n=4, cutoff=0.4)
+    # names as tools write them ("NVIDIA_L40S", "NVIDIA H200"): one catalog key must start so
+    wanted = _normalize(key)
+    starts = [k for k in gpus if wanted and _normalize(k).startswith(wanted)]
+    if len(starts) == 1:
+        return gpus[starts[0]]
+    close = starts or difflib.get_close_matches(key, list(gpus), n=4, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise ValueError(f"unknown GPU {key!r}{hint} (`gpucap gpus` lists all; add your own with --gpu-file)")

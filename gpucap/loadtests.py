@@ -1,0 +1,124 @@
+"""From load-test runs (``gpucap.results.read_results``) to what calibration and the error tables
+use: cases in the schema of the measurements file, and the concurrency limit a sweep measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .gpus import get_gpu
+
+STATS = ("mean", "median", "p90", "p99")
+
+
+def _mode(row: pd.Series) -> str:
+    rate, conc = row.get("request_rate"), row.get("concurrency")
+    if pd.notna(rate) and math.isfinite(rate):
+        return "poisson"
+    if pd.notna(conc):
+        return "fixed-concurrency"
+    return "saturation"
+
+
+def cases_from_runs(
+    runs: pd.DataFrame, *, weight_dtype: str = "bf16", kv_cache_dtype: str = "auto", length_dist: str = "fixed"
+) -> pd.DataFrame:
+    """One case row per run, in the schema of ``measured-public.csv``, times in ms.
+
+    Load mode: a finite request rate is ``poisson`` (open loop), a concurrency cap with requests
+    sent as fast as allowed is ``fixed-concurrency``, neither is ``saturation`` (all at once; the
+    prompts are the completed plus failed requests). Lengths are the run's means. GPU names as
+    tools write them ("NVIDIA_L40S") map to catalog keys. ``weight_dtype``, ``kv_cache_dtype``
+    and ``length_dist`` apply to every run: result files do not record them.
+    """
+    rows = []
+    for k, r in runs.reset_index(drop=True).iterrows():
+        gpu = r.get("gpu")
+        try:
+            gpu = get_gpu(str(gpu)).key if pd.notna(gpu) else gpu
+        except ValueError:
+            pass  # left as is: the prediction reports the unknown GPU by name
+        prompts = (r.get("completed") or 0) + (0 if pd.isna(r.get("failed")) else r.get("failed"))
+        rows.append(
+            {
+                "case_id": f"{r.get('source_file')}#{int(r.get('run_index', k)) if pd.notna(r.get('run_index')) else k}",
+                "model": r.get("model"),
+                "weight_dtype": weight_dtype,
+                "kv_cache_dtype": kv_cache_dtype,
+                "gpu": gpu,
+                "num_gpus": r.get("num_gpus"),
+                "tp": r.get("tp"),
+                "pp": r.get("pp") if pd.notna(r.get("pp")) else 1,
+                "ep": r.get("ep") if pd.notna(r.get("ep")) else 1,
+                "attn_dp": 1,
+                "engine": r.get("engine"),
+                "isl": r.get("input_len_mean"),
+                "osl": r.get("output_len_mean"),
+                "length_dist": length_dist,
+                "load_mode": _mode(r),
+                "concurrency": r.get("concurrency"),
+                "request_rate": r.get("request_rate"),
+                "num_prompts": r.get("num_prompts") if pd.notna(r.get("num_prompts")) else prompts or np.nan,
+                "output_tok_s": r.get("output_tokens_per_s"),
+                **{f"ttft_{s}_ms": r.get(f"ttft_{s}_s", np.nan) * 1e3 for s in ("mean", "median", "p99")},
+                **{f"tpot_{s}_ms": r.get(f"tpot_{s}_s", np.nan) * 1e3 for s in ("mean", "median", "p99")},
+                "itl_median_ms": r.get("itl_median_s", np.nan) * 1e3,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class MeasuredLimit:
+    """The concurrency at which a sweep's chosen statistic crosses an SLO."""
+
+    limit: float | None  # None when not reached or already violated
+    status: str  # "interpolated", "not reached", "already violated"
+    binding: str  # "ttft", "tpot", or "" when not reached
+    below: float | None  # the last concurrency that met both SLOs
+    above: float | None  # the first that missed one
+
+
+def _crossing(c: np.ndarray, y: np.ndarray, slo: float) -> float | None:
+    """First concurrency where y reaches slo, linear between the bracketing runs; None if never."""
+    over = np.flatnonzero(y > slo)
+    if over.size == 0:
+        return None
+    k = over[0]
+    if k == 0:
+        return 0.0
+    c0, c1, y0, y1 = c[k - 1], c[k], y[k - 1], y[k]
+    return float(c0 + (slo - y0) * (c1 - c0) / (y1 - y0))
+
+
+def measured_limit(
+    sweep: pd.DataFrame, *, ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.1, stat: str = "mean"
+) -> MeasuredLimit:
+    """Where a concurrency sweep of one configuration first misses TTFT or TPOT at ``stat``.
+
+    Runs are ordered by concurrency; each metric's crossing is interpolated linearly between the
+    last run under its SLO and the first over it; the limit is the smaller crossing. "already
+    violated": the lowest concurrency misses an SLO; "not reached": the highest still meets both.
+    """
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    cols = [f"ttft_{stat}_s", f"tpot_{stat}_s"]
+    missing = [col for col in ["concurrency", *cols] if col not in sweep or sweep[col].isna().all()]
+    if missing:
+        raise ValueError(f"sweep lacks {', '.join(missing)}: cannot find where {stat} crosses the SLO")
+    s = sweep.dropna(subset=["concurrency", *cols]).sort_values("concurrency")
+    c = s["concurrency"].to_numpy(float)
+    ttft, tpot = s[cols[0]].to_numpy(float), s[cols[1]].to_numpy(float)
+    ok = (ttft <= ttft_slo_s) & (tpot <= tpot_slo_s)
+    if not ok[0]:
+        return MeasuredLimit(None, "already violated", "ttft" if ttft[0] > ttft_slo_s else "tpot", None, float(c[0]))
+    if ok.all():
+        return MeasuredLimit(None, "not reached", "", float(c[-1]), None)
+    crossings = {"ttft": _crossing(c, ttft, ttft_slo_s), "tpot": _crossing(c, tpot, tpot_slo_s)}
+    binding = min((k for k, v in crossings.items() if v is not None), key=lambda k: crossings[k] or 0.0)
+    first_bad = int(np.flatnonzero(~ok)[0])
+    return MeasuredLimit(crossings[binding], "interpolated", binding, float(c[first_bad - 1]), float(c[first_bad]))

@@ -1,0 +1,194 @@
+"""Calibration: recovers known coefficients from synthetic runs, reports and saves itself, and
+reads real load-test files; measured concurrency limits from sweeps."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpucap.analysis import error_table, leave_one_model_out, size_bucket
+from gpucap.calibrate import calibrate
+from gpucap.cli import main
+from gpucap.engine import Coefficients
+from gpucap.loadtests import cases_from_runs, measured_limit
+from gpucap.results import read_results
+from gpucap.validate import validate
+
+from .conftest import ROOT
+
+TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3, t_seq_s=10e-6, t_request_s=0.01)
+
+
+def synthetic_cases(noise: float, seed: int = 1) -> pd.DataFrame:
+    """Runs generated from TRUTH over three models, five concurrencies and two shapes, with
+    multiplicative log-normal noise of ``noise`` on every measured value."""
+    rows = []
+    for model, gpu, tp in (
+        ("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", 1),
+        ("Qwen/Qwen3-32B", "H100-SXM-80GB", 2),
+        ("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", 4),
+    ):
+        for c in (1, 4, 16, 64, 256):
+            for isl, osl in ((1000, 200), (4000, 500)):
+                rows.append(
+                    {
+                        "case_id": f"{model}|{c}|{isl}",
+                        "model": model,
+                        "weight_dtype": "bf16",
+                        "kv_cache_dtype": "auto",
+                        "gpu": gpu,
+                        "num_gpus": tp,
+                        "tp": tp,
+                        "pp": 1,
+                        "engine": "vllm",
+                        "isl": isl,
+                        "osl": osl,
+                        "load_mode": "fixed-concurrency",
+                        "concurrency": c,
+                        "request_rate": np.nan,
+                    }
+                )
+    cases = pd.DataFrame(rows)
+    pred = validate(cases, TRUTH)
+    rng = np.random.default_rng(seed)
+    for metric, col in (("output_tok_s", "output_tok_s"), ("ttft_ms", "ttft_mean_ms"), ("tpot_ms", "tpot_mean_ms")):
+        cases[col] = pred[f"{metric}_predicted"] * np.exp(rng.normal(0.0, noise, len(cases)))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def fit():
+    return calibrate(synthetic_cases(noise=0.05), start=dataclass_start())
+
+
+def dataclass_start() -> Coefficients:
+    # start away from the truth, with the fixed coefficients at their true values
+    return Coefficients(u_compute=0.5, u_hbm=0.8, overlap=0.0, t_overhead_s=2e-3, t_seq_s=10e-6, t_request_s=0.01)
+
+
+def test_recovers_known_coefficients_within_stated_uncertainty(fit) -> None:
+    got = fit.coefficients.as_dict()
+    for name in ("u_compute", "u_hbm", "overlap", "t_overhead_s"):
+        assert abs(got[name] - getattr(TRUTH, name)) <= 3 * fit.stderr[name], name
+    assert fit.stderr["u_compute"] < 0.05 and fit.success
+
+
+def test_noise_free_fit_is_exact() -> None:
+    exact = calibrate(
+        synthetic_cases(noise=0.0),
+        start=dataclass_start(),
+        free=("u_compute", "u_hbm"),
+        fixed={"overlap": 0.3, "t_overhead_s": 3e-3},
+    )
+    assert exact.coefficients.u_compute == pytest.approx(0.62, rel=1e-3)
+    assert exact.coefficients.u_hbm == pytest.approx(0.71, rel=1e-3)
+
+
+def test_report_json_and_html(fit, tmp_path) -> None:
+    text = fit.report()
+    for section in ("[[Fit statistics]]", "[[Coefficients]]", "[[Correlations]]", "u_compute", "+/-", "(fixed)"):
+        assert section in text
+    assert "<table>" in fit._repr_html_()
+    path = fit.save(tmp_path / "coef.json")
+    data = json.loads(path.read_text())
+    assert data["coefficients"]["u_compute"]["stderr"] > 0
+    assert data["provenance"]["rows_used"] == 30
+    assert Coefficients.from_file(path) == fit.coefficients
+    with pytest.raises(ValueError, match="exists"):
+        fit.save(path)
+    fit.save(path, overwrite=True)
+
+
+def test_prediction_interval_brackets_the_prediction(fit) -> None:
+    from gpucap.validate import prepare_cases
+
+    prepared, _ = prepare_cases(synthetic_cases(0.0).iloc[:3])
+    lo, mid, hi = fit.interval(prepared[2], "output_tok_s")
+    assert lo < mid < hi and hi / lo < 1.5
+
+
+def test_coefficient_without_effect_is_undetermined() -> None:
+    # single-GPU runs have no communication: overlap changes nothing
+    cases = synthetic_cases(0.05)
+    single = cases[cases["tp"] == 1]
+    result = calibrate(single, start=dataclass_start(), free=("u_compute", "overlap"))
+    assert np.isinf(result.stderr["overlap"])
+    assert "undetermined" in result.report()
+
+
+def test_bad_requests() -> None:
+    cases = synthetic_cases(0.05)
+    with pytest.raises(ValueError, match="unknown coefficient"):
+        calibrate(cases, free=("u_magic",))
+    with pytest.raises(ValueError, match="every coefficient is fixed"):
+        calibrate(cases, free=("u_hbm",), fixed={"u_hbm": 0.8})
+    with pytest.raises(ValueError, match="cannot determine"):
+        calibrate(cases.iloc[:1], free=("u_compute", "u_hbm", "overlap", "t_overhead_s"))
+
+
+def test_measured_limit_interpolates_and_says_when_not_found() -> None:
+    sweep = pd.DataFrame(
+        {
+            "concurrency": [1, 2, 4, 8, 16],
+            "ttft_mean_s": [0.1, 0.2, 0.5, 1.5, 3.5],  # crosses 2 s between 8 and 16: 8 + (0.5 / 2) x 8 = 10
+            "tpot_mean_s": [0.01, 0.02, 0.03, 0.05, 0.08],
+        }
+    )
+    lim = measured_limit(sweep, ttft_slo_s=2.0, tpot_slo_s=0.1)
+    assert lim.status == "interpolated" and lim.binding == "ttft" and lim.limit == pytest.approx(10.0)
+    assert (lim.below, lim.above) == (8.0, 16.0)
+    assert measured_limit(sweep, ttft_slo_s=10, tpot_slo_s=1).status == "not reached"
+    assert measured_limit(sweep, ttft_slo_s=0.05, tpot_slo_s=1).status == "already violated"
+    with pytest.raises(ValueError, match="tpot_p99_s"):
+        measured_limit(sweep, stat="p99")
+
+
+def test_real_load_tests_calibrate_and_improve_throughput() -> None:
+    runs = read_results(ROOT / "data" / "loadtests" / "datacrunch-h200-sglang").runs
+    cases = cases_from_runs(runs)
+    assert len(cases) == 20 and set(cases["load_mode"]) == {"saturation", "poisson"}
+    result = calibrate(cases, free=("u_compute", "t_overhead_s"))
+    table = error_table(cases, result.coefficients, by="size")
+    tput = table[table["metric"] == "output_tok_s"]
+    assert (tput["median_abs_err_after"] <= tput["median_abs_err_before"] + 1e-9).all()
+    assert set(table["size"]) == {"40-100B", ">100B"}
+
+
+def test_leave_one_model_out_holds_each_model_out() -> None:
+    cases = synthetic_cases(0.05)
+    table = leave_one_model_out(cases, free=("u_compute", "u_hbm"))
+    assert set(table["model"]) == set(cases["model"])
+    assert (table["median_abs_err_held_out"] >= 0).all()
+    assert size_bucket("meta-llama/Llama-3.1-8B") == "<10B"
+
+
+def test_cli_calibrate(tmp_path, capsys) -> None:
+    out = tmp_path / "coef.json"
+    folder = ROOT / "data" / "loadtests" / "datacrunch-h200-sglang"
+    assert main(["calibrate", str(folder), "--out", str(out), "--free", "u_compute,t_overhead_s"]) == 0
+    text = capsys.readouterr().out
+    assert "[[Coefficients]]" in text and "median absolute error by model size" in text
+    data = json.loads(out.read_text())
+    assert {i["path"] for i in data["provenance"]["inputs"]} >= {str(folder / "manifest.json")}
+    assert main(["calibrate", str(folder), "--out", str(out)]) == 2  # never overwrites silently
+    assert "exists" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "Qwen/Qwen3-8B",
+                "--gpu",
+                "H100-SXM-80GB",
+                "--input-len",
+                "500",
+                "--output-len",
+                "100",
+                "--coefficients",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert main(["calibrate", str(folder), "--out", str(tmp_path / "x.json"), "--fix", "u_hbm"]) == 2
