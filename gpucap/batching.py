@@ -64,12 +64,13 @@ def closed_loop(
     X requests/s, Little's law and the step roofline give the fixed point
 
         TPOT = t_step(B decode + P prompt tokens),  P = min(X I TPOT, M - B),
-        TTFT_run = s x t_step(B + I / s),
+        TTFT_run = s x t_step(B + I / s) + t_request,
         X = min(R / (TTFT_run + (O - 1) TPOT), (M - B) / (I TPOT), 1 / t_request),
         B = X (O - 1) TPOT,
 
-    and TTFT = max(TTFT_run, R / X - (O - 1) TPOT) + (C - R) / X: the prefill, the queue for
-    prompt-token budget or the front end, and the wait for a slot. Output tokens/s = X x O.
+    and TTFT = max(TTFT_run, R / X - (O - 1) TPOT) + (C - R) / X: the prefill and the request's
+    own pass through the front end (or the queue for prompt-token budget or the front end), and
+    the wait for a slot. Output tokens/s = X x O.
     """
     c = np.asarray(concurrency, dtype=float)
     i = np.asarray(input_len, dtype=float)
@@ -85,7 +86,7 @@ def closed_loop(
         budget = np.maximum(m - b, 1.0)  # prompt tokens a step takes beside the decodes
         chunks = np.maximum(1.0, np.ceil(i / budget))
         pre = _steps(hw, coef, batch=b, context=ctx, prefill=i / chunks, pairs=pairs_one / chunks)
-        ttft_run = chunks * pre.total_s
+        ttft_run = chunks * pre.total_s + coef.t_request_s  # its prefill and its pass through the front end
         # prefill load per decode step follows from the previous estimate of X
         tpot_guess = _steps(hw, coef, batch=b, context=ctx, prefill=0.0 * b, pairs=0.0 * b).total_s
         x = r / (ttft_run + decoding * tpot_guess)

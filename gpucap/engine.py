@@ -133,7 +133,7 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
         0.0,
         0.1,
         "serial front-end time per request (HTTP, tokenization, detokenization, output processing "
-        "in the API server process); caps the request rate at 1 / t_request_s",
+        "in the API server process); caps the request rate at 1 / t_request_s and adds to TTFT",
     ),
     "t_overhead_s": Coefficient(
         2.0 * MS,
