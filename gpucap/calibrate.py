@@ -99,6 +99,10 @@ class FitResult:
     def __str__(self) -> str:
         return self.report()
 
+    def __repr__(self) -> str:
+        values = ", ".join(f"{n}={getattr(self.coefficients, n):.4g}+/-{self.stderr[n]:.2g}" for n in self.free)
+        return f"FitResult({values}; {self.n_runs} runs)"
+
     def _repr_html_(self) -> str:
         rows = []
         for name, value in self.coefficients.as_dict().items():

@@ -96,22 +96,28 @@ def _crossing(c: np.ndarray, y: np.ndarray, slo: float) -> float | None:
 
 
 def measured_limit(
-    sweep: pd.DataFrame, *, ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.1, stat: str = "mean"
+    sweep: pd.DataFrame, *, ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.1, stat: str = "mean", x: str = "concurrency"
 ) -> MeasuredLimit:
-    """Where a concurrency sweep of one configuration first misses TTFT or TPOT at ``stat``.
+    """Where a sweep of one configuration over ``x`` (concurrency, or request_rate for open-loop
+    sweeps) first misses TTFT or TPOT at ``stat``.
 
-    Runs are ordered by concurrency; each metric's crossing is interpolated linearly between the
-    last run under its SLO and the first over it; the limit is the smaller crossing. "already
-    violated": the lowest concurrency misses an SLO; "not reached": the highest still meets both.
+    Runs are ordered by ``x``; each metric's crossing is interpolated linearly between the last
+    run under its SLO and the first over it; the limit is the smaller crossing. "already
+    violated": the lowest ``x`` misses an SLO; "not reached": the highest still meets both.
+    Files that give no TPOT but the inter-token latency (older SGLang) use ITL: for streamed
+    decoding without speculative tokens the two measure the same gap.
     """
     if stat not in STATS:
         raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
-    cols = [f"ttft_{stat}_s", f"tpot_{stat}_s"]
-    missing = [col for col in ["concurrency", *cols] if col not in sweep or sweep[col].isna().all()]
+    tpot = f"tpot_{stat}_s"
+    if (tpot not in sweep or sweep[tpot].isna().all()) and f"itl_{stat}_s" in sweep:
+        tpot = f"itl_{stat}_s"
+    cols = [f"ttft_{stat}_s", tpot]
+    missing = [col for col in [x, *cols] if col not in sweep or sweep[col].isna().all()]
     if missing:
         raise ValueError(f"sweep lacks {', '.join(missing)}: cannot find where {stat} crosses the SLO")
-    s = sweep.dropna(subset=["concurrency", *cols]).sort_values("concurrency")
-    c = s["concurrency"].to_numpy(float)
+    s = sweep.dropna(subset=[x, *cols]).sort_values(x)
+    c = s[x].to_numpy(float)
     ttft, tpot = s[cols[0]].to_numpy(float), s[cols[1]].to_numpy(float)
     ok = (ttft <= ttft_slo_s) & (tpot <= tpot_slo_s)
     if not ok[0]:
