@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpucap.analysis import leave_one_model_out
+from gpucap.analysis import leave_one_model_out, lomo_summary
 from gpucap.calibrate import DEFAULT_FREE, calibrate
 from gpucap.validate import ENGINE_ALIASES, read_cases
 
@@ -45,16 +45,9 @@ def main() -> None:
         print(
             f"\nleave-one-model-out ({lomo['model'].nunique()} models, {time.perf_counter() - t0:.0f} s): median abs error"
         )
-        by_size = lomo.groupby(["metric", "size"]).apply(
-            lambda g: pd.Series({"n": int(g["n"].sum()), **{c: (g[c] * g["n"]).sum() / g["n"].sum() for c in COLS}}),
-            include_groups=False,
-        )
-        print(by_size.to_string(formatters={c: fmt for c in COLS}))
-        overall = lomo.groupby("metric").apply(
-            lambda g: pd.Series({c: (g[c] * g["n"]).sum() / g["n"].sum() for c in COLS}), include_groups=False
-        )
-        print("\nall sizes (row-weighted mean of per-model medians):")
-        print(overall.to_string(formatters={c: fmt for c in COLS}))
+        print(lomo_summary(lomo).to_string(index=False, formatters={c: fmt for c in COLS}))
+        print("\nall sizes:")
+        print(lomo_summary(lomo, by=("metric",)).to_string(index=False, formatters={c: fmt for c in COLS}))
 
 
 if __name__ == "__main__":

@@ -61,32 +61,48 @@ def error_table(
 
 
 def leave_one_model_out(cases: pd.DataFrame, *, free: tuple[str, ...] = DEFAULT_FREE, **fit: Any) -> pd.DataFrame:
-    """For each model: fit on every other model's runs, predict this model's. The error quoted is
-    for a model the fit did not see. Also the in-sample error of one fit on all runs, and the
-    defaults', for comparison."""
+    """For each model: fit on every other model's runs, predict this model's, so the error quoted
+    is for a model the fit did not see. One row per case and metric with the ratio predicted /
+    measured under the defaults, under one fit on all runs (in sample), and held out;
+    ``lomo_summary`` turns it into median errors."""
     all_fit = calibrate(cases, free=free, **fit).coefficients
-    defaults = validate(cases)
-    in_sample = validate(cases, all_fit)
-    rows = []
+    cases = cases.reset_index(drop=True)
+    defaults, in_sample = validate(cases), validate(cases, all_fit)
+    held_out = defaults.copy()
     for model in sorted(cases["model"].astype(str).unique()):
         held = (cases["model"].astype(str) == model).to_numpy()
         if held.all():
             continue
         coef = calibrate(cases[~held], free=free, **fit).coefficients
-        out = validate(cases[held], coef)
-        for m in METRICS:
-            r_out = out[f"{m}_ratio"].dropna()
-            if r_out.empty:
-                continue
-            rows.append(
-                {
-                    "model": model,
-                    "size": size_bucket(model),
-                    "metric": m,
-                    "n": len(r_out),
-                    "median_abs_err_default": float((defaults.loc[held, f"{m}_ratio"].dropna() - 1).abs().median()),
-                    "median_abs_err_in_sample": float((in_sample.loc[held, f"{m}_ratio"].dropna() - 1).abs().median()),
-                    "median_abs_err_held_out": float((r_out - 1).abs().median()),
-                }
-            )
+        held_out.loc[held, [f"{m}_ratio" for m in METRICS]] = validate(cases[held], coef)[
+            [f"{m}_ratio" for m in METRICS]
+        ].to_numpy()
+    rows = []
+    for m in METRICS:
+        for k in range(len(cases)):
+            if pd.notna(defaults.loc[k, f"{m}_ratio"]):
+                rows.append(
+                    {
+                        "case_id": cases.loc[k, "case_id"] if "case_id" in cases else k,
+                        "model": str(cases.loc[k, "model"]),
+                        "size": size_bucket(str(cases.loc[k, "model"])),
+                        "metric": m,
+                        "ratio_default": defaults.loc[k, f"{m}_ratio"],
+                        "ratio_in_sample": in_sample.loc[k, f"{m}_ratio"],
+                        "ratio_held_out": held_out.loc[k, f"{m}_ratio"],
+                    }
+                )
     return pd.DataFrame(rows)
+
+
+def lomo_summary(lomo: pd.DataFrame, by: tuple[str, ...] = ("metric", "size")) -> pd.DataFrame:
+    """Median absolute error |ratio - 1| per group: defaults, in sample, held out."""
+    cols = {
+        "ratio_default": "median_abs_err_default",
+        "ratio_in_sample": "median_abs_err_in_sample",
+        "ratio_held_out": "median_abs_err_held_out",
+    }
+    err = lomo.assign(**{v: (lomo[k].astype(float) - 1).abs() for k, v in cols.items()})
+    table = err.groupby(list(by))[list(cols.values())].median()
+    table.insert(0, "n", err.groupby(list(by)).size())
+    return table.reset_index()
