@@ -82,24 +82,28 @@ def closed_loop(
     pairs_one = prefill_pairs_per_layer(hw.spec, i)
     decoding = np.maximum(o - 1.0, 0.0)
     b = r * decoding / (decoding + 1.0)
+    tpot = _steps(hw, coef, batch=b, context=ctx, prefill=0.0 * b, pairs=0.0 * b).total_s
     for _ in range(FIXED_POINT_ITERATIONS):
         budget = np.maximum(m - b, 1.0)  # prompt tokens a step takes beside the decodes
         chunks = np.maximum(1.0, np.ceil(i / budget))
         pre = _steps(hw, coef, batch=b, context=ctx, prefill=i / chunks, pairs=pairs_one / chunks)
         ttft_run = chunks * pre.total_s + coef.t_request_s  # its prefill and its pass through the front end
-        # prefill load per decode step follows from the previous estimate of X
-        tpot_guess = _steps(hw, coef, batch=b, context=ctx, prefill=0.0 * b, pairs=0.0 * b).total_s
-        x = r / (ttft_run + decoding * tpot_guess)
-        prompt = np.minimum(x * i * tpot_guess, budget)
-        dec = _steps(hw, coef, batch=b, context=ctx, prefill=prompt, pairs=pairs_one * prompt / i)
-        # the loop's rate, capped by the prompt tokens the steps can take and by the front end
-        x = np.minimum(r / (ttft_run + decoding * dec.total_s), budget / (i * dec.total_s))
+        # the loop's rate at the current TPOT, capped by the prompt tokens the steps can take and
+        # by the front end; the prompt tokens each step then carries
+        x = np.minimum(r / (ttft_run + decoding * tpot), budget / (i * tpot))
         x = np.minimum(x, _frontend_rate(coef))
-        b_new = x * decoding * dec.total_s
-        converged = np.all(np.abs(b_new - b) <= 1e-7 * np.maximum(b, 1.0))
-        b = 0.5 * b + 0.5 * b_new
+        prompt = np.minimum(x * i * tpot, budget)
+        dec = _steps(hw, coef, batch=b, context=ctx, prefill=prompt, pairs=pairs_one * prompt / i)
+        b_new, tpot_new = x * decoding * dec.total_s, dec.total_s
+        converged = np.all(np.abs(b_new - b) <= 1e-7 * np.maximum(b, 1.0)) and np.all(
+            np.abs(tpot_new - tpot) <= 1e-7 * tpot
+        )
+        b, tpot = 0.5 * b + 0.5 * b_new, 0.5 * tpot + 0.5 * tpot_new
         if converged:
             break
+    x = np.minimum(
+        np.minimum(r / (ttft_run + decoding * dec.total_s), budget / (i * dec.total_s)), _frontend_rate(coef)
+    )
     # time a running request spends before its first token: its prefill, or longer when the
     # front end admits requests more slowly than the engine would finish them
     ttft_run = np.maximum(ttft_run, r / x - decoding * dec.total_s)
@@ -260,9 +264,10 @@ def open_loop(
     """Mean steady state under arrivals at ``request_rate`` requests/s (Poisson in the benchmark).
 
     By Little's law the mean number in the system C satisfies X(C) = lambda; X rises with C, so
-    C is interpolated (in log C) from the closed-loop model on a grid of concurrencies. At or above the service rate X(max_running) the queue
-    grows without bound: TTFT is infinite and throughput is the service rate. (Means only; the
-    tail under Poisson arrivals needs a queueing model.)
+    C is interpolated (in log C) from the closed-loop model on a grid of concurrencies. At or
+    above the service rate (the most X reaches up to max_running) the queue grows without bound:
+    TTFT is infinite and throughput is the service rate. (Means only; the tail under Poisson
+    arrivals needs a queueing model.)
     """
     lam, i, o, cap = np.broadcast_arrays(
         *(np.asarray(v, dtype=float) for v in (request_rate, input_len, output_len, max_running))
@@ -272,12 +277,16 @@ def open_loop(
     frac = np.geomspace(OPEN_LOOP_LOWEST / OPEN_LOOP_GRID, 1.0, OPEN_LOOP_GRID)
     grid_c = np.maximum(cap[..., None] * frac, OPEN_LOOP_LOWEST)
     grid_x = closed_loop(hw, coef, concurrency=grid_c, input_len=i[..., None], output_len=o[..., None]).requests_per_s
+    # X(C) can dip where the prompt-token budget starts to bind; a rate is carried by the smallest
+    # concurrency that reaches it, so use the running maximum
+    grid_x = np.maximum.accumulate(grid_x, axis=-1)
     flat_x, flat_c = grid_x.reshape(-1, OPEN_LOOP_GRID), np.log(grid_c).reshape(-1, OPEN_LOOP_GRID)
     flat_lam = lam.reshape(-1)
     log_c = np.array([np.interp(flat_lam[k], flat_x[k], flat_c[k]) for k in range(flat_lam.size)])
     point = closed_loop(hw, coef, concurrency=np.exp(log_c).reshape(lam.shape), input_len=i, output_len=o)
-    overloaded = lam >= full.requests_per_s
-    x = np.where(overloaded, full.requests_per_s, lam)
+    service = np.maximum(grid_x[..., -1], full.requests_per_s)
+    overloaded = lam >= service
+    x = np.where(overloaded, service, lam)
     return LoadPoint(
         concurrency=np.where(overloaded, np.inf, point.concurrency),
         running=np.where(overloaded, cap, point.running),

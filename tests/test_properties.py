@@ -89,4 +89,5 @@ def test_tpot_never_falls_as_concurrency_rises(model: str, isl: int, osl: int, e
     p = closed_loop(
         hw, Coefficients.for_engine(engine), concurrency=c, input_len=isl, output_len=osl, max_running=1024.0
     )
-    assert np.all(np.diff(p.tpot_s) >= -1e-9 * p.tpot_s[1:])
+    # equal within the fixed point's own tolerance (1e-7 relative)
+    assert np.all(np.diff(p.tpot_s) >= -1e-6 * p.tpot_s[1:])
