@@ -4,9 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8888
+APP_PORT ?= 8866
+CHROMIUM ?= /usr/bin/chromium
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lab test lint typecheck unit notebooks accuracy golden clean
+.PHONY: help venv lab app test lint typecheck unit notebooks browser chromium accuracy golden clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -22,6 +24,9 @@ venv: $(STAMP) ## create .venv with the package, notebook and test extras
 lab: $(STAMP) ## open JupyterLab on notebooks/ (prints the address; works headless)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=127.0.0.1 --port=$(PORT)
 
+app: $(STAMP) ## serve notebook 02 as a page for colleagues who do not code (127.0.0.1, port APP_PORT=8866)
+	$(BIN)/voila notebooks/02-interactive-estimator.ipynb --no-browser --Voila.ip=127.0.0.1 --port=$(APP_PORT)
+
 lint: $(STAMP) ## ruff lint and format check over code, tests, benchmarks and notebooks
 	$(BIN)/ruff check gpucap tests benchmarks notebooks
 	$(BIN)/ruff format --check gpucap tests benchmarks notebooks
@@ -30,13 +35,20 @@ typecheck: $(STAMP) ## mypy on gpucap/
 	$(BIN)/mypy
 
 unit: $(STAMP) ## unit and property tests with coverage
-	$(BIN)/python -m pytest --cov=gpucap --cov-report=term
+	$(BIN)/python -m pytest --ignore=tests/browser --cov=gpucap --cov-report=term
 
 notebooks: $(STAMP) ## execute every notebook (outputs must not be committed)
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 	$(BIN)/python -m pytest --nbmake notebooks -p no:cacheprovider
 
-test: lint typecheck unit notebooks ## everything CI runs
+chromium: ## install Debian's Chromium for the browser test when it is missing
+	@test -x $(CHROMIUM) || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi; }
+
+browser: $(STAMP) chromium ## the page in headless Chromium: change inputs, check the recommendation
+	$(BIN)/python -m pytest tests/browser -p no:cacheprovider
+
+test: lint typecheck unit notebooks browser ## everything CI runs
 
 accuracy: $(STAMP) ## error table on ../shared/data/measured-public.csv (benchmarks/out/)
 	$(BIN)/python benchmarks/accuracy.py

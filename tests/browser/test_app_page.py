@@ -1,0 +1,160 @@
+"""The estimator page for colleagues who don't code, in a real browser.
+
+Starts Voila on notebook 02 (127.0.0.1, a free port), opens it in headless Debian Chromium via
+Playwright, changes the model and the context length like a person would, and checks that the
+displayed recommendation becomes what the package computes for those inputs. A screenshot is
+saved in the test's temporary folder. The server is stopped at the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "02-interactive-estimator.ipynb"
+CHROMIUM = os.environ.get("GPUCAP_CHROMIUM", "/usr/bin/chromium")
+VOILA = Path(sys.executable).parent / "voila"
+STARTUP_S = 90
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM} (make chromium)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("voila") / "voila.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(VOILA), str(NOTEBOOK), "--no-browser", "--Voila.ip=127.0.0.1", f"--port={port}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:  # a static file answers once the server is up; GET / would start a kernel
+            try:
+                urllib.request.urlopen(url + "voila/static/voila.js", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"Voila did not start; its log:\n{log.read_text()}") from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _recommendation(page) -> int:
+    text = page.locator(".gpucap-recommendation").inner_text()
+    match = re.search(r"recommended concurrency:\s*([\d,]+)", text)
+    assert match, f"no recommendation in {text!r}"
+    return int(match.group(1).replace(",", ""))
+
+
+def _wait_for_change(page, old: int, timeout_s: float = 30) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            new = _recommendation(page)
+        except AssertionError:
+            new = old
+        if new != old:
+            return new
+        page.wait_for_timeout(250)
+    return _recommendation(page)
+
+
+def _expected(app, *, model: str, input_len: int) -> int:
+    """What the package computes for the page's inputs, called directly (not through the app)."""
+    from gpucap import EngineConfig, estimate
+
+    engine = EngineConfig(
+        engine=app.engine.value,
+        gpu_memory_utilization=app.gpu_memory_utilization.value,
+        cuda_graphs=app.cuda_graphs.value,
+    )
+    est = estimate(
+        model,
+        app.gpu.value,
+        app.num_gpus.value,
+        input_len=input_len,
+        output_len=app.output_len.value,
+        tp=app.tp.value,
+        pp=app.pp.value,
+        ep=app.ep.value,
+        weight_dtype=app.weight_dtype.value,
+        kv_dtype=app.kv_dtype.value,
+        ttft_slo_s=app.ttft_slo_s.value,
+        tpot_slo_s=app.tpot_slo_ms.value / 1000,
+        engine=engine,
+    )
+    return est.recommended_concurrency
+
+
+def test_changing_model_and_context_updates_the_recommendation(server, tmp_path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from gpucap.widgets import EstimatorApp
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-dev-shm-usage",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1800})
+            # the page asks a CDN for fonts: only this machine's server is reachable
+            page.route(
+                "**/*",
+                lambda route: route.continue_() if route.request.url.startswith("http://127.0.0.1") else route.abort(),
+            )
+            page.goto(server, wait_until="domcontentloaded", timeout=120_000)
+            page.locator(".gpucap-recommendation").filter(has_text="recommended concurrency").wait_for(timeout=120_000)
+            first = _recommendation(page)
+
+            app = EstimatorApp()  # the page's starting inputs, read from the same defaults
+            model = next(m for m in app.model.options if m != app.model.value and "Qwen3-8B" in m)
+            page.locator(".gpucap-model select").select_option(model)
+            after_model = _wait_for_change(page, first)
+            assert after_model == _expected(app, model=model, input_len=app.input_len.value)
+
+            length = page.locator(".gpucap-input-len input")
+            length.fill("16000")
+            length.press("Enter")
+            after_length = _wait_for_change(page, after_model)
+            assert after_length == _expected(app, model=model, input_len=16000)
+            assert after_length < after_model  # a longer prompt leaves room for fewer requests
+            page.wait_for_timeout(1500)  # the figures redraw just after the recommendation text
+            page.screenshot(path=str(tmp_path / "estimator-page.png"), full_page=True)
+        finally:
+            browser.close()

@@ -1,0 +1,236 @@
+"""The interactive estimator (gpucap.widgets) without a browser or a kernel: set widget values as a
+person would (observers fire synchronously) and check what the app shows against the package
+called directly with the same inputs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+pytest.importorskip("ipywidgets")
+
+import gpucap  # noqa: E402
+import gpucap.widgets as gw  # noqa: E402
+from gpucap.widgets import EstimatorApp  # noqa: E402
+
+LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
+SEED = dict(input_len=3840, output_len=256, ttft_slo_s=2.0, tpot_slo_s=0.1)  # the app's defaults
+
+
+def shown_concurrency(app: EstimatorApp) -> int:
+    """The recommendation as a reader of the page sees it."""
+    match = re.search(r"recommended concurrency: ([\d,]+)", app.recommendation.value)
+    assert match, app.recommendation.value
+    return int(match.group(1).replace(",", ""))
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Replace ``gpucap.widgets.<name>`` by a wrapper that counts its calls."""
+    calls = [0]
+    real: Callable[..., Any] = getattr(gw, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gw, name, counted)
+    return calls
+
+
+@pytest.fixture
+def rendered() -> None:
+    """Asked for by the tests that need the figures rendered to PNG."""
+
+
+@pytest.fixture(autouse=True)
+def quick_figures(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Figures are built but not rendered to PNG (most of an update's time), except in tests that
+    ask for ``rendered``."""
+    if "rendered" not in request.fixturenames:
+        monkeypatch.setattr(gw, "_png", lambda fig: b"not rendered")
+
+
+@pytest.fixture
+def app() -> EstimatorApp:
+    return EstimatorApp()
+
+
+def test_defaults_show_what_estimate_computes(rendered: None, app: EstimatorApp) -> None:
+    expected = gpucap.estimate(LLAMA_70B, "A100-SXM-80GB", 8, tp=8, **SEED)
+    assert app.error is None and app.result is not None
+    assert app.result.recommended_concurrency == expected.recommended_concurrency
+    assert shown_concurrency(app) == expected.recommended_concurrency
+    assert f"bottleneck: {expected.bottleneck}" in app.status_text
+    assert "gpucap-recommendation" in app.recommendation._dom_classes
+    # hand-derived: 80 layers x 8 KV heads x 128 head dim x 2 (K and V) x 2 bytes (bf16)
+    assert 80 * 8 * 128 * 2 * 2 == 327_680
+    assert "327,680 bytes per token" in app.memory_text.value
+    assert "40,960 per GPU" in app.status_text  # 8 KV heads over tp=8
+    assert set(app.shown) == {"memory", "constraints", "curves"}
+    assert all(png.startswith(b"\x89PNG") for png in app.pngs.values())
+    assert app.figures.layout.display != "none"
+
+
+def test_changed_inputs_match_estimate_and_format_thousands(app: EstimatorApp) -> None:
+    app.model.value = "Qwen/Qwen3-8B"
+    app.tp.value = 4
+    app.input_len.value = 1000
+    app.kv_dtype.value = "fp8"
+    app.engine.value = "sglang"
+    assert app.gpu_memory_utilization.value == pytest.approx(0.88)  # SGLang's own default
+    expected = gpucap.estimate(
+        "Qwen/Qwen3-8B",
+        "A100-SXM-80GB",
+        8,
+        tp=4,
+        kv_dtype="fp8",
+        engine="sglang",
+        input_len=1000,
+        output_len=256,
+        ttft_slo_s=2.0,
+        tpot_slo_s=0.1,
+    )
+    assert app.result is not None and app.result.replicas == 2
+    assert expected.recommended_concurrency >= 1000
+    assert shown_concurrency(app) == expected.recommended_concurrency
+    assert f"recommended concurrency: {expected.recommended_concurrency:,}" in app.status_text
+    assert "," in f"{expected.recommended_concurrency:,}"
+
+
+def test_model_that_does_not_fit_shows_the_message_instead_of_figures(app: EstimatorApp) -> None:
+    app.model.value = "deepseek-ai/DeepSeek-V3"
+    assert app.result is None
+    assert app.status_text.startswith("does not fit:")
+    assert "short by" in app.status_text and "try" in app.status_text
+    assert "does not fit" in app.recommendation.value
+    assert app.figures.layout.display == "none"
+    app.model.value = LLAMA_70B
+    assert app.result is not None and app.figures.layout.display != "none"
+
+
+def test_bad_input_shows_the_error_text_not_a_traceback(app: EstimatorApp, tmp_path: Path) -> None:
+    app.tp.value = 3
+    assert app.result is None
+    assert app.status_text.startswith("error: tp=3 does not divide")
+    assert "Traceback" not in app.recommendation.value
+    app.tp.value = 8
+    app.model_path.value = str(tmp_path / "missing" / "config.json")
+    assert app.status_text.startswith("error: model config") and "does not exist" in app.status_text
+    assert app.model.disabled  # the path overrides the list
+    app.model_path.value = ""
+    app.calibration.value = str(tmp_path / "nope.json")
+    assert "coefficients file" in app.status_text and "does not exist" in app.status_text
+    app.calibration.value = ""
+    assert app.result is not None and not app.model.disabled
+
+
+def test_model_from_a_config_path(app: EstimatorApp) -> None:
+    path = gpucap.model_cards()[LLAMA_70B]["path"]
+    app.model_path.value = path
+    expected = gpucap.estimate(path, "A100-SXM-80GB", 8, tp=8, **SEED)
+    assert shown_concurrency(app) == expected.recommended_concurrency
+
+
+def test_calibration_file_changes_the_result(app: EstimatorApp, tmp_path: Path) -> None:
+    before = shown_concurrency(app)  # compute binds first here
+    path = tmp_path / "coefficients.json"
+    path.write_text(json.dumps({"coefficients": {"u_compute": {"value": 0.25}}}))
+    app.calibration.value = str(path)
+    expected = gpucap.estimate(LLAMA_70B, "A100-SXM-80GB", 8, tp=8, coefficients=path, **SEED)
+    assert app.result is not None and app.result.coefficients.u_compute == 0.25
+    assert shown_concurrency(app) == expected.recommended_concurrency < before
+    assert "coefficients.json" in app.status_text
+
+
+def test_slo_change_recomputes_the_estimate_only(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
+    memory = count_calls(monkeypatch, "memory_breakdown")
+    memory_fig = count_calls(monkeypatch, "memory_figure")
+    curves = count_calls(monkeypatch, "closed_loop")
+    estimates = count_calls(monkeypatch, "estimate")
+    app.ttft_slo_s.value = 0.5
+    app.tpot_slo_ms.value = 60.0
+    assert (memory[0], memory_fig[0], curves[0], estimates[0]) == (0, 0, 0, 2)
+    expected = gpucap.estimate(LLAMA_70B, "A100-SXM-80GB", 8, tp=8, input_len=3840, output_len=256,
+                               ttft_slo_s=0.5, tpot_slo_s=0.06)  # fmt: skip
+    assert shown_concurrency(app) == expected.recommended_concurrency
+    app.tpot_slo_ms.value = 100.0  # back to SLOs seen before: the estimates come from the cache
+    app.ttft_slo_s.value = 2.0
+    assert estimates[0] == 2
+    assert app.result is not None and shown_concurrency(app) == app.result.recommended_concurrency
+    app.gpu_memory_utilization.value = 0.8  # memory does change now
+    assert memory[0] == 1 and memory_fig[0] == 1
+
+
+def test_redrawn_figures_match_fresh_ones(rendered: None, monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
+    """SLO and memory-fraction changes move the marks of the kept curves figure; what it shows must
+    be what a figure built from scratch for the same inputs shows."""
+    built = count_calls(monkeypatch, "load_curves_figure")
+    app.ttft_slo_s.value = 30.0  # above every TTFT on the curve: the axis must grow
+    app.tpot_slo_ms.value = 10.0
+    app.gpu_memory_utilization.value = 0.95  # memory holds more; vLLM still runs at most 256 at once
+    assert built[0] == 0
+    fresh = EstimatorApp(ttft_slo_s=30.0, tpot_slo_ms=10.0, gpu_memory_utilization=0.95)
+    assert app.pngs == fresh.pngs
+    assert all(png.startswith(b"\x89PNG") for png in app.pngs.values())
+
+
+def test_range_change_does_not_recompute_the_estimate(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
+    estimates = count_calls(monkeypatch, "estimate")
+    curves = count_calls(monkeypatch, "closed_loop")
+    assert app.auto_range.value
+    app.curve_max.value = 100.0
+    assert estimates[0] == 0 and curves[0] == 1
+    assert not app.auto_range.value  # moving the range by hand ends the automatic range
+    assert app.curves is not None and app.curves.concurrency.max() <= 100.0
+
+
+def test_communication_warning(app: EstimatorApp) -> None:
+    app.model.value = "meta-llama/Llama-3.1-8B"
+    app.gpu.value = "L40S-48GB"
+    app.input_len.value = 1000
+    assert app.result is not None and app.result.comm_share > 0.5
+    assert "warning: communication is" in app.status_text
+    assert "communication is" in app.warnings.value
+
+
+def test_starting_values_and_unknown_names() -> None:
+    app = EstimatorApp(model="Qwen/Qwen3-8B", gpu="H100-SXM-80GB", num_gpus=8, tp=1, input_len=1000)
+    expected = gpucap.estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", 8, tp=1, input_len=1000, output_len=256)
+    assert shown_concurrency(app) == expected.recommended_concurrency
+    with pytest.raises(TypeError, match="unknown inputs"):
+        EstimatorApp(tensor_parallel=2)
+
+
+def test_figure_functions_take_package_results() -> None:
+    from gpucap.batching import closed_loop
+    from gpucap.memory import memory_breakdown
+    from gpucap.plots import constraints_figure, load_curves_figure, memory_figure, set_load_curves_marks
+
+    est = gpucap.estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", 1, input_len=1000, output_len=256)
+    assert est.limits["interconnect"] is None  # one GPU: no link traffic, drawn as "not binding"
+    texts = [t.get_text() for t in constraints_figure(est).axes[0].texts]
+    assert "not binding" in texts and f" recommended {est.recommended_concurrency:,}" in texts
+    assert "Qwen/Qwen3-8B on H100-SXM-80GB" in memory_figure(est).axes[0].get_title(loc="left")
+
+    hw = gpucap.hardware("deepseek-ai/DeepSeek-V3", "A100-SXM-80GB", tp=8)
+    mem = memory_breakdown(hw.spec, hw.gpu, hw.layout, weight_dtype="bf16", kv_dtype="auto", engine=hw.engine)
+    assert not mem.fits
+    assert any(t.get_text().startswith("short by") for t in memory_figure(mem).axes[0].texts)
+
+    point = closed_loop(est.hw, est.coefficients, concurrency=[1.0, 10.0, 100.0], input_len=1000.0, output_len=256.0)
+    fig = load_curves_figure(point)  # no marks
+    assert not any(line.get_visible() for ax in fig.axes for line in ax.lines if line.get_gid() != "gpucap-curve")
+    set_load_curves_marks(fig, ttft_slo_s=50.0, recommended=10.0, memory_limit=1000.0)
+    ttft_axis = fig.axes[0]
+    assert ttft_axis.get_ylim()[1] >= 50.0  # the axis grows to show the SLO line
+    assert "SLO 50" in [t.get_text() for t in ttft_axis.texts]
+    memory_marks = [line for line in ttft_axis.lines if line.get_gid() == "gpucap-memory"]
+    assert not memory_marks[0].get_visible()  # 1,000 lies beyond the curves: not drawn
