@@ -22,21 +22,18 @@ from __future__ import annotations
 
 import hashlib
 import html
-import io
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import ipywidgets as widgets
-import matplotlib
 import numpy as np
 from IPython.display import Image, display
 from matplotlib.figure import Figure
 
+from .appcache import LRU, Inputs, png, stamp
 from .batching import LoadPoint, closed_loop
 from .catalog import model_cards
 from .engine import ENGINES, Coefficients, EngineConfig
@@ -50,8 +47,6 @@ from .units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM, GiB
 DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 DEFAULT_GPU = "A100-SXM-80GB"
 CURVE_POINTS = 120  # concurrencies the curves are solved at (one vectorized closed_loop call)
-CACHE_SIZE = 64  # results kept per stage, so dragging a slider back and forth is instant
-PNG_DPI = 100
 # Slider stops. Exact values (not a log slider, whose browser side rounds 2.0 to 10**0.3 and
 # sends it back): what a person sets is what the estimator gets.
 TTFT_SLO_CHOICES_S = tuple(
@@ -65,95 +60,6 @@ ROW_WIDTH = "370px"
 DESCRIPTION_WIDTH = "150px"
 
 T = TypeVar("T")
-
-
-class _LRU(Generic[T]):
-    """A small least-recently-used cache: ``get(key, make)`` calls ``make`` only for a new key."""
-
-    def __init__(self, size: int = CACHE_SIZE) -> None:
-        self.size = size
-        self._items: OrderedDict[Hashable, T] = OrderedDict()
-
-    def get(self, key: Hashable, make: Callable[[], T]) -> T:
-        if key in self._items:
-            self._items.move_to_end(key)
-            return self._items[key]
-        value = make()
-        self._items[key] = value
-        if len(self._items) > self.size:
-            self._items.popitem(last=False)
-        return value
-
-
-@dataclass(frozen=True)
-class _Inputs:
-    """The widget values of one update, normalized; the cache keys are made from these."""
-
-    model: str  # catalog id, or the resolved path of a config.json
-    model_stamp: int  # the config file's modification time (0 for catalog models)
-    gpu: str
-    num_gpus: int
-    tp: int
-    pp: int
-    ep: int
-    weight_dtype: str
-    kv_dtype: str
-    engine: str
-    gpu_memory_utilization: float
-    cuda_graphs: bool
-    input_len: int
-    output_len: int
-    ttft_slo_s: float
-    tpot_slo_s: float
-    calibration: str  # resolved path, or "" for the engine's default coefficients
-    calibration_stamp: int
-    curve_max: float
-
-    @property
-    def hardware_key(self) -> tuple[Hashable, ...]:
-        return (
-            self.model,
-            self.model_stamp,
-            self.gpu,
-            self.tp,
-            self.pp,
-            self.ep,
-            self.weight_dtype,
-            self.kv_dtype,
-            self.engine,
-            self.gpu_memory_utilization,
-            self.cuda_graphs,
-        )
-
-    def load_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
-        """What the curves depend on: the hardware, the box, the lengths and the coefficients."""
-        return (*self.hardware_key, self.num_gpus, self.input_len, self.output_len, coefficients)
-
-    def estimate_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
-        return (*self.load_key(coefficients), self.ttft_slo_s, self.tpot_slo_s)
-
-    @property
-    def engine_config(self) -> EngineConfig:
-        return EngineConfig(
-            engine=self.engine, gpu_memory_utilization=self.gpu_memory_utilization, cuda_graphs=self.cuda_graphs
-        )
-
-
-def _stamp(path: Path) -> int:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return 0
-
-
-def _png(fig: Figure) -> bytes:
-    """Render a figure to PNG, with fast compression and unhinted text (together a fifth faster on
-    these figures). A plain ``Figure`` is not held by pyplot's registry: nothing leaks once the
-    app drops it."""
-    buf = io.BytesIO()
-    with matplotlib.rc_context({"text.hinting": "none"}):
-        fig.savefig(buf, format="png", dpi=PNG_DPI, pil_kwargs={"compress_level": 1})
-    return buf.getvalue()
 
 
 def _labelled(values: tuple[float, ...]) -> list[tuple[str, float]]:
@@ -417,12 +323,12 @@ class EstimatorApp:
         self._warnings_text = ""
         self._memory_text = ""
         self._quiet = False
-        self._hardware_cache: _LRU[Hardware] = _LRU()
-        self._memory_cache: _LRU[MemoryBreakdown] = _LRU()
-        self._coefficient_cache: _LRU[Coefficients] = _LRU()
-        self._estimate_cache: _LRU[Estimate] = _LRU()
-        self._curve_cache: _LRU[LoadPoint] = _LRU()
-        self._png_cache: _LRU[bytes] = _LRU()
+        self._hardware_cache: LRU[Hardware] = LRU()
+        self._memory_cache: LRU[MemoryBreakdown] = LRU()
+        self._coefficient_cache: LRU[Coefficients] = LRU()
+        self._estimate_cache: LRU[Estimate] = LRU()
+        self._curve_cache: LRU[LoadPoint] = LRU()
+        self._png_cache: LRU[bytes] = LRU()
         self._curves_figure: tuple[Hashable, Figure] | None = None  # kept to move its SLO marks
 
         for w in self.inputs.values():
@@ -508,7 +414,7 @@ class EstimatorApp:
 
     # --- the update ----------------------------------------------------------------------------
 
-    def _read_inputs(self) -> _Inputs:
+    def _read_inputs(self) -> Inputs:
         model, model_stamp = self.model.value, 0
         path_text = self.model_path.value.strip()
         if path_text:
@@ -518,13 +424,13 @@ class EstimatorApp:
                     f"model config {path_text!r} does not exist; give a path to a config.json "
                     "(or its folder), or clear the box to use the list"
                 )
-            model, model_stamp = str(path.resolve()), _stamp(path)
+            model, model_stamp = str(path.resolve()), stamp(path)
         calibration, calibration_stamp = "", 0
         calibration_text = self.calibration.value.strip()
         if calibration_text:
             path = Path(calibration_text).expanduser()
-            calibration, calibration_stamp = str(path.resolve()), _stamp(path)
-        return _Inputs(
+            calibration, calibration_stamp = str(path.resolve()), stamp(path)
+        return Inputs(
             model=model,
             model_stamp=model_stamp,
             gpu=self.gpu.value,
@@ -673,9 +579,9 @@ class EstimatorApp:
             "memory",
             self.memory_out,
             inp.hardware_key,
-            lambda: _png(memory_figure(mem, title=f"{name}: one GPU")),
+            lambda: png(memory_figure(mem, title=f"{name}: one GPU")),
         )
-        self._show("constraints", self.constraints_out, inp.estimate_key(coef), lambda: _png(constraints_figure(est)))
+        self._show("constraints", self.constraints_out, inp.estimate_key(coef), lambda: png(constraints_figure(est)))
         marks = dict(
             ttft_slo_s=inp.ttft_slo_s,
             tpot_slo_s=inp.tpot_slo_s,
@@ -703,7 +609,7 @@ class EstimatorApp:
             else:
                 fig = load_curves_figure(curves, replicas=replicas, title=title, **marks)
                 self._curves_figure = (base_key, fig)
-            return _png(fig)
+            return png(fig)
 
         self._show("curves", self.curves_out, (base_key, *marks.values()), curves_png)
 

@@ -55,7 +55,7 @@ def quick_figures(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     """Figures are built but not rendered to PNG (most of an update's time), except in tests that
     ask for ``rendered``."""
     if "rendered" not in request.fixturenames:
-        monkeypatch.setattr(gw, "_png", lambda fig: b"not rendered")
+        monkeypatch.setattr(gw, "png", lambda fig: b"not rendered")
 
 
 @pytest.fixture
