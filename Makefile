@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## create .venv with the package, notebook and test extras
 
 lab: $(STAMP) ## open JupyterLab on notebooks/ (prints the address; works headless)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=127.0.0.1 --port=$(PORT)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --no-browser --ip=127.0.0.1 --port=$(PORT) \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 app: $(STAMP) ## serve notebook 02 as a page for colleagues who do not code (127.0.0.1, port APP_PORT=8866)
 	$(BIN)/voila notebooks/02-interactive-estimator.ipynb --no-browser --Voila.ip=127.0.0.1 --port=$(APP_PORT)
