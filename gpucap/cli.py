@@ -66,7 +66,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
     e.add_argument("--input-len", type=_positive_float, required=True, help="input tokens per request")
     e.add_argument("--output-len", type=_positive_float, required=True, help="output tokens per request")
-    e.add_argument("--concurrency", type=_positive_float, default=None, help="requests in flight, all replicas")
+    load = e.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", type=_positive_float, default=None, help="requests in flight, all replicas")
+    load.add_argument(
+        "--request-rate", type=_positive_float, default=None, help="arrivals per second, all replicas (open loop)"
+    )
     e.add_argument("--ttft-slo", type=_positive_float, default=2.0, help="seconds (default 2)")
     e.add_argument("--tpot-slo", type=_positive_float, default=0.1, help="seconds (default 0.1)")
     e.add_argument("--engine", default="vllm", choices=list(ENGINES))
@@ -139,6 +143,7 @@ def _estimate(a: argparse.Namespace) -> int:
         weight_dtype=a.weight_dtype,
         kv_dtype=a.kv_dtype,
         concurrency=a.concurrency,
+        request_rate=a.request_rate,
         ttft_slo_s=a.ttft_slo,
         tpot_slo_s=a.tpot_slo,
         engine=eng,

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .batching import LoadPoint, closed_loop, saturation_run
+from .batching import LoadPoint, closed_loop, open_loop, saturation_run
 from .catalog import load_model
 from .engine import Coefficients, EngineConfig
 from .gpus import GPU, get_gpu
@@ -185,6 +185,7 @@ def estimate(
     weight_dtype: str = "bf16",
     kv_dtype: str = "auto",
     concurrency: float | None = None,
+    request_rate: float | None = None,
     ttft_slo_s: float = 2.0,
     tpot_slo_s: float = 0.1,
     engine: str | EngineConfig = "vllm",
@@ -194,7 +195,10 @@ def estimate(
     """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``.
 
     The GPUs form ``num_gpus / (tp x pp x attn_dp)`` replicas. Concurrency (given and reported)
-    counts requests across all replicas. Raises ``DoesNotFit`` when the weights leave no room.
+    counts requests across all replicas. The speed is evaluated at ``concurrency`` requests kept
+    in flight (closed loop), or at ``request_rate`` arrivals per second spread over the replicas
+    (open loop: the reported concurrency is then the mean number in the system), or else at the
+    recommendation. Raises ``DoesNotFit`` when the weights leave no room.
     """
     hw = hardware(
         model,
@@ -258,24 +262,40 @@ def estimate(
     if rec_r < 1:
         notes.append("no concurrency meets both SLOs: even one request misses TTFT or TPOT")
 
-    c_total = float(concurrency) if concurrency is not None else max(rec_r, 1.0) * replicas
-    if c_total <= 0:
-        raise ValueError(f"concurrency must be positive, got {concurrency}")
-    at = closed_loop(
-        hw,
-        coef,
-        concurrency=c_total / replicas,
-        input_len=wl.input_len,
-        output_len=wl.output_len,
-        max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_limit),
-    )
+    cap = min(float(hw.engine.max_num_seqs or np.inf), mem_limit)
+    if concurrency is not None and request_rate is not None:
+        raise ValueError("give concurrency (closed loop) or request_rate (open loop), not both")
+    if request_rate is not None:
+        if not request_rate > 0:
+            raise ValueError(f"request_rate must be positive, got {request_rate}")
+        at = open_loop(
+            hw,
+            coef,
+            request_rate=request_rate / replicas,
+            input_len=wl.input_len,
+            output_len=wl.output_len,
+            max_running=cap,
+        )
+        c_total = float(at.concurrency) * replicas
+        if not np.isfinite(c_total):
+            notes.append(
+                f"{request_rate:g} requests/s exceed the service rate {float(at.requests_per_s) * replicas:.3g}/s: "
+                "the queue grows without bound"
+            )
+    else:
+        c_total = float(concurrency) if concurrency is not None else max(rec_r, 1.0) * replicas
+        if c_total <= 0:
+            raise ValueError(f"concurrency must be positive, got {concurrency}")
+        at = closed_loop(
+            hw, coef, concurrency=c_total / replicas, input_len=wl.input_len, output_len=wl.output_len, max_running=cap
+        )
     sat = saturation_run(
         hw,
         coef,
         num_prompts=np.inf,
         input_len=wl.input_len,
         output_len=wl.output_len,
-        max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_limit),
+        max_running=cap,
     )
     share = float(at.decode_step.comm_share)
     if share > COMM_SHARE_WARNING:

@@ -52,8 +52,12 @@ def format_estimate(e: Estimate) -> str:
     speed = (
         f"recommended concurrency: {e.recommended_concurrency:,}   bottleneck: {e.bottleneck}\n"
         f"  memory holds {e.limits['memory']:,.0f} at input+output, {e.memory_limit_mean_context:,.0f} at input+output/2\n"
-        f"at concurrency {e.concurrency:,.0f}: TTFT {e.ttft_s * 1e3:,.0f} ms, TPOT {e.tpot_s * 1e3:,.1f} ms, "
-        f"{e.output_tokens_per_s:,.0f} output tokens/s, communication {e.comm_share:.0%} of a step\n"
+        + (
+            f"at concurrency {e.concurrency:,.1f}: TTFT {e.ttft_s * 1e3:,.0f} ms, TPOT {e.tpot_s * 1e3:,.1f} ms, "
+            if math.isfinite(e.concurrency)
+            else f"overloaded (queue grows without bound, TTFT unbounded): TPOT {e.tpot_s * 1e3:,.1f} ms, "
+        )
+        + f"{e.output_tokens_per_s:,.0f} output tokens/s, communication {e.comm_share:.0%} of a step\n"
         f"saturation (all requests at once): {e.saturation_output_tokens_per_s:,.0f} output tokens/s"
     )
     notes = "".join(f"\nnote: {n}" for n in e.notes)
@@ -112,7 +116,7 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
         "memory_limit_mean_context": e.memory_limit_mean_context,
         "recommended_concurrency": e.recommended_concurrency,
         "bottleneck": e.bottleneck,
-        "concurrency": e.concurrency,
+        "concurrency": _clean(e.concurrency),
         "ttft_s": _clean(e.ttft_s),
         "tpot_s": _clean(e.tpot_s),
         "output_tokens_per_s": _clean(e.output_tokens_per_s),

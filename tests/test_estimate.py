@@ -71,3 +71,18 @@ def test_bad_workload_values() -> None:
         estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", input_len=100, output_len=0)
     with pytest.raises(ValueError, match="not a multiple"):
         estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", 3, tp=2, input_len=100, output_len=10)
+
+
+def test_open_loop_request_rate() -> None:
+    # below the service rate every arrival is served: 5 requests/s x 200 tokens = 1,000 tokens/s
+    light = estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", input_len=1000, output_len=200, request_rate=5.0)
+    assert light.output_tokens_per_s == pytest.approx(1000.0, rel=1e-6)
+    assert 0 < light.concurrency < light.limits["memory"]
+    # far above it the queue grows without bound: throughput is the saturation rate
+    heavy = estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", input_len=1000, output_len=200, request_rate=500.0)
+    assert heavy.to_dict()["concurrency"] is None and heavy.to_dict()["ttft_s"] is None
+    assert heavy.output_tokens_per_s == pytest.approx(heavy.saturation_output_tokens_per_s, rel=0.05)
+    assert any("exceed the service rate" in n for n in heavy.notes)
+    assert "overloaded" in str(heavy)
+    with pytest.raises(ValueError, match="not both"):
+        estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", input_len=1000, output_len=200, request_rate=5.0, concurrency=3)
