@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from gpucap.analysis import size_bucket  # noqa: E402
 from gpucap.catalog import load_model  # noqa: E402
 from gpucap.gpus import get_gpu  # noqa: E402
 from gpucap.units import COMPUTE_FORMAT  # noqa: E402
@@ -43,11 +44,6 @@ def seed_throughput(row: pd.Series) -> float:
     gpu = get_gpu(str(row["gpu"]))
     fmt = COMPUTE_FORMAT.get(str(row["weight_dtype"]), "bf16") if isinstance(row["weight_dtype"], str) else "bf16"
     return float(row["num_gpus"]) * gpu.peak_flops_per_s(fmt) * SEED_UTILIZATION / (2 * spec.total_params)
-
-
-def size_bucket(model: str) -> str:
-    active = load_model(model).active_params / 1e9
-    return "<10B" if active < 10 else "10-40B" if active < 40 else "40-100B" if active < 100 else ">100B"
 
 
 def main() -> None:

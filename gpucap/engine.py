@@ -97,23 +97,23 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
         0.50,
         0.05,
         1.0,
-        "share of dense tensor-core peak reached by a serving step's matmuls and attention; large "
-        "bf16/fp8 GEMMs reach 60-75% on H100 (NVIDIA cuBLAS benchmarks), a whole prefill less "
-        "(DESIGN.md section 7 takes 50-60% for prefill)",
+        "share of dense tensor-core peak reached by a serving step's matmuls and attention; "
+        "DESIGN.md section 7 takes 50-60% for prefill; the default is its lower end (assumption, "
+        "checked only through benchmarks/accuracy.py)",
     ),
     "u_hbm": Coefficient(
         0.80,
         0.3,
         1.0,
-        "share of datasheet HBM bandwidth reached when streaming weights and KV; copy kernels reach "
-        "~90% on H100/A100 (NVIDIA nvbandwidth / STREAM), decode GEMV and paged attention less",
+        "share of datasheet HBM bandwidth reached when streaming weights and KV (assumption: below "
+        "what a plain copy kernel reaches, since decode GEMV and paged attention are not copies)",
     ),
     "u_link": Coefficient(
         0.70,
         0.1,
         1.0,
         "share of per-direction link bandwidth reached by NCCL all-reduce bus bandwidth "
-        "(nccl-tests: ~360-480 of 450 GB/s on H100 NVSwitch for large messages, less for small)",
+        "(assumption; calibrate it on runs with tensor parallelism)",
     ),
     "overlap": Coefficient(
         0.0,

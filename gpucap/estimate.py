@@ -120,11 +120,18 @@ def hardware(
     )
 
 
-def memory_limit(hw: Hardware, context_tokens: float) -> tuple[MemoryBreakdown, float]:
-    """Per-GPU breakdown and the requests one replica's KV cache holds at ``context_tokens``."""
-    mem = memory_breakdown(
+def hardware_memory(hw: Hardware) -> MemoryBreakdown:
+    """``gpucap.memory.memory_breakdown`` of resolved hardware; does not raise when it does not fit
+    (a negative ``kv_budget`` says by how much)."""
+    return memory_breakdown(
         hw.spec, hw.gpu, hw.layout, weight_dtype=hw.weight_dtype, kv_dtype=hw.kv_dtype, engine=hw.engine
     )
+
+
+def memory_limit(hw: Hardware, context_tokens: float) -> tuple[MemoryBreakdown, float]:
+    """Per-GPU breakdown and the requests one replica's KV cache holds at ``context_tokens``;
+    raises ``DoesNotFit`` when the weights leave no room."""
+    mem = hardware_memory(hw)
     if not mem.fits:
         raise DoesNotFit(does_not_fit_message(mem, hw.spec, hw.gpu, hw.layout, hw.weight_dtype))
     limit = float(concurrency_by_memory(mem, hw.spec, hw.layout, context_tokens, int(hw.engine.block_size or 1)))
@@ -147,16 +154,17 @@ def resource_limits(hw: Hardware, coef: Coefficients, wl: Workload, top: float) 
     """Per replica: the concurrency at which each resource's own term alone uses up an SLO.
 
     For resource r (compute, HBM, link) the steady-state step is split into its terms; the limit is
-    the largest C with ``term_r(decode step) <= TPOT_SLO`` and ``chunks x term_r(prefill step) <=
-    TTFT_SLO``. The combined recommendation can sit below every bar, since the terms add.
+    the largest C with ``term_r(decode step) <= TPOT_SLO`` and ``TTFT x term_r(prefill step) /
+    prefill step <= TTFT_SLO``: TTFT, queueing for prompt-token budget included, is charged to each
+    resource by its share of the step that carries the prefill. The combined recommendation can sit
+    below every bar, since the terms add.
     """
     grid = _grid(top)
     pt = closed_loop(hw, coef, concurrency=grid, input_len=wl.input_len, output_len=wl.output_len)
-    chunks = np.where(pt.prefill_step.total_s > 0, (pt.ttft_s / pt.prefill_step.total_s), 1.0)
     out: dict[str, float | None] = {}
     for name, attr in (("compute", "compute_s"), ("hbm_bandwidth", "memory_s"), ("interconnect", "comm_s")):
         dec = getattr(pt.decode_step, attr)
-        pre = getattr(pt.prefill_step, attr) * chunks
+        pre = pt.ttft_s * getattr(pt.prefill_step, attr) / pt.prefill_step.total_s
         out[name] = _largest_ok(grid, (dec <= wl.tpot_slo_s) & (pre <= wl.ttft_slo_s))
     return out
 
@@ -253,8 +261,8 @@ def estimate(
     else:
         step = probe.decode_step
         shares = {
-            "compute": float(np.maximum(step.compute_s - step.memory_s, 0) > 0) * float(step.compute_s),
-            "hbm_bandwidth": float(step.memory_s >= step.compute_s) * float(step.memory_s),
+            "compute": float(step.compute_s),
+            "hbm_bandwidth": float(step.memory_s),
             "interconnect": float(step.comm_s),
             "step_overhead": float(step.overhead_s),
         }

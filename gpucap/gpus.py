@@ -22,9 +22,9 @@ GPU_FILE = DATA_DIR / "gpus.csv"
 REQUIRED_COLUMNS = ("key", "memory_GB", "bf16_dense_TFLOPs", "hbm_TB_per_s", "link_kind", "link_GB_per_s_per_direction")
 LINK_KINDS = ("nvswitch", "nvlink-bridge", "xgmi", "pcie")
 
-# Small-message all-reduce latency (the ring's alpha term) per link kind. NCCL-tests on
-# 8 x H100 NVSwitch report ~10-20 us for 8-byte to 64-KiB all-reduces; PCIe boxes and xGMI
-# show 20-40 us (NCCL / RCCL tests published by the vendors). Calibration can rescale it.
+# Small-message all-reduce latency (the ring's alpha term) per link kind: assumed values of the
+# order nccl-tests prints for small all-reduces, not measured here. Calibration does not fit them
+# (u_link scales only the bandwidth term); a GPU file cannot override them yet.
 LINK_LATENCY_S: dict[str, float] = {"nvswitch": 10 * US, "nvlink-bridge": 10 * US, "xgmi": 20 * US, "pcie": 25 * US}
 
 

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from .batching import LoadPoint
 from .engine import Coefficients
-from .memory import MemoryBreakdown, memory_breakdown
+from .memory import MemoryBreakdown
 from .step import Hardware, StepTime, StepWork, step_time
 from .units import MS, GiB
 
@@ -43,14 +43,6 @@ def _arr(values: object) -> FloatArray:
 
 
 # ---- memory -----------------------------------------------------------------------------------
-def memory_of(hw: Hardware) -> MemoryBreakdown:
-    """``gpucap.memory.memory_breakdown`` of a resolved ``Hardware`` (model, GPU, layout, formats,
-    engine), without raising when the model does not fit (``estimate.memory_limit`` raises)."""
-    return memory_breakdown(
-        hw.spec, hw.gpu, hw.layout, weight_dtype=hw.weight_dtype, kv_dtype=hw.kv_dtype, engine=hw.engine
-    )
-
-
 def memory_parts_gib(mem: MemoryBreakdown) -> dict[str, float]:
     """One GPU's bytes split for a stacked bar, in GiB: weights, activations, CUDA graphs, runtime,
     the KV budget (0 when the model does not fit) and what the engine leaves unused."""
@@ -77,7 +69,7 @@ def memory_table(breakdowns: Mapping[str, MemoryBreakdown]) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def memory_figure(breakdowns: Mapping[str, MemoryBreakdown], title: str = "") -> Figure:
+def memory_comparison_figure(breakdowns: Mapping[str, MemoryBreakdown], title: str = "") -> Figure:
     """Stacked bars of one GPU's memory per configuration, with its capacity as a tick line.
     A configuration whose weights and reservations exceed what is usable is marked "does not fit"
     with the shortfall."""

@@ -70,7 +70,7 @@ def _int(row: pd.Series, col: str, default: int) -> int:
     return default if v is None else int(v)
 
 
-def case_hardware(row: pd.Series, engine_overrides: dict[str, Any] | None = None) -> tuple[Hardware, int, list[str]]:
+def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     """Hardware for one case row, the number of replicas, and the assumptions made."""
     notes: list[str] = []
     num_gpus = _int(row, "num_gpus", 1)
@@ -91,7 +91,7 @@ def case_hardware(row: pd.Series, engine_overrides: dict[str, Any] | None = None
         kv = "fp8" if gpu.startswith(BLACKWELL_PREFIXES) else "auto"
     engine = str(row.get("engine") or "vllm").lower()
     engine = ENGINE_ALIASES.get(engine, engine)
-    eng = EngineConfig(engine=engine, **(engine_overrides or {}))
+    eng = EngineConfig(engine=engine)
     hw = hardware(
         str(row["model"]), gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=wd, kv_dtype=kv, engine=eng
     )

@@ -3,7 +3,7 @@
 recommendation, and TTFT / TPOT / output tokens/s against concurrency.
 
 Wiring only, no formula: every number comes from ``gpucap.estimate``, ``gpucap.estimate.hardware``,
-``gpucap.memory.memory_breakdown`` and ``gpucap.batching.closed_loop``, every figure from
+``gpucap.estimate.hardware_memory`` and ``gpucap.batching.closed_loop``, every figure from
 ``gpucap.plots``. Each stage is cached by the inputs it depends on, so a change recomputes and
 redraws only what it must:
 
@@ -37,9 +37,9 @@ from .appcache import LRU, Inputs, png, stamp
 from .batching import LoadPoint, closed_loop
 from .catalog import model_cards
 from .engine import ENGINES, Coefficients, EngineConfig
-from .estimate import DoesNotFit, Estimate, estimate, hardware
+from .estimate import DoesNotFit, Estimate, estimate, hardware, hardware_memory
 from .gpus import get_gpu, load_gpus
-from .memory import MemoryBreakdown, memory_breakdown
+from .memory import MemoryBreakdown
 from .plots import constraints_figure, load_curves_figure, memory_figure, set_load_curves_marks
 from .step import Hardware
 from .units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM, GiB
@@ -532,14 +532,7 @@ class EstimatorApp:
             "memory",
             lambda: self._memory_cache.get(
                 inp.hardware_key,
-                lambda: memory_breakdown(
-                    hw.spec,
-                    hw.gpu,
-                    hw.layout,
-                    weight_dtype=hw.weight_dtype,
-                    kv_dtype=hw.kv_dtype,
-                    engine=hw.engine,
-                ),
+                lambda: hardware_memory(hw),
             ),
         )
 

@@ -12,7 +12,7 @@ from gpucap import seeds, teach
 from gpucap.batching import closed_loop, open_loop
 from gpucap.catalog import load_model
 from gpucap.engine import Coefficients
-from gpucap.estimate import hardware
+from gpucap.estimate import hardware, hardware_memory
 from gpucap.memory import kv_bytes_per_token
 from gpucap.step import StepTime, prefill_pairs_per_layer, step_time, step_work
 from gpucap.units import GB, GiB
@@ -124,7 +124,7 @@ def hw8():
 
 
 def test_memory_parts_add_up_to_the_gpu(hw8) -> None:
-    mem = teach.memory_of(hw8)
+    mem = hardware_memory(hw8)
     parts = teach.memory_parts_gib(mem)
     assert list(parts) == list(teach.MEMORY_PARTS)
     assert sum(parts.values()) == pytest.approx(mem.total / GiB)
@@ -132,8 +132,8 @@ def test_memory_parts_add_up_to_the_gpu(hw8) -> None:
     assert list(table.index) == ["a", "b"] and "KV tokens per GPU" in table.columns
 
 
-def test_memory_of_does_not_raise_when_it_does_not_fit() -> None:
-    mem = teach.memory_of(hardware(LLAMA, "H100-SXM-80GB", tp=1))
+def test_hardware_memory_does_not_raise_when_it_does_not_fit() -> None:
+    mem = hardware_memory(hardware(LLAMA, "H100-SXM-80GB", tp=1))
     assert not mem.fits
     assert teach.memory_parts_gib(mem)["KV budget"] == 0
 
@@ -202,8 +202,8 @@ def _lines(fig: Figure, i: int = 0) -> int:
 
 
 def test_memory_figure(hw8) -> None:
-    mems = {"1 GPU": teach.memory_of(hardware(LLAMA, "H100-SXM-80GB")), "8 GPUs": teach.memory_of(hw8)}
-    fig = teach.memory_figure(mems)
+    mems = {"1 GPU": hardware_memory(hardware(LLAMA, "H100-SXM-80GB")), "8 GPUs": hardware_memory(hw8)}
+    fig = teach.memory_comparison_figure(mems)
     assert isinstance(fig, Figure) and len(fig.axes) == 1
     ax = fig.axes[0]
     assert len(ax.patches) == len(teach.MEMORY_PARTS) * 2  # one rectangle per part per bar

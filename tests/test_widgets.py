@@ -151,7 +151,7 @@ def test_calibration_file_changes_the_result(app: EstimatorApp, tmp_path: Path) 
 
 
 def test_slo_change_recomputes_the_estimate_only(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
-    memory = count_calls(monkeypatch, "memory_breakdown")
+    memory = count_calls(monkeypatch, "hardware_memory")
     memory_fig = count_calls(monkeypatch, "memory_figure")
     curves = count_calls(monkeypatch, "closed_loop")
     estimates = count_calls(monkeypatch, "estimate")
