@@ -13,9 +13,11 @@ import numpy as np
 
 from .engine import Coefficients
 from .memory import ArrayLike
-from .step import Array, Hardware, StepTime, prefill_pairs_per_layer, step_time, step_work
+from .steady import Lines, closed_loop_root, lines_through, rate_cap_root
+from .step import Array, Hardware, StepTime, combine, prefill_pairs_per_layer, step_terms, step_time, step_work
 
-FIXED_POINT_ITERATIONS = 200
+DENSE_PASSES = 2  # the second pass takes the chunk count at the first solution
+MOE_PASSES = 4  # Newton passes on the concave expert traffic (converged to 1e-11 in tests)
 DRAIN_NODES = 16
 OPEN_LOOP_GRID = 96  # concurrencies per rate, log-spaced up to max_running
 OPEN_LOOP_LOWEST = 1e-3
@@ -42,9 +44,46 @@ def _steps(hw: Hardware, coef: Coefficients, *, batch: Array, context: Array, pr
     return step_time(hw, work, coef)
 
 
+def _terms(hw: Hardware, coef: Coefficients, b: ArrayLike, ctx: Array, p: ArrayLike, q: ArrayLike) -> Array:
+    work = step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=p, prefill_pairs=q)
+    return step_terms(hw, work, coef)
+
+
 def _frontend_rate(coef: Coefficients) -> float:
     """Requests/s the serving front end can pass: ``1 / t_request_s`` (no limit at 0)."""
     return 1.0 / coef.t_request_s if coef.t_request_s > 0 else np.inf
+
+
+def _unit_terms(
+    hw: Hardware, coef: Coefficients, *, i: Array, ctx: Array, pairs_one: Array
+) -> tuple[Array, Array, Array]:
+    """Step terms of an empty step, and what one decoding sequence and one whole prompt add. A
+    dense model's work is affine in decode tokens, prompt tokens and prefill pairs together, so
+    any step's terms are ``base + B x per_decode + (P / I) x per_prompt``."""
+
+    def terms(b: ArrayLike, p: ArrayLike, q: ArrayLike) -> Array:
+        work = step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=p, prefill_pairs=q)
+        return step_terms(hw, work, coef)
+
+    base = terms(0.0, 0.0, 0.0)[:, :1]
+    return base, terms(1.0, 0.0, 0.0) - base, terms(0.0, i, pairs_one) - base
+
+
+def _arrivals_per_step(
+    hw: Hardware,
+    coef: Coefficients,
+    dec: Lines,
+    pre: Lines,
+    *,
+    r: Array,
+    chunks: Array,
+    decoding: Array,
+    a_budget: Array,
+) -> Array:
+    """``a`` of the closed loop, capped by the prompt-token budget and the front end."""
+    pp = hw.layout.pp
+    root = closed_loop_root(dec, pre, pp=pp, running=r, chunks=chunks, decoding=decoding, t_request_s=coef.t_request_s)
+    return np.minimum(np.minimum(root, a_budget), rate_cap_root(dec, pp=pp, rate_per_s=_frontend_rate(coef)))
 
 
 def closed_loop(
@@ -70,54 +109,74 @@ def closed_loop(
 
     and TTFT = max(TTFT_run, R / X - (O - 1) TPOT) + (C - R) / X: the prefill and the request's
     own pass through the front end (or the queue for prompt-token budget or the front end), and
-    the wait for a slot. Output tokens/s = X x O.
+    the wait for a slot. Output tokens/s = X x O. Solved in closed form on the linear pieces of
+    the step time (``gpucap.steady``), with the chunk count ``s`` updated once from the solution.
     """
-    c = np.asarray(concurrency, dtype=float)
-    i = np.asarray(input_len, dtype=float)
-    o = np.asarray(output_len, dtype=float)
-    c, i, o = np.broadcast_arrays(c, i, o)
-    r = np.minimum(c, max_running)
+    c, i, o, cap = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running))
+    )
+    shape = c.shape
+    c, i, o, cap = (np.ravel(v) for v in (c, i, o, cap))
+    r = np.minimum(c, cap)
     m = float(hw.engine.max_num_batched_tokens or 8192)
     ctx = i + o / 2.0
     pairs_one = prefill_pairs_per_layer(hw.spec, i)
     decoding = np.maximum(o - 1.0, 0.0)
-    b = r * decoding / (decoding + 1.0)
-    tpot = _steps(hw, coef, batch=b, context=ctx, prefill=0.0 * b, pairs=0.0 * b).total_s
-    for _ in range(FIXED_POINT_ITERATIONS):
-        budget = np.maximum(m - b, 1.0)  # prompt tokens a step takes beside the decodes
-        chunks = np.maximum(1.0, np.ceil(i / budget))
-        pre = _steps(hw, coef, batch=b, context=ctx, prefill=i / chunks, pairs=pairs_one / chunks)
-        ttft_run = chunks * pre.total_s + coef.t_request_s  # its prefill and its pass through the front end
-        # the loop's rate at the current TPOT, capped by the prompt tokens the steps can take and
-        # by the front end; the prompt tokens each step then carries
-        x = np.minimum(r / (ttft_run + decoding * tpot), budget / (i * tpot))
-        x = np.minimum(x, _frontend_rate(coef))
-        prompt = np.minimum(x * i * tpot, budget)
-        dec = _steps(hw, coef, batch=b, context=ctx, prefill=prompt, pairs=pairs_one * prompt / i)
-        b_new, tpot_new = x * decoding * dec.total_s, dec.total_s
-        converged = np.all(np.abs(b_new - b) <= 1e-7 * np.maximum(b, 1.0)) and np.all(
-            np.abs(tpot_new - tpot) <= 1e-7 * tpot
-        )
-        b, tpot = 0.5 * b + 0.5 * b_new, 0.5 * tpot + 0.5 * tpot_new
-        if converged:
-            break
-    x = np.minimum(
-        np.minimum(r / (ttft_run + decoding * dec.total_s), budget / (i * dec.total_s)), _frontend_rate(coef)
-    )
+    a_budget = m / (i + decoding)  # P = M - B: the prompt-token budget is full
+
+    def chunks_at(a: Array, sel: slice | Array = slice(None)) -> Array:
+        return np.maximum(1.0, np.ceil(i[sel] / np.maximum(m - a * decoding[sel], 1.0)))
+
+    # a: arrivals per step, so B = a (O - 1) decode and P = a I prompt tokens
+    chunks = chunks_at(np.zeros_like(r))
+    if hw.spec.is_moe:
+        a = np.zeros_like(r)
+        for _ in range(MOE_PASSES):
+            chunks = chunks_at(a)
+            dec = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one), a)
+            pre = lines_through(lambda x, ch=chunks: _terms(hw, coef, x * decoding, ctx, i / ch, pairs_one / ch), a)
+            a = _arrivals_per_step(hw, coef, dec, pre, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
+        dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one)
+        pre_terms = _terms(hw, coef, a * decoding, ctx, i / chunks, pairs_one / chunks)
+    else:
+        base, per_decode, per_prompt = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one)
+        dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt)
+
+        def pre_at(ch: Array, sel: slice | Array = slice(None)) -> Lines:
+            return base + per_prompt[:, sel] / ch, decoding[sel] * per_decode[:, sel]
+
+        kw = dict(r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
+        a = _arrivals_per_step(hw, coef, dec, pre_at(chunks), **kw)
+        # a larger decode batch leaves fewer prompt tokens per step: take the chunk count at the
+        # solution and solve again where it changed
+        redo = np.flatnonzero(chunks_at(a) != chunks)
+        if redo.size:
+            chunks[redo] = chunks_at(a[redo], redo)
+            sub = (dec[0][:, redo], dec[1][:, redo])
+            kw = dict(r=r[redo], chunks=chunks[redo], decoding=decoding[redo], a_budget=a_budget[redo])
+            a[redo] = _arrivals_per_step(hw, coef, sub, pre_at(chunks[redo], redo), **kw)
+        pre = pre_at(chunks)
+        dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
+    dec_step = combine(hw, dec_terms.reshape(6, *shape))
+    pre_step = combine(hw, pre_terms.reshape(6, *shape))
+    c, r, i, o, a, decoding, chunks = (v.reshape(shape) for v in (c, r, i, o, a, decoding, chunks))
+    tpot = dec_step.total_s
+    x = a / tpot
     # time a running request spends before its first token: its prefill, or longer when the
-    # front end admits requests more slowly than the engine would finish them
-    ttft_run = np.maximum(ttft_run, r / x - decoding * dec.total_s)
-    wait = (c - r) / x
+    # front end or the prompt-token budget admits requests more slowly than they finish
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ttft_run = np.maximum(chunks * pre_step.total_s + coef.t_request_s, r / x - decoding * tpot)
+        wait = np.where(c > r, (c - r) / x, 0.0)
     return LoadPoint(
         concurrency=c,
         running=r,
-        decode_batch=b,
+        decode_batch=a * decoding,
         ttft_s=ttft_run + wait,
-        tpot_s=dec.total_s,
+        tpot_s=tpot,
         requests_per_s=x,
         output_tokens_per_s=x * o,
-        decode_step=dec,
-        prefill_step=pre,
+        decode_step=dec_step,
+        prefill_step=pre_step,
     )
 
 

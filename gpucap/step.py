@@ -197,31 +197,52 @@ def step_work(
     )
 
 
+# Rows of the stacked step terms (``step_terms``): each is affine in the work, and ``combine``
+# turns them into seconds. The batching solver uses them as lines in the arrivals per step.
+GEMM_COMPUTE, GEMM_MEMORY, ATTN_COMPUTE, ATTN_MEMORY, COMM, OVERHEAD = range(6)
+
+
+def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
+    """The six parts of a step, stacked on a new first axis (rows named above), each affine in
+    the work: matmul compute ``linear FLOP / (peak_format x u_compute)``, matmul memory
+    ``weight bytes / (hbm x u_hbm)``, attention compute ``attention FLOP / (peak_bf16 x
+    u_compute)``, attention memory ``KV bytes / (hbm x u_hbm)``, link ``(1 - overlap) x (alpha +
+    link bytes / (link x u_link))`` (these per pipeline stage), and host time ``t_overhead + t_seq
+    x sequences`` (plus ``50 us`` of kernel launches per layer when CUDA graphs are off)."""
+    gpu = hw.gpu
+    bw = gpu.hbm_bytes_per_s * coef.u_hbm
+    gemm_c = work.linear_flop / (gpu.peak_flops_per_s(COMPUTE_FORMAT[hw.weight_dtype]) * coef.u_compute)
+    attn_c = work.attention_flop / (gpu.peak_flops_per_s("bf16") * coef.u_compute)
+    comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
+    overhead = coef.t_overhead_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER * hw.spec.num_layers)
+    host = overhead + coef.t_seq_s * work.sequences
+    return np.stack(np.broadcast_arrays(gemm_c, work.weight_bytes / bw, attn_c, work.kv_bytes / bw, comm, host))
+
+
+def combine(hw: Hardware, terms: Array) -> StepTime:
+    """Matmuls and attention are separate kernels that run one after the other, so each gets its
+    own roofline (as in LLM-Viewer) and the two add:
+
+    ``t_step = pp x [max(gemm compute, gemm memory) + max(attn compute, attn memory) + link]
+    + host``."""
+    pp = hw.layout.pp
+    gemm_c, gemm_m, attn_c, attn_m, comm, host = terms
+    total = pp * (np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm) + host
+    return StepTime(
+        compute_s=pp * (gemm_c + attn_c),
+        memory_s=pp * (gemm_m + attn_m),
+        comm_s=pp * comm,
+        overhead_s=host,
+        total_s=total,
+    )
+
+
 def step_time(hw: Hardware, work: StepWork, coef: Coefficients) -> StepTime:
-    """The one place efficiencies are applied. Matmuls and attention are separate kernels that run
-    one after the other, so each gets its own roofline (as in LLM-Viewer) and the two add:
+    """The one place efficiencies are applied (``step_terms``), combined by ``combine``:
 
     ``t_gemm = max(linear FLOP / (peak_format x u_compute), weight bytes / (hbm x u_hbm))``
     ``t_attn = max(attention FLOP / (peak_bf16 x u_compute), KV bytes / (hbm x u_hbm))``
     ``t_step = pp x [t_gemm + t_attn + (1 - overlap) x (alpha + link bytes / (link x u_link))]
     + t_overhead + t_seq x sequences``
-
-    (plus ``50 us`` of kernel launches per layer when CUDA graphs are off).
     """
-    gpu = hw.gpu
-    bw = gpu.hbm_bytes_per_s * coef.u_hbm
-    gemm_c = work.linear_flop / (gpu.peak_flops_per_s(COMPUTE_FORMAT[hw.weight_dtype]) * coef.u_compute)
-    attn_c = work.attention_flop / (gpu.peak_flops_per_s("bf16") * coef.u_compute)
-    gemm_m, attn_m = work.weight_bytes / bw, work.kv_bytes / bw
-    comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
-    pp = hw.layout.pp
-    overhead = coef.t_overhead_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER * hw.spec.num_layers)
-    overhead_arr = overhead + coef.t_seq_s * work.sequences + 0.0 * gemm_c
-    total = pp * (np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm) + overhead_arr
-    return StepTime(
-        compute_s=pp * (gemm_c + attn_c),
-        memory_s=pp * (gemm_m + attn_m),
-        comm_s=pp * comm,
-        overhead_s=overhead_arr,
-        total_s=total,
-    )
+    return combine(hw, step_terms(hw, work, coef))

@@ -1,0 +1,130 @@
+"""The closed-loop steady state solved in closed form, piece by piece.
+
+In steady state a step admits ``a`` new requests on average (``a = X x TPOT``): then ``B = a (O -
+1)`` sequences decode and ``P = a I`` prompt tokens ride along (Little's law per step). Every part
+of the step's work (FLOP, bytes, link traffic, host time) is affine in those token counts, so each
+of the six step terms (``gpucap.step.step_terms``) is a line in ``a``, and the step time
+
+    t(a) = pp x [max(gemm compute, gemm memory) + max(attn compute, attn memory) + link] + host
+
+is convex and piecewise linear with at most two kinks. The step that carries one request's
+prefill chunk (``B`` decodes plus ``I / s`` prompt tokens, ``s`` chunks) is another such line
+``t_p(a)``. The closed-loop condition ``R = X (TTFT + (O - 1) TPOT)`` with ``X = a / t(a)``,
+``TTFT = s t_p(a) + t_request`` reads
+
+    F(a) = a (s t_p(a) + t_request) + a (O - 1) t(a) - R t(a) = 0,
+
+a quadratic on each linear piece. ``F / t`` rises with ``a`` (every line has a non-negative
+intercept), so there is one root: find the piece where F changes sign and solve its quadratic.
+Mixture-of-experts weight traffic (``1 - (1 - k/E)^T`` of the experts) is concave in the
+tokens, not affine; it is linearized at the current solution and solved again (Newton's method on
+the concave term), which converges in a few passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .step import ATTN_COMPUTE, ATTN_MEMORY, COMM, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, Array
+
+Lines = tuple[Array, Array]  # intercepts and slopes of the six step terms, shape (6, ...)
+TermsAt = Callable[[Array], Array]  # arrivals per step -> stacked step terms
+
+
+def lines_through(terms_at: TermsAt, a: Array) -> Lines:
+    """Intercepts and slopes of the step terms through ``a`` and ``a + h`` (exact where the terms
+    are affine; the secant of the concave mixture-of-experts traffic otherwise)."""
+    h = np.maximum(1e-3 * a, 1e-3)
+    lo, hi = terms_at(a), terms_at(a + h)
+    slope = (hi - lo) / h
+    return lo - slope * a, slope
+
+
+def _kinks(lines: Lines) -> Array:
+    """Where the two rooflines of each max cross, shape (2, ...); inf where they do not in a > 0."""
+    k0, k1 = lines
+    out = []
+    for c, m in ((GEMM_COMPUTE, GEMM_MEMORY), (ATTN_COMPUTE, ATTN_MEMORY)):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = (k0[m] - k0[c]) / (k1[c] - k1[m])
+        out.append(np.where(np.isfinite(x) & (x > 0), x, np.inf))
+    return np.stack(out)
+
+
+def step_seconds(lines: Lines, a: Array, pp: int) -> Array:
+    """``t(a)`` from the lines of its terms (row by row: no stacked temporaries)."""
+    k0, k1 = lines
+
+    def v(row: int) -> Array:
+        return k0[row] + k1[row] * a
+
+    rooflines = np.maximum(v(GEMM_COMPUTE), v(GEMM_MEMORY)) + np.maximum(v(ATTN_COMPUTE), v(ATTN_MEMORY))
+    return pp * (rooflines + v(COMM)) + v(OVERHEAD)
+
+
+def active_line(lines: Lines, a: Array, pp: int) -> tuple[Array, Array]:
+    """Intercept and slope of ``t`` on the linear piece that holds ``a``."""
+    k0, k1 = lines
+    v = k0 + k1 * a
+    gemm = np.where(v[GEMM_COMPUTE] >= v[GEMM_MEMORY], GEMM_COMPUTE, GEMM_MEMORY)
+    attn = np.where(v[ATTN_COMPUTE] >= v[ATTN_MEMORY], ATTN_COMPUTE, ATTN_MEMORY)
+
+    def pick(k: Array) -> Array:
+        g = np.where(gemm == GEMM_COMPUTE, k[GEMM_COMPUTE], k[GEMM_MEMORY])
+        t = np.where(attn == ATTN_COMPUTE, k[ATTN_COMPUTE], k[ATTN_MEMORY])
+        return pp * (g + t + k[COMM]) + k[OVERHEAD]
+
+    return pick(k0), pick(k1)
+
+
+def _at_each(lines: Lines) -> Lines:
+    """The lines with an axis for several points ``a`` (the breaks) after the term axis."""
+    return lines[0][:, None], lines[1][:, None]
+
+
+def _piece(breaks: Array, positive: Array) -> Array:
+    """A point inside the linear piece where a rising function turns positive, given its sign at
+    the ``breaks`` (first axis; inf for none): between the last break where it is still <= 0
+    (or 0) and the first where it is positive (or inf)."""
+    lo = np.max(np.where(positive, 0.0, breaks), axis=0, initial=0.0, where=np.isfinite(breaks))
+    hi = np.min(np.where(positive, breaks, np.inf), axis=0, initial=np.inf)
+    return np.where(np.isfinite(hi), 0.5 * (lo + hi), 2.0 * lo + 1.0)
+
+
+def closed_loop_root(
+    dec: Lines, pre: Lines, *, pp: int, running: Array, chunks: Array, decoding: Array, t_request_s: float
+) -> Array:
+    """Arrivals per step ``a`` solving ``F(a) = 0`` (module docstring); inf where F never turns
+    positive (the loop is limited elsewhere: the prompt-token budget or the front end)."""
+    breaks = np.concatenate([_kinks(dec), _kinks(pre)])
+    breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]  # kinks no element has
+    safe = np.where(np.isfinite(breaks), breaks, 0.0)
+    t, tp = step_seconds(_at_each(dec), safe, pp), step_seconds(_at_each(pre), safe, pp)
+    f = safe * (chunks * tp + t_request_s) + safe * decoding * t - running * t
+    mid = _piece(breaks, np.isfinite(breaks) & (f > 0))
+    t0, t1 = active_line(dec, mid, pp)
+    p0, p1 = active_line(pre, mid, pp)
+    qa = chunks * p1 + decoding * t1
+    qb = chunks * p0 + t_request_s + decoding * t0 - running * t1
+    qc = -running * t0
+    disc = np.sqrt(np.maximum(qb * qb - 4.0 * qa * qc, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        root = np.where(qb >= 0, -2.0 * qc / (qb + disc), (disc - qb) / (2.0 * qa))
+    return np.where(np.isnan(root), np.inf, np.maximum(root, 0.0))
+
+
+def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float) -> Array:
+    """Largest ``a`` with ``a / t(a) <= rate`` (the front end passes at most ``rate`` requests/s);
+    ``a / t(a)`` rises with ``a``. inf when there is no cap."""
+    if not np.isfinite(rate_per_s):
+        return np.full_like(dec[0][0], np.inf)
+    breaks = _kinks(dec)
+    breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]
+    safe = np.where(np.isfinite(breaks), breaks, 0.0)
+    positive = np.isfinite(breaks) & (safe - rate_per_s * step_seconds(_at_each(dec), safe, pp) > 0)
+    t0, t1 = active_line(dec, _piece(breaks, positive), pp)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        root = np.where(1.0 > rate_per_s * t1, rate_per_s * t0 / (1.0 - rate_per_s * t1), np.inf)
+    return root
