@@ -8,8 +8,10 @@ Every function takes numpy arrays for the load and solves all of them in one vec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
+import numpy.typing as npt
 
 from .engine import Coefficients
 from .memory import ArrayLike
@@ -22,6 +24,7 @@ DRAIN_NODES = 16
 OPEN_LOOP_GRID = 96  # concurrencies per rate, log-spaced up to max_running
 OPEN_LOOP_LOWEST = 1e-3
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "dataset")
+Select = slice | npt.NDArray[np.intp]  # all elements, or some by index
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,13 @@ def _steps(hw: Hardware, coef: Coefficients, *, batch: Array, context: Array, pr
 def _terms(hw: Hardware, coef: Coefficients, b: ArrayLike, ctx: Array, p: ArrayLike, q: ArrayLike) -> Array:
     work = step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=p, prefill_pairs=q)
     return step_terms(hw, work, coef)
+
+
+def _prefill_terms(
+    hw: Hardware, coef: Coefficients, decoding: Array, ctx: Array, chunk: Array, chunk_pairs: Array, a: Array
+) -> Array:
+    """Terms of the step that carries one prefill chunk beside ``a (O - 1)`` decoding sequences."""
+    return _terms(hw, coef, a * decoding, ctx, chunk, chunk_pairs)
 
 
 def _frontend_rate(coef: Coefficients) -> float:
@@ -124,7 +134,7 @@ def closed_loop(
     decoding = np.maximum(o - 1.0, 0.0)
     a_budget = m / (i + decoding)  # P = M - B: the prompt-token budget is full
 
-    def chunks_at(a: Array, sel: slice | Array = slice(None)) -> Array:
+    def chunks_at(a: Array, sel: Select = slice(None)) -> Array:
         return np.maximum(1.0, np.ceil(i[sel] / np.maximum(m - a * decoding[sel], 1.0)))
 
     # a: arrivals per step, so B = a (O - 1) decode and P = a I prompt tokens
@@ -134,7 +144,7 @@ def closed_loop(
         for _ in range(MOE_PASSES):
             chunks = chunks_at(a)
             dec = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one), a)
-            pre = lines_through(lambda x, ch=chunks: _terms(hw, coef, x * decoding, ctx, i / ch, pairs_one / ch), a)
+            pre = lines_through(partial(_prefill_terms, hw, coef, decoding, ctx, i / chunks, pairs_one / chunks), a)
             a = _arrivals_per_step(hw, coef, dec, pre, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
         dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one)
         pre_terms = _terms(hw, coef, a * decoding, ctx, i / chunks, pairs_one / chunks)
@@ -142,7 +152,7 @@ def closed_loop(
         base, per_decode, per_prompt = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one)
         dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt)
 
-        def pre_at(ch: Array, sel: slice | Array = slice(None)) -> Lines:
+        def pre_at(ch: Array, sel: Select = slice(None)) -> Lines:
             return base + per_prompt[:, sel] / ch, decoding[sel] * per_decode[:, sel]
 
         kw = dict(r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)

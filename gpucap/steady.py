@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 from .step import ATTN_COMPUTE, ATTN_MEMORY, COMM, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, Array
 
@@ -84,7 +85,7 @@ def _at_each(lines: Lines) -> Lines:
     return lines[0][:, None], lines[1][:, None]
 
 
-def _piece(breaks: Array, positive: Array) -> Array:
+def _piece(breaks: Array, positive: npt.NDArray[np.bool_]) -> Array:
     """A point inside the linear piece where a rising function turns positive, given its sign at
     the ``breaks`` (first axis; inf for none): between the last break where it is still <= 0
     (or 0) and the first where it is positive (or inf)."""
