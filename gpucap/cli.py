@@ -1,4 +1,4 @@
-"""Command line: ``gpucap estimate | validate | gpus | models``.
+"""Command line: ``gpucap estimate | plan | validate | calibrate | gpus | models``.
 
 Errors in the input print one line naming the bad value and exit non-zero (2 for bad input,
 3 when the model does not fit); they never print a traceback.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__
+from . import __version__, cli_plan
 from .calibrate import DEFAULT_FREE
 from .catalog import load_model, model_cards
 from .engine import ENGINES, EngineConfig
@@ -82,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--coefficients", default=None, help="calibration JSON")
     e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
     e.add_argument("--json", action="store_true")
+
+    cli_plan.add_parser(sub, _positive_float, _positive_int)
 
     v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
     v.add_argument("cases", help="CSV in the schema of measured-public.csv")
@@ -328,7 +330,14 @@ def _models(a: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handlers = {"estimate": _estimate, "validate": _validate, "calibrate": _calibrate, "gpus": _gpus, "models": _models}
+    handlers = {
+        "estimate": _estimate,
+        "plan": cli_plan.run,
+        "validate": _validate,
+        "calibrate": _calibrate,
+        "gpus": _gpus,
+        "models": _models,
+    }
     try:
         return handlers[args.command](args)
     except BrokenPipeError:  # output piped into `head`

@@ -42,6 +42,7 @@ class GPU:
     link_latency_s: float
     name: str = ""
     source: str = ""
+    tdp_w: float = 0.0  # board power, W (0 when the catalog row gives none)
 
     def peak_flops_per_s(self, fmt: str) -> float:
         """Dense peak for a compute format, falling back to the next wider format the chip has
@@ -93,6 +94,7 @@ def _gpu_from_row(row: dict[str, str], where: str) -> GPU:
         link_latency_s=LINK_LATENCY_S[kind],
         name=(row.get("name") or "").strip(),
         source=(row.get("source") or "").strip(),
+        tdp_w=_num(row, "tdp_W", where),
     )
 
 

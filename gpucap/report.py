@@ -1,4 +1,4 @@
-"""Turn an Estimate into text (memory breakdown, constraint bars, recommendation) and JSON."""
+"""Turn an Estimate or a Plan into text (memory breakdown, constraint bars, recommendation; plans table) and JSON."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from .units import GiB
 
 if TYPE_CHECKING:
     from .estimate import Estimate
+    from .plan import Plan
 
 BAR_WIDTH = 40
 
@@ -124,3 +125,38 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
         "saturation_output_tokens_per_s": e.saturation_output_tokens_per_s,
         "notes": e.notes,
     }
+
+
+def format_plan(p: Plan, top: int = 10) -> str:
+    """The plans table (cheapest first), then the rejected options counted by reason."""
+    slo = p.slo
+    lines = [
+        f"{p.model}: {p.target.describe()}, {slo['stat']} TTFT <= {slo['ttft_s']:g} s, "
+        f"{slo['stat']} TPOT <= {slo['tpot_s'] * 1e3:g} ms ({p.searched} options in {p.search_s:.1f} s)",
+        "",
+    ]
+    if p.plans.empty:
+        lines.append("no option carries the target within the SLOs")
+    else:
+        lines.append(
+            f"{'gpu':<16}{'gpus':>5}{'tp':>4}{'pp':>4}{'ep':>4} {'weights':<8}{'kv':<6}{'replicas':>9}{'total':>7}"
+            f"{'util':>6}{'TTFT s':>8}{'TPOT ms':>9}{'$/hour':>9}{'$/M out':>9}"
+        )
+        for r in p.plans.head(top).itertuples():
+            lines.append(
+                f"{r.gpu:<16}{r.gpus_per_replica:>5}{r.tp:>4}{r.pp:>4}{r.ep:>4} {r.weight_dtype:<8}{r.kv_dtype:<6}"
+                f"{f'{r.replicas - r.spare_replicas}+{r.spare_replicas}':>9}{r.total_gpus:>7}{r.utilization:>6.0%}{r.ttft_s:>8.3g}"
+                f"{r.tpot_s * 1e3:>9.3g}{r.cost_per_hour:>9.2f}{r.cost_per_million_output_tokens:>9.3g}"
+            )
+        if len(p.plans) > top:
+            lines.append(f"... {len(p.plans) - top} more (--top N, or --json for all)")
+        lines.append("replicas: serving + spares; util, TTFT, TPOT at target with the spares out")
+    if not p.rejected.empty:
+        lines += ["", f"rejected ({len(p.rejected)}):"]
+        kinds = p.rejected["reason"].str.split(":").str[0].value_counts()
+        for kind, n in kinds.items():
+            example = p.rejected[p.rejected["reason"].str.startswith(str(kind))].iloc[0]
+            where = f"{example['gpu']} x{example['gpus_per_replica']} tp={example['tp']}"
+            lines.append(f"  {n:>4}  {kind}  (e.g. {where}: {example['reason'].split(':', 1)[-1].strip()[:110]})")
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""Request lengths: fixed, or a distribution given as a histogram or as percentiles.
+
+A capacity plan needs three things from a length distribution: the mean (the steady state is
+linear in tokens, so a replica's throughput follows the mean input and output lengths), the
+longest request (it must fit the KV cache at all), and a quantile (the prompt that sets a P99
+TTFT is a long one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+PERCENTILE_POINTS = 8  # points per interval between given percentiles
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Token counts ``values`` with probabilities ``weights`` (summing to 1)."""
+
+    values: tuple[float, ...]
+    weights: tuple[float, ...]
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        v, w = np.asarray(self.values, dtype=float), np.asarray(self.weights, dtype=float)
+        if v.size == 0 or v.size != w.size:
+            raise ValueError(f"lengths {self.label!r}: need as many weights as values, got {v.size} and {w.size}")
+        if not (np.all(np.isfinite(v)) and np.all(v >= 1)):
+            raise ValueError(f"lengths {self.label!r}: token counts must be finite and >= 1, got {list(v)}")
+        if np.any(w < 0) or not np.isclose(w.sum(), 1.0):
+            raise ValueError(f"lengths {self.label!r}: weights must be >= 0 and sum to 1, got sum {w.sum():g}")
+
+    @classmethod
+    def fixed(cls, tokens: float, label: str = "") -> Lengths:
+        return cls((float(tokens),), (1.0,), label or f"{tokens:g}")
+
+    @classmethod
+    def histogram(cls, edges: Sequence[float], counts: Sequence[float], label: str = "histogram") -> Lengths:
+        """Bins ``[edges[k], edges[k+1])`` holding ``counts[k]`` requests, uniform inside a bin:
+        each bin is represented by its midpoint (exact for the mean)."""
+        e, c = np.asarray(edges, dtype=float), np.asarray(counts, dtype=float)
+        if e.size != c.size + 1 or np.any(np.diff(e) <= 0):
+            raise ValueError(
+                f"lengths {label!r}: a histogram needs increasing edges, one more than counts "
+                f"(got {e.size} edges, {c.size} counts)"
+            )
+        if np.any(c < 0) or c.sum() <= 0:
+            raise ValueError(f"lengths {label!r}: counts must be >= 0 with a positive total")
+        mid = np.maximum(0.5 * (e[:-1] + e[1:]), 1.0)
+        return cls(tuple(mid), tuple(c / c.sum()), label)
+
+    @classmethod
+    def percentiles(cls, points: Mapping[float, float], label: str = "percentiles") -> Lengths:
+        """From percentiles ``{50: 800, 90: 2000, 99: 6000}``. The CDF is taken as linear between
+        the given points; the mass below the lowest percentile sits at its value and the mass above
+        the highest at its value (so the highest percentile given is also the longest request).
+        Give a low percentile (p1 or p5) and a high one (p99) to bound both ends."""
+        q = np.array(sorted(points), dtype=float)
+        x = np.array([points[k] for k in sorted(points)], dtype=float)
+        if q.size < 2 or q[0] <= 0 or q[-1] >= 100:
+            raise ValueError(
+                f"lengths {label!r}: give at least two percentiles strictly between 0 and 100, got {list(q)}"
+            )
+        if np.any(np.diff(x) < 0):
+            raise ValueError(
+                f"lengths {label!r}: percentile values must not decrease, got {dict(zip(q, x, strict=True))}"
+            )
+        values, weights = [x[0]], [q[0] / 100]
+        for k in range(q.size - 1):
+            frac = (np.arange(PERCENTILE_POINTS) + 0.5) / PERCENTILE_POINTS
+            values += list(x[k] + frac * (x[k + 1] - x[k]))
+            weights += [(q[k + 1] - q[k]) / 100 / PERCENTILE_POINTS] * PERCENTILE_POINTS
+        values.append(x[-1])
+        weights.append(1 - q[-1] / 100)
+        return cls(tuple(values), tuple(weights), label)
+
+    @classmethod
+    def parse(cls, text: str, label: str) -> Lengths:
+        """``"2000"`` (fixed) or ``"p50=800,p90=2000,p99=6000"`` (percentiles), as the CLI takes them."""
+        text = text.strip()
+        try:
+            if "=" not in text:
+                return cls.fixed(float(text), label)
+            points = {}
+            for part in text.split(","):
+                key, _, value = part.partition("=")
+                points[float(key.strip().lower().lstrip("p"))] = float(value)
+            return cls.percentiles(points, label)
+        except ValueError as err:
+            raise ValueError(
+                f"{label}: cannot read {text!r} ({err}); give a token count like 2000 or percentiles like p50=800,p99=6000"
+            ) from None
+
+    @property
+    def mean(self) -> float:
+        return float(np.dot(self.values, self.weights))
+
+    @property
+    def longest(self) -> float:
+        return float(max(v for v, w in zip(self.values, self.weights, strict=True) if w > 0))
+
+    def quantile(self, q: float) -> float:
+        """Smallest length with at least fraction ``q`` of requests at or below it."""
+        order = np.argsort(self.values)
+        v, cdf = np.asarray(self.values)[order], np.cumsum(np.asarray(self.weights)[order])
+        k = min(int(np.searchsorted(cdf, q - 1e-12)), v.size - 1)
+        return float(v[k])
+
+    @property
+    def is_fixed(self) -> bool:
+        return len(set(self.values)) == 1
+
+
+def as_lengths(value: float | Lengths, label: str) -> Lengths:
+    return value if isinstance(value, Lengths) else Lengths.fixed(float(value), label)

@@ -1,0 +1,549 @@
+"""Capacity planning: from a target load and SLOs to GPU type, GPUs per replica, split, formats,
+replicas and cost (seed 1's "reverse question", seed 2's replica and headroom rules).
+
+For every candidate replica (GPU x GPUs per replica x tp/pp/ep x weight/KV format) the planner
+asks the estimator what one replica carries within the SLOs, then
+
+    replicas = ceil(target x (1 + burst margin) / per-replica capacity) + failure spares + upgrade spares
+
+(seed 2: ``ceil(D / R) x margin`` plus N+k headroom). Capacity is a request rate for rate and
+output-token targets (output tokens/s = requests/s x mean output length, seed 2's QPS-to-tokens
+conversion), found with the queueing model at the statistic the SLO names (mean, p50, p95, p99),
+and a concurrency for concurrency targets (closed loop: requests in flight, means). Latency and
+utilization "at target" are for the target spread over the replicas left when the spares are
+down and no burst is on: the worst state the plan is sized for. A busy GPU is not proof that a
+replica is not overloaded (seed 2): utilization here is arrivals over the service rate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .batching import closed_loop
+from .catalog import load_model
+from .engine import Coefficients, EngineConfig
+from .estimate import DoesNotFit, hardware, memory_limit
+from .gpus import GPU, get_gpu
+from .lengths import Lengths, as_lengths
+from .memory import weight_bytes_per_gpu
+from .models import ModelSpec
+from .prices import Prices, read_prices
+from .queueing import STATS, max_request_rate, open_loop_latency
+from .step import Hardware
+from .units import COMPUTE_FORMAT, GiB
+
+TARGETS = ("request_rate", "concurrency", "output_tps")
+GPU_COUNTS = (1, 2, 4, 8)
+WEIGHT_DTYPES = ("bf16", "fp8", "nvfp4")
+KV_DTYPES = ("auto", "fp8")
+COMM_BOUND_SHARE = 0.5  # seed 1: more than half the step on the link
+PROGRESS_AFTER_S = 1.0  # show progress once the search has run this long
+PROGRESS_EVERY_S = 0.25
+PLAN_COLUMNS = [
+    "gpu",
+    "gpus_per_replica",
+    "tp",
+    "pp",
+    "ep",
+    "weight_dtype",
+    "kv_dtype",
+    "replicas",
+    "spare_replicas",
+    "total_gpus",
+    "capacity_per_replica",
+    "utilization",
+    "ttft_s",
+    "tpot_s",
+    "comm_share",
+    "cost_per_hour",
+    "cost_per_million_output_tokens",
+]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the fleet must carry: requests/s, requests in flight, or output tokens/s."""
+
+    kind: str
+    value: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in TARGETS:
+            raise ValueError(f"target kind must be one of {', '.join(TARGETS)}, got {self.kind!r}")
+        if not (math.isfinite(self.value) and self.value > 0):
+            raise ValueError(f"target {self.kind} must be a positive number, got {self.value!r}")
+
+    def describe(self) -> str:
+        unit = {"request_rate": "requests/s", "concurrency": "concurrent requests", "output_tps": "output tokens/s"}
+        return f"{self.value:g} {unit[self.kind]}"
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """Spare replicas for failures (N+k) and rolling upgrades, and a margin for bursts."""
+
+    failure_spares: int = 1
+    upgrade_spares: int = 0
+    burst_margin: float = 0.2
+
+    def __post_init__(self) -> None:
+        for name in ("failure_spares", "upgrade_spares"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be a whole number >= 0, got {v!r}")
+        if not (math.isfinite(self.burst_margin) and self.burst_margin >= 0):
+            raise ValueError(f"burst_margin must be >= 0 (0.2 = 20% above the target), got {self.burst_margin!r}")
+
+    @property
+    def spares(self) -> int:
+        return self.failure_spares + self.upgrade_spares
+
+
+def replicas_needed(load: float, capacity_per_replica: float, headroom: Headroom) -> tuple[int, int]:
+    """``(serving, total)``: ``serving = ceil(load x (1 + burst) / capacity)`` replicas and
+    ``total = serving + spares`` (seed 2). A load a hair above a whole multiple of the capacity
+    (rounding noise below 1e-9 relative) does not add a replica."""
+    if not capacity_per_replica > 0:
+        raise ValueError(f"capacity_per_replica must be positive, got {capacity_per_replica!r}")
+    need = load * (1.0 + headroom.burst_margin) / capacity_per_replica
+    serving = max(1, math.ceil(need - 1e-9 * need))
+    return serving, serving + headroom.spares
+
+
+@dataclass(frozen=True)
+class Candidate:
+    gpu: GPU
+    tp: int
+    pp: int
+    ep: int
+    weight_dtype: str
+    kv_dtype: str
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu.key,
+            "gpus_per_replica": self.gpus_per_replica,
+            "tp": self.tp,
+            "pp": self.pp,
+            "ep": self.ep,
+            "weight_dtype": self.weight_dtype,
+            "kv_dtype": self.kv_dtype,
+        }
+
+
+def supports(gpu: GPU, weight_dtype: str) -> bool:
+    """A weight format is searched on a GPU with tensor cores for it (fp8 on Hopper and later,
+    fp4 on Blackwell); 16-bit and weight-only int4 everywhere."""
+    fmt = COMPUTE_FORMAT.get(weight_dtype, "bf16")
+    return fmt == "bf16" or bool(gpu.flops_per_s.get(fmt))
+
+
+def candidates(
+    spec: ModelSpec,
+    gpus: Sequence[GPU],
+    *,
+    gpu_counts: Iterable[int] = GPU_COUNTS,
+    weight_dtypes: Iterable[str] = WEIGHT_DTYPES,
+    kv_dtypes: Iterable[str] = KV_DTYPES,
+) -> tuple[list[Candidate], list[dict[str, Any]]]:
+    """Every split of every GPU count (tp x pp = count, tp within one GPU's link domain; for
+    mixture-of-experts models also ep = tp) in every format the GPU has tensor cores for; and the
+    splits the model does not allow, with the reason."""
+    out: list[Candidate] = []
+    invalid: list[dict[str, Any]] = []
+    for gpu in gpus:
+        fmts = [w for w in weight_dtypes if supports(gpu, w)]
+        for count in sorted(set(gpu_counts)):
+            for tp in (t for t in (1, 2, 4, 8, 16) if count % t == 0 and t <= gpu.max_tp_on_link):
+                pp = count // tp
+                for ep in sorted({1, tp}) if spec.is_moe else (1,):
+                    try:
+                        hardware(spec, gpu, tp=tp, pp=pp, ep=ep)
+                    except ValueError as err:
+                        invalid.append(
+                            {
+                                "gpu": gpu.key,
+                                "gpus_per_replica": count,
+                                "tp": tp,
+                                "pp": pp,
+                                "ep": ep,
+                                "reason": str(err),
+                            }
+                        )
+                        continue
+                    out += [Candidate(gpu, tp, pp, ep, w, kv) for w in fmts for kv in kv_dtypes]
+    return out, invalid
+
+
+@dataclass
+class Plan:
+    """Options ranked by cost (``plans``), the ones that failed and why (``rejected``)."""
+
+    model: str
+    target: Target
+    slo: dict[str, Any]
+    plans: pd.DataFrame
+    rejected: pd.DataFrame
+    searched: int
+    search_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> pd.Series | None:
+        return None if self.plans.empty else self.plans.iloc[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+            return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+
+        return {
+            "model": self.model,
+            "target": {"kind": self.target.kind, "value": self.target.value},
+            "slo": self.slo,
+            "searched": self.searched,
+            "search_s": round(self.search_s, 3),
+            "notes": self.notes,
+            "plans": records(self.plans),
+            "rejected": records(self.rejected),
+        }
+
+    def __str__(self) -> str:
+        from .report import format_plan
+
+        return format_plan(self)
+
+    def _repr_html_(self) -> str:
+        head = f"<b>{self.model}</b>: {self.target.describe()}, {self.slo['stat']} TTFT &le; {self.slo['ttft_s']:g} s"
+        head += f", {self.slo['stat']} TPOT &le; {self.slo['tpot_s']:g} s; {self.searched} options searched"
+        body = self.plans.head(15).to_html(index=False, float_format=lambda v: f"{v:.4g}")
+        return f"<p>{head}</p>{body}<p>{len(self.rejected)} rejected (see .rejected)</p>"
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (np.floating, float)):
+        return None if not math.isfinite(float(v)) else float(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    return v
+
+
+@dataclass(frozen=True)
+class _Load:
+    """One replica's share of the target, and how fast it is served."""
+
+    capacity: float  # requests/s, or requests in flight for a concurrency target
+    ttft_s: float
+    tpot_s: float
+    utilization: float
+    output_tps: float  # of the whole fleet at target
+    comm_share: float
+
+
+def _ttft_extra_s(hw: Hardware, coef: Coefficients, inp: Lengths, out: Lengths, stat: str) -> float:
+    """Extra prefill time of the prompt at the statistic's quantile over the mean prompt, alone
+    on the replica: ``TTFT(I_q) - TTFT(I_mean)`` at concurrency 1. The queueing model runs at the
+    mean lengths; the slowest first tokens belong to the longest prompts."""
+    if inp.is_fixed or stat == "mean":
+        return 0.0
+    q = {"p50": 0.5, "p95": 0.95, "p99": 0.99}[stat]
+    i_q = inp.quantile(q)
+    pts = closed_loop(hw, coef, concurrency=1.0, input_len=np.array([i_q, inp.mean]), output_len=out.mean)
+    return float(max(pts.ttft_s[0] - pts.ttft_s[1], 0.0))
+
+
+def _rate_load(
+    hw: Hardware,
+    coef: Coefficients,
+    *,
+    inp: Lengths,
+    out: Lengths,
+    cap: float,
+    rate: float,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    stat: str,
+    burstiness: float,
+    headroom: Headroom,
+) -> _Load | str:
+    extra = _ttft_extra_s(hw, coef, inp, out, stat)
+    kw = dict(input_len=inp.mean, output_len=out.mean, max_running=cap, burstiness=burstiness)
+    if extra >= ttft_slo_s:
+        q = {"p50": 0.5, "p95": 0.95, "p99": 0.99}[stat]
+        return f"misses TTFT: the {stat} prompt ({inp.quantile(q):.0f} tokens) alone takes {extra:.2f} s more than the mean one"
+    mu = max_request_rate(hw, coef, ttft_slo_s=ttft_slo_s - extra, tpot_slo_s=tpot_slo_s, stat=stat, **kw)
+    if mu <= 0:
+        trickle = open_loop_latency(hw, coef, request_rate=np.array([1e-6]), **kw)
+        ttft, tpot = float(trickle.ttft_s[stat][0]) + extra, float(trickle.tpot_s[stat][0])
+        if ttft > ttft_slo_s:
+            return f"misses TTFT: {stat} TTFT {ttft:.3g} s > {ttft_slo_s:g} s even with one request at a time"
+        return f"misses TPOT: {stat} TPOT {tpot * 1e3:.3g} ms > {tpot_slo_s * 1e3:g} ms even with one request at a time"
+    serving, _ = replicas_needed(rate, mu, headroom)
+    lat = open_loop_latency(hw, coef, request_rate=np.array([rate / serving]), **kw)
+    at = closed_loop(
+        hw, coef, concurrency=max(_mean_in_system(rate / serving, lat), 1e-3), input_len=inp.mean, output_len=out.mean
+    )
+    return _Load(
+        capacity=mu,
+        ttft_s=float(lat.ttft_s[stat][0]) + extra,
+        tpot_s=float(lat.tpot_s[stat][0]),
+        utilization=float(lat.utilization[0]),
+        output_tps=rate * out.mean,
+        comm_share=float(at.decode_step.comm_share),
+    )
+
+
+def _mean_in_system(rate: float, lat: Any) -> float:
+    """Little's law: requests in a replica = arrival rate x mean time in it."""
+    return float(rate * lat.e2e_s["mean"][0])
+
+
+def _concurrency_load(
+    hw: Hardware,
+    coef: Coefficients,
+    *,
+    inp: Lengths,
+    out: Lengths,
+    cap: float,
+    concurrency: float,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    headroom: Headroom,
+) -> _Load | str:
+    """Closed loop (requests kept in flight): the largest concurrency per replica whose mean
+    TTFT and TPOT meet the SLOs, on a grid up to the batch slots."""
+    grid = np.unique(np.round(np.geomspace(1, max(cap, 1.0), 400)))
+    pts = closed_loop(hw, coef, concurrency=grid, input_len=inp.mean, output_len=out.mean, max_running=cap)
+    ok = (pts.ttft_s <= ttft_slo_s) & (pts.tpot_s <= tpot_slo_s)
+    if not ok[0]:
+        if pts.ttft_s[0] > ttft_slo_s:
+            return f"misses TTFT: mean TTFT {pts.ttft_s[0]:.3g} s > {ttft_slo_s:g} s even with one request in flight"
+        return f"misses TPOT: mean TPOT {pts.tpot_s[0] * 1e3:.3g} ms > {tpot_slo_s * 1e3:g} ms even with one request in flight"
+    bad = np.flatnonzero(~ok)
+    c_max = float(grid[-1] if bad.size == 0 else grid[bad[0] - 1])
+    serving, _ = replicas_needed(concurrency, c_max, headroom)
+    at = closed_loop(
+        hw, coef, concurrency=concurrency / serving, input_len=inp.mean, output_len=out.mean, max_running=cap
+    )
+    top = closed_loop(hw, coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
+    return _Load(
+        capacity=c_max,
+        ttft_s=float(at.ttft_s),
+        tpot_s=float(at.tpot_s),
+        utilization=float(at.requests_per_s / top.requests_per_s),
+        output_tps=float(at.output_tokens_per_s) * serving,
+        comm_share=float(at.decode_step.comm_share),
+    )
+
+
+def _progress_bar(done: int, total: int, started: float) -> None:
+    import sys
+
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(
+        f"\rsearching {'#' * filled}{'.' * (width - filled)} {done}/{total} ({time.perf_counter() - started:.1f} s)"
+    )
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def plan(
+    model: str | Path | ModelSpec,
+    *,
+    input_len: float | Lengths,
+    output_len: float | Lengths,
+    target_request_rate: float | None = None,
+    target_concurrency: float | None = None,
+    target_output_tps: float | None = None,
+    ttft_slo_s: float = 2.0,
+    tpot_slo_s: float = 0.1,
+    stat: str = "p99",
+    gpus: Sequence[str | GPU] = ("H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"),
+    prices: Prices | str | Path | None = None,
+    usd_per_kwh: float | None = None,
+    gpu_counts: Iterable[int] = GPU_COUNTS,
+    weight_dtypes: Iterable[str] = WEIGHT_DTYPES,
+    kv_dtypes: Iterable[str] = KV_DTYPES,
+    engine: str = "vllm",
+    coefficients: Coefficients | str | Path | None = None,
+    headroom: Headroom | None = None,
+    burstiness: float = 1.0,
+    max_comm_share: float = COMM_BOUND_SHARE,
+    gpu_file: str | Path | None = None,
+    progress: Callable[[int, int, float], None] | bool | None = None,
+) -> Plan:
+    """Search GPU type x GPUs per replica x split x formats for the cheapest fleet that carries
+    the target within the SLOs; see the module docstring for the rules.
+
+    Give exactly one target. ``stat`` applies to both SLOs for rate and output-token targets
+    (Poisson arrivals, or gamma arrivals with ``burstiness`` < 1 for burstier traffic);
+    concurrency targets are closed loops and use means. Prices: a file or table with ``gpu`` and
+    ``usd_per_gpu_hour`` (default ``data/prices.csv``); ``usd_per_kwh`` adds power at each
+    GPU's TDP (owned hardware: give a price file of amortized cost, or none to count power only).
+    ``progress``: a callback ``(done, total, started)``, or True for a bar on stderr once the
+    search has run for a second.
+    """
+    given = {"request_rate": target_request_rate, "concurrency": target_concurrency, "output_tps": target_output_tps}
+    chosen = [(k, v) for k, v in given.items() if v is not None]
+    if len(chosen) != 1:
+        raise ValueError("give exactly one target: target_request_rate, target_concurrency or target_output_tps")
+    target = Target(chosen[0][0], float(chosen[0][1]))
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    for name, v in (("ttft_slo_s", ttft_slo_s), ("tpot_slo_s", tpot_slo_s)):
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")
+    headroom = headroom or Headroom()
+    inp, out = as_lengths(input_len, "input_len"), as_lengths(output_len, "output_len")
+    spec = load_model(model)
+    gpu_list = [get_gpu(g, gpu_file) for g in gpus]
+    if not gpu_list:
+        raise ValueError("give at least one GPU to search")
+    table = prices if isinstance(prices, Prices) else read_prices(prices, usd_per_kwh=usd_per_kwh)
+    if isinstance(coefficients, (str, Path)):
+        coef = Coefficients.from_file(coefficients)
+    else:
+        coef = coefficients or Coefficients.for_engine(engine)
+    rate = target.value / out.mean if target.kind == "output_tps" else target.value
+
+    started = time.perf_counter()
+    cands, invalid = candidates(spec, gpu_list, gpu_counts=gpu_counts, weight_dtypes=weight_dtypes, kv_dtypes=kv_dtypes)
+    notes = [
+        f"{w} not searched on {g.key}: no {COMPUTE_FORMAT.get(w, w)} tensor cores"
+        for g in gpu_list
+        for w in weight_dtypes
+        if not supports(g, w)
+    ]
+    if target.kind == "concurrency" and stat != "mean":
+        notes.append(f"concurrency targets are closed loops: TTFT and TPOT are means there, not {stat}")
+    rows: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = [{**r, "weight_dtype": None, "kv_dtype": None} for r in invalid]
+    fits_cache: dict[tuple[str, int, int, int, str], str | None] = {}
+    show = progress if callable(progress) else (_progress_bar if progress else None)
+    shown = 0.0
+    for k, cand in enumerate(cands):
+        now = time.perf_counter()
+        if show and now - started > PROGRESS_AFTER_S and now - shown > PROGRESS_EVERY_S:
+            show(k, len(cands), started)
+            shown = now
+        info = cand.describe()
+        hw = hardware(
+            spec,
+            cand.gpu,
+            tp=cand.tp,
+            pp=cand.pp,
+            ep=cand.ep,
+            weight_dtype=cand.weight_dtype,
+            kv_dtype=cand.kv_dtype,
+            engine=EngineConfig(engine=engine),
+        )
+        key = (cand.gpu.key, cand.tp, cand.pp, cand.ep, cand.weight_dtype)
+        if fits_cache.get(key):  # the weights alone do not fit: no KV format helps
+            rejected.append({**info, "reason": fits_cache[key]})
+            continue
+        try:
+            _, slots_longest = memory_limit(hw, inp.longest + out.longest)
+            _, slots = memory_limit(hw, inp.mean + out.mean)
+        except DoesNotFit as err:
+            fits_cache[key] = f"does not fit: {err}"
+            rejected.append({**info, "reason": fits_cache[key]})
+            continue
+        if slots_longest < 1:
+            rejected.append(
+                {
+                    **info,
+                    "reason": f"does not fit: the KV cache holds less than one {inp.longest + out.longest:.0f}-token request",
+                }
+            )
+            continue
+        cap = min(float(hw.engine.max_num_seqs or np.inf), slots)
+        if target.kind == "concurrency":
+            load = _concurrency_load(
+                hw,
+                coef,
+                inp=inp,
+                out=out,
+                cap=cap,
+                concurrency=target.value,
+                ttft_slo_s=ttft_slo_s,
+                tpot_slo_s=tpot_slo_s,
+                headroom=headroom,
+            )
+        else:
+            load = _rate_load(
+                hw,
+                coef,
+                inp=inp,
+                out=out,
+                cap=cap,
+                rate=rate,
+                ttft_slo_s=ttft_slo_s,
+                tpot_slo_s=tpot_slo_s,
+                stat=stat,
+                burstiness=burstiness,
+                headroom=headroom,
+            )
+        if isinstance(load, str):
+            rejected.append({**info, "reason": load})
+            continue
+        if load.comm_share > max_comm_share:
+            rejected.append(
+                {**info, "reason": f"communication-bound: the link takes {load.comm_share:.0%} of a decode step"}
+            )
+            continue
+        price = table.usd_per_gpu_hour(cand.gpu)
+        if price is None:
+            rejected.append({**info, "reason": f"no price for {cand.gpu.key}: add it to a --price file"})
+            continue
+        _, total_replicas = replicas_needed(
+            target.value if target.kind == "concurrency" else rate, load.capacity, headroom
+        )
+        total_gpus = total_replicas * cand.gpus_per_replica
+        cost = total_gpus * price
+        rows.append(
+            {
+                **info,
+                "replicas": total_replicas,
+                "spare_replicas": headroom.spares,
+                "total_gpus": total_gpus,
+                "capacity_per_replica": load.capacity,
+                "utilization": load.utilization,
+                "ttft_s": load.ttft_s,
+                "tpot_s": load.tpot_s,
+                "comm_share": load.comm_share,
+                "cost_per_hour": cost,
+                "cost_per_million_output_tokens": cost / (load.output_tps * 3600) * 1e6,
+                "weights_GiB_per_gpu": weight_bytes_per_gpu(spec, cand.weight_dtype, hw.layout).total / GiB,
+            }
+        )
+    if show and shown:
+        show(len(cands), len(cands), started)
+    plans = pd.DataFrame(rows, columns=[*PLAN_COLUMNS, "weights_GiB_per_gpu"])
+    if not plans.empty:
+        plans = plans.sort_values(["cost_per_hour", "total_gpus", "ttft_s"], kind="stable").reset_index(drop=True)
+    rej = pd.DataFrame(rejected, columns=[*PLAN_COLUMNS[:7], "reason"])
+    if plans.empty:
+        notes.append(f"no option carries {target.describe()} within the SLOs; see rejected for why each failed")
+    return Plan(
+        model=spec.name,
+        target=target,
+        slo={"ttft_s": ttft_slo_s, "tpot_s": tpot_slo_s, "stat": stat, "burstiness": burstiness},
+        plans=plans,
+        rejected=rej,
+        searched=len(cands) + len(invalid),
+        search_s=time.perf_counter() - started,
+        notes=notes,
+    )

@@ -1,0 +1,193 @@
+"""Capacity planning: replicas and headroom by hand, costs by hand, what fits nowhere, and the
+invariants a planner must keep (more load never needs fewer GPUs, looser SLOs never more)."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpucap.cli import main
+from gpucap.engine import Coefficients
+from gpucap.estimate import hardware, memory_limit
+from gpucap.gpus import get_gpu
+from gpucap.lengths import Lengths
+from gpucap.plan import Headroom, plan, replicas_needed
+from gpucap.prices import read_prices
+from gpucap.queueing import max_request_rate
+
+MODEL = "meta-llama/Llama-3.1-8B"
+ONE = dict(gpus=["H100-SXM-80GB"], gpu_counts=[1], weight_dtypes=["fp8"], kv_dtypes=["auto"])
+
+
+@pytest.fixture()
+def prices(tmp_path):
+    path = tmp_path / "prices.csv"
+    path.write_text("gpu,usd_per_gpu_hour\nH100-SXM-80GB,3.00\nL40S-48GB,1.50\nH200-SXM-141GB,4.00\n")
+    return path
+
+
+def test_replicas_by_hand() -> None:
+    # 20 req/s with a 20% burst margin on replicas of 5 req/s: 24 / 5 = 4.8 -> 5 serving, + 1 spare
+    assert replicas_needed(20.0, 5.0, Headroom(1, 0, 0.2)) == (5, 6)
+    # exactly two replicas' worth, no margin: 2 serving (no extra replica for rounding), + 1 + 1
+    assert replicas_needed(10.0, 5.0, Headroom(1, 1, 0.0)) == (2, 4)
+    # a little over: 10.05 / 5 = 2.01 -> 3 serving
+    assert replicas_needed(10.05, 5.0, Headroom(0, 0, 0.0)) == (3, 3)
+    with pytest.raises(ValueError, match="burst_margin"):
+        Headroom(1, 0, -0.1)
+    with pytest.raises(ValueError, match="failure_spares"):
+        Headroom(-1)
+
+
+def test_load_exactly_at_capacity_needs_whole_replicas_plus_headroom(prices) -> None:
+    hw = hardware(MODEL, "H100-SXM-80GB", weight_dtype="fp8")
+    coef = Coefficients.for_engine("vllm")
+    _, slots = memory_limit(hw, 2300.0)
+    mu = max_request_rate(
+        hw,
+        coef,
+        input_len=2000.0,
+        output_len=300.0,
+        max_running=min(1024.0, slots),
+        ttft_slo_s=2.0,
+        tpot_slo_s=0.1,
+        stat="p99",
+    )
+    assert mu > 1
+    kw = dict(input_len=2000, output_len=300, ttft_slo_s=2.0, tpot_slo_s=0.1, stat="p99", prices=prices, **ONE)
+    exact = plan(MODEL, target_request_rate=3 * mu, headroom=Headroom(1, 1, 0.0), **kw)
+    assert exact.best["capacity_per_replica"] == pytest.approx(mu)
+    assert exact.best["replicas"] == 3 + 2  # three serving, one failure spare, one upgrade spare
+    more = plan(MODEL, target_request_rate=3.03 * mu, headroom=Headroom(1, 1, 0.0), **kw)
+    assert more.best["replicas"] == 4 + 2
+    # cost by hand: GPUs x $3.00; per million output tokens: $/hour / (rate x 300 tokens x 3600 s) x 1e6
+    row = exact.best
+    assert row["cost_per_hour"] == pytest.approx(5 * 3.00)
+    assert row["cost_per_million_output_tokens"] == pytest.approx(15.0 / (3 * mu * 300 * 3600) * 1e6)
+    # with the spares out and no burst, each serving replica is at its SLO-limited rate
+    assert row["ttft_s"] <= 2.0 + 1e-9 and row["tpot_s"] <= 0.1 + 1e-9
+
+
+def test_output_token_target_is_a_request_rate(prices) -> None:
+    kw = dict(input_len=2000, output_len=300, prices=prices, **ONE)
+    by_rate = plan(MODEL, target_request_rate=10.0, **kw).best
+    by_tokens = plan(MODEL, target_output_tps=3000.0, **kw).best  # 3000 / 300 = 10 req/s
+    assert by_tokens["replicas"] == by_rate["replicas"]
+    assert by_tokens["cost_per_million_output_tokens"] == pytest.approx(by_rate["cost_per_million_output_tokens"])
+
+
+def test_fits_nowhere_says_so(prices) -> None:
+    # DeepSeek-V3: 671B parameters (model card) = 671 GB in fp8 alone; 8 x L40S hold 8 x 48 = 384 GB
+    p = plan(
+        "deepseek-ai/DeepSeek-V3",
+        input_len=1000,
+        output_len=200,
+        target_request_rate=1.0,
+        gpus=["L40S-48GB"],
+        weight_dtypes=["bf16", "fp8"],
+        prices=prices,
+    )
+    assert p.plans.empty
+    assert (p.rejected["reason"].str.startswith("does not fit")).all()
+    assert any("no option carries" in n for n in p.notes)
+
+
+def test_more_load_never_needs_fewer_gpus_and_looser_slo_never_more(prices) -> None:
+    kw = dict(input_len=1500, output_len=250, prices=prices, gpus=["H100-SXM-80GB", "L40S-48GB"], gpu_counts=[1, 2])
+    kw |= dict(weight_dtypes=["fp8"], kv_dtypes=["auto"])
+    totals = [plan(MODEL, target_request_rate=r, **kw).plans for r in (2.0, 8.0, 32.0)]
+    merged = [t.set_index(["gpu", "tp", "pp"])["total_gpus"] for t in totals]
+    for lo, hi in zip(merged, merged[1:], strict=False):
+        assert (hi.reindex(lo.index) >= lo).all()
+    assert [t["cost_per_hour"].min() for t in totals] == sorted(t["cost_per_hour"].min() for t in totals)
+    tight = plan(MODEL, target_request_rate=16.0, ttft_slo_s=0.5, tpot_slo_s=0.03, **kw).plans
+    loose = plan(MODEL, target_request_rate=16.0, ttft_slo_s=2.0, tpot_slo_s=0.1, **kw).plans
+    t, lo = tight.set_index(["gpu", "tp", "pp"])["total_gpus"], loose.set_index(["gpu", "tp", "pp"])["total_gpus"]
+    assert (lo.reindex(t.index) <= t).all()
+    assert loose["cost_per_hour"].min() <= tight["cost_per_hour"].min()
+
+
+def test_tail_statistic_needs_at_least_the_mean(prices) -> None:
+    kw = dict(input_len=2000, output_len=300, target_request_rate=20.0, prices=prices, **ONE)
+    mean, p99 = plan(MODEL, stat="mean", **kw).best, plan(MODEL, stat="p99", **kw).best
+    assert p99["capacity_per_replica"] <= mean["capacity_per_replica"]
+    assert p99["replicas"] >= mean["replicas"]
+
+
+def test_long_prompts_lower_the_p99_capacity(prices) -> None:
+    kw = dict(output_len=300, target_request_rate=20.0, prices=prices, stat="p99", **ONE)
+    fixed = plan(MODEL, input_len=2000, **kw).best
+    spread = plan(MODEL, input_len=Lengths.percentiles({1: 1000, 50: 1900, 99: 6000}), **kw).best
+    assert spread["capacity_per_replica"] < fixed["capacity_per_replica"]
+
+
+def test_power_cost_for_owned_hardware() -> None:
+    # H100 SXM TDP 700 W (data/gpus.csv, NVIDIA datasheet) at $0.10/kWh: $0.07 per GPU-hour
+    only_power = read_prices(None, usd_per_kwh=0.10)
+    assert only_power.usd_per_gpu_hour(get_gpu("H100-SXM-80GB")) == pytest.approx(0.07)
+    p = plan(MODEL, input_len=2000, output_len=300, target_request_rate=5.0, prices=only_power, **ONE)
+    assert p.best["cost_per_hour"] == pytest.approx(p.best["total_gpus"] * 0.07)
+
+
+def test_bad_price_file_is_named(tmp_path) -> None:
+    bad = tmp_path / "p.csv"
+    bad.write_text("gpu,usd_per_gpu_hour\nH100-SXM-80GB,cheap\n")
+    with pytest.raises(ValueError, match=r"p\.csv line 2: usd_per_gpu_hour 'cheap'"):
+        read_prices(bad)
+    bad.write_text("gpu,price\nH100-SXM-80GB,3\n")
+    with pytest.raises(ValueError, match="missing column"):
+        read_prices(bad)
+
+
+def test_missing_price_is_a_rejection(tmp_path) -> None:
+    path = tmp_path / "prices.csv"
+    path.write_text("gpu,usd_per_gpu_hour\nL40S-48GB,1.5\n")
+    p = plan(MODEL, input_len=2000, output_len=300, target_request_rate=5.0, prices=path, **ONE)
+    assert p.plans.empty and p.rejected["reason"].str.contains("no price for H100-SXM-80GB").all()
+
+
+def test_exactly_one_target() -> None:
+    with pytest.raises(ValueError, match="exactly one target"):
+        plan(MODEL, input_len=100, output_len=10, target_request_rate=1.0, target_concurrency=4.0)
+    with pytest.raises(ValueError, match="stat must be one of"):
+        plan(MODEL, input_len=100, output_len=10, target_request_rate=1.0, stat="p90")
+
+
+def test_cli_json_contract(prices, capsys) -> None:
+    args = ["plan", "--model", MODEL, "--target-rps", "20", "--input-len", "2000", "--output-len", "300"]
+    args += ["--ttft-slo", "2", "--tpot-slo", "0.1", "--stat", "p99", "--gpus", "H100-SXM-80GB,L40S-48GB"]
+    args += ["--gpu-counts", "1,2", "--price", str(prices), "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    plans = out["plans"]
+    assert plans and set(out) >= {"plans", "rejected"}
+    need = {"gpu", "gpus_per_replica", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "replicas", "total_gpus"}
+    need |= {"cost_per_hour", "cost_per_million_output_tokens", "ttft_s", "tpot_s"}
+    assert need <= set(plans[0])
+    costs = [p["cost_per_hour"] for p in plans]
+    assert costs == sorted(costs)
+    assert all(p["total_gpus"] == p["replicas"] * p["gpus_per_replica"] for p in plans)
+    assert all({"reason", "gpu"} <= set(r) for r in out["rejected"])
+
+
+def test_cli_nothing_fits_and_bad_input(prices, capsys) -> None:
+    args = ["plan", "--model", "deepseek-ai/DeepSeek-V3", "--target-rps", "1", "--input-len", "100"]
+    args += ["--output-len", "10", "--gpus", "L40S-48GB", "--price", str(prices)]
+    assert main(args) == 3
+    assert "does not fit" in capsys.readouterr().out
+    bad = ["plan", "--model", MODEL, "--target-rps", "1", "--input-len", "p50=lots", "--output-len", "10"]
+    assert main(bad) == 2
+    err = capsys.readouterr().err
+    assert "--input-len" in err and "p50=lots" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_table_is_a_dataframe_with_units(prices) -> None:
+    p = plan(MODEL, input_len=2000, output_len=300, target_concurrency=64, prices=prices, **ONE)
+    assert isinstance(p.plans, pd.DataFrame) and not p.plans.empty
+    row = p.best
+    assert math.isfinite(row["ttft_s"]) and 0 < row["utilization"] <= 1
+    assert np.isclose(row["total_gpus"], row["replicas"] * row["gpus_per_replica"])
+    assert "p99" in " ".join(p.notes)  # concurrency targets use means: the note says so
+    assert "Llama-3.1-8B" in str(p)
