@@ -1,58 +1,168 @@
-"""Speed of the estimator: steady states per second, vectorized vs a Python loop.
+"""gpucap's own speed, measured in this run on this machine (one process, one core):
 
-    python benchmarks/speed.py [--n 100000]
+    python benchmarks/speed.py [--n 1000000] [--skip-widget]
 
-One closed-loop steady state (the fixed point of TTFT, TPOT and throughput at a concurrency) is
-what a sweep, the constraint view and the planner evaluate many times. Times are measured in
-this run, on this machine, one core.
+1. estimator configurations per second: closed-loop steady states (TTFT, TPOT and throughput of
+   one replica at a concurrency, input and output length), vectorized vs a plain Python loop over
+   the same configurations; a dense and a mixture-of-experts model;
+2. planner search time for a realistic candidate set;
+3. widget update time (value change to new figure), from ``benchmarks/widget_speed.py``;
+4. calibration fit time for 100 runs (four hardware set-ups x 25 concurrencies, synthetic
+   measurements from known coefficients with 5% noise);
+5. one full estimate.
+
+Targets (issue "benchmarks"): >= 1,000,000 configurations/s vectorized and >= 100x the loop;
+widget update < 100 ms; fit < 2 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from gpucap.batching import closed_loop
+from gpucap.calibrate import calibrate
 from gpucap.engine import Coefficients
 from gpucap.estimate import estimate, hardware
+from gpucap.plan import plan
+from gpucap.validate import validate
+
+TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3, t_seq_s=10e-6, t_request_s=0.01)
+
+
+def best_of(fn, repeats: int = 3) -> float:
+    """Fastest of ``repeats`` runs, seconds (the least disturbed by other work on the machine)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def configurations_per_second(model: str, tp: int, n: int, loop: int) -> tuple[float, float]:
+    hw = hardware(model, "H100-SXM-80GB", tp=tp, weight_dtype="fp8")
+    coef = Coefficients.for_engine("vllm")
+    rng = np.random.default_rng(0)
+    c, i, o = rng.uniform(1, 512, n), rng.uniform(100, 8000, n), rng.uniform(50, 2000, n)
+    vec_s = best_of(lambda: closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, max_running=1024.0))
+
+    def plain() -> None:
+        for k in range(loop):
+            closed_loop(hw, coef, concurrency=c[k], input_len=i[k], output_len=o[k], max_running=1024.0)
+
+    loop_s = best_of(plain, 1)
+    return n / vec_s, loop / loop_s
+
+
+def synthetic_runs() -> pd.DataFrame:
+    rows = []
+    setups = (
+        ("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", 1),
+        ("Qwen/Qwen3-32B", "H100-SXM-80GB", 2),
+        ("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", 4),
+        ("Qwen/Qwen3-30B-A3B", "H200-SXM-141GB", 1),
+    )
+    for model, gpu, tp in setups:
+        for c in np.geomspace(1, 512, 25):
+            rows.append(
+                {
+                    "case_id": f"{model}|{c:.3g}",
+                    "model": model,
+                    "weight_dtype": "bf16",
+                    "kv_cache_dtype": "auto",
+                    "gpu": gpu,
+                    "num_gpus": tp,
+                    "tp": tp,
+                    "pp": 1,
+                    "engine": "vllm",
+                    "isl": 2000,
+                    "osl": 300,
+                    "load_mode": "fixed-concurrency",
+                    "concurrency": c,
+                    "request_rate": np.nan,
+                }
+            )
+    cases = pd.DataFrame(rows)
+    pred = validate(cases, TRUTH)
+    rng = np.random.default_rng(0)
+    for metric, col in (("output_tok_s", "output_tok_s"), ("ttft_ms", "ttft_mean_ms"), ("tpot_ms", "tpot_mean_ms")):
+        cases[col] = pred[f"{metric}_predicted"] * np.exp(rng.normal(0.0, 0.05, len(cases)))
+    return cases
+
+
+def widget_times() -> list[tuple[str, float]] | str:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        from widget_speed import measure  # type: ignore[import-not-found]
+    except ImportError as err:
+        return f"not measured: {err}"
+    return measure()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=100_000, help="configurations in the vectorized sweep")
-    ap.add_argument("--loop", type=int, default=300, help="configurations in the plain loop")
+    ap.add_argument("--n", type=int, default=1_000_000, help="configurations in the vectorized sweep")
+    ap.add_argument("--loop", type=int, default=2000, help="configurations in the plain loop")
+    ap.add_argument("--skip-widget", action="store_true", help="do not build the widget (no ipywidgets needed)")
     args = ap.parse_args()
 
-    hw = hardware("meta-llama/Llama-3.3-70B-Instruct", "H100-SXM-80GB", tp=4, weight_dtype="fp8")
-    coef = Coefficients.for_engine("vllm")
-    rng = np.random.default_rng(0)
-    c = rng.uniform(1, 512, args.n)
-    i = rng.uniform(100, 8000, args.n)
-    o = rng.uniform(50, 2000, args.n)
+    print("1. estimator configurations per second (closed-loop steady states, one core)")
+    for label, model, tp in (
+        ("dense, Llama-3.3-70B tp=4", "meta-llama/Llama-3.3-70B-Instruct", 4),
+        ("MoE, Qwen3-30B-A3B tp=1", "Qwen/Qwen3-30B-A3B", 1),
+    ):
+        vec, loop = configurations_per_second(model, tp, args.n, args.loop)
+        print(f"   {label}: vectorized {vec:,.0f}/s, Python loop {loop:,.0f}/s, ratio {vec / loop:,.0f}x")
 
-    t0 = time.perf_counter()
-    closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, max_running=1024.0)
-    vec_s = time.perf_counter() - t0
+    print("2. planner search (Llama-3.3-70B, 20 req/s, 2000/300 tokens, P99 SLOs; 3 GPUs x 1/2/4/8 x bf16/fp8 x 2 KV)")
+    found = []
 
-    t0 = time.perf_counter()
-    for k in range(args.loop):
-        closed_loop(hw, coef, concurrency=c[k], input_len=i[k], output_len=o[k], max_running=1024.0)
-    loop_s = time.perf_counter() - t0
+    def search() -> None:
+        found.append(
+            plan(
+                "meta-llama/Llama-3.3-70B-Instruct",
+                input_len=2000,
+                output_len=300,
+                target_request_rate=20.0,
+                gpus=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"],
+                weight_dtypes=["bf16", "fp8"],
+            )
+        )
 
-    vec_rate, loop_rate = args.n / vec_s, args.loop / loop_s
-    print(f"closed-loop steady states, vectorized: {args.n:,} in {vec_s:.2f} s = {vec_rate:,.0f} per second")
-    print(f"closed-loop steady states, Python loop: {args.loop:,} in {loop_s:.2f} s = {loop_rate:,.0f} per second")
-    print(f"vectorized / loop: {vec_rate / loop_rate:,.0f}x")
+    s = best_of(search, 1)
+    p = found[-1]
+    print(f"   {p.searched} options ({len(p.plans)} plans, {len(p.rejected)} rejected) in {s:.2f} s")
 
-    t0 = time.perf_counter()
-    reps = 5
-    for _ in range(reps):
-        estimate("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", 8, tp=8, input_len=3840, output_len=256)
-    print(
-        f"one full estimate (memory, four constraint bars, SLO search, saturation): {(time.perf_counter() - t0) / reps * 1e3:.0f} ms"
+    print("3. widget update (value change to new figure)")
+    if args.skip_widget:
+        print("   skipped")
+    else:
+        times = widget_times()
+        if isinstance(times, str):
+            print(f"   {times}")
+        else:
+            for name, secs in times:
+                print(f"   {name:<24} {secs * 1e3:7.0f} ms")
+            print(f"   median over inputs {statistics.median(t for _, t in times) * 1e3:.0f} ms")
+
+    print("4. calibration fit, 100 runs (4 set-ups x 25 concurrencies, 4 free coefficients)")
+    cases = synthetic_runs()
+    fits = []
+    s = best_of(lambda: fits.append(calibrate(cases)), 2)
+    print(f"   {fits[-1].n_runs} runs, {fits[-1].n_residuals} residuals: {s:.2f} s")
+
+    t = best_of(
+        lambda: estimate("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", 8, tp=8, input_len=3840, output_len=256),
+        5,
     )
+    print(f"5. one full estimate (memory, four constraint bars, SLO search, saturation): {t * 1e3:.0f} ms")
 
 
 if __name__ == "__main__":

@@ -156,16 +156,18 @@ def closed_loop(
             return base + per_prompt[:, sel] / ch, decoding[sel] * per_decode[:, sel]
 
         kw = dict(r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
-        a = _arrivals_per_step(hw, coef, dec, pre_at(chunks), **kw)
+        pre = pre_at(chunks)
+        a = _arrivals_per_step(hw, coef, dec, pre, **kw)
         # a larger decode batch leaves fewer prompt tokens per step: take the chunk count at the
         # solution and solve again where it changed
         redo = np.flatnonzero(chunks_at(a) != chunks)
         if redo.size:
             chunks[redo] = chunks_at(a[redo], redo)
             sub = (dec[0][:, redo], dec[1][:, redo])
+            pre_redo = pre_at(chunks[redo], redo)
             kw = dict(r=r[redo], chunks=chunks[redo], decoding=decoding[redo], a_budget=a_budget[redo])
-            a[redo] = _arrivals_per_step(hw, coef, sub, pre_at(chunks[redo], redo), **kw)
-        pre = pre_at(chunks)
+            a[redo] = _arrivals_per_step(hw, coef, sub, pre_redo, **kw)
+            pre[0][:, redo], pre[1][:, redo] = pre_redo
         dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
     dec_step = combine(hw, dec_terms.reshape(6, *shape))
     pre_step = combine(hw, pre_terms.reshape(6, *shape))

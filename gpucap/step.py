@@ -18,7 +18,7 @@ import numpy.typing as npt
 from .engine import EAGER_LAUNCH_S_PER_LAYER, Coefficients, EngineConfig
 from .gpus import GPU
 from .layout import Layout
-from .memory import ArrayLike, held_tokens_per_layer, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from .memory import ArrayLike, _window_counts, held_tokens_per_layer, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from .models import ModelSpec
 from .units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
 
@@ -86,9 +86,9 @@ def prefill_pairs_per_layer(spec: ModelSpec, prompt_tokens: ArrayLike) -> Array:
     i = np.asarray(prompt_tokens, dtype=float)
     total = np.zeros_like(i)
     cap = spec.index_topk or None
-    for w in spec.layer_window:
+    for w, count in _window_counts(spec).items():  # layers grouped by window
         w = min(w, cap) if (w and cap) else (w or cap)
-        total = total + (i * i / 2 if w is None else np.where(i <= w, i * i / 2, w * i - w * w / 2))
+        total = total + count * (i * i / 2 if w is None else np.where(i <= w, i * i / 2, w * i - w * w / 2))
     return total / spec.num_layers
 
 
