@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from .step import experts_touched
 from .units import GiB
 
 if TYPE_CHECKING:
@@ -61,6 +62,13 @@ def format_estimate(e: Estimate) -> str:
         + f"{e.output_tokens_per_s:,.0f} output tokens/s, communication {e.comm_share:.0%} of a step\n"
         f"saturation (all requests at once): {e.saturation_output_tokens_per_s:,.0f} output tokens/s"
     )
+    if hw.spec.is_moe:
+        batch = float(e.at.decode_batch) / lay.pp
+        speed += (
+            f"\nmixture of experts: {hw.spec.active_params / 1e9:.1f}B of {hw.spec.total_params / 1e9:.1f}B parameters "
+            f"active per token; a decode step of {batch:,.0f} tokens reads "
+            f"{float(experts_touched(hw.spec, batch)):.0%} of the routed experts"
+        )
     notes = "".join(f"\nnote: {n}" for n in e.notes)
     return "\n\n".join([head, mem, bars, speed]) + notes
 

@@ -92,6 +92,15 @@ def prefill_pairs_per_layer(spec: ModelSpec, prompt_tokens: ArrayLike) -> Array:
     return total / spec.num_layers
 
 
+def experts_touched(spec: ModelSpec, tokens: ArrayLike) -> Array:
+    """Expected fraction of a MoE layer's routed experts that a step of T tokens reads:
+    ``1 - (1 - k / E)^T`` (each token picks k of E experts; taken as independent and uniform,
+    so real routing, which is skewed, touches somewhat fewer). One token reads k / E; a few
+    hundred tokens read nearly all, which is why MoE decode turns compute-bound late."""
+    t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+    return 1.0 - (1.0 - spec.experts_per_token / spec.num_experts) ** t
+
+
 def attention_flop_per_pair(spec: ModelSpec, decode: bool) -> float:
     """FLOP per (query, key) pair per layer: ``2 x heads x qk_dim + 2 x heads x v_dim``.
 
@@ -154,11 +163,7 @@ def step_work(
     # HBM bytes
     w = weight_bytes_per_gpu(spec, hw.weight_dtype, lay)
     lm_head_bytes = w.embeddings / (1 if spec.tie_embeddings or pp > 1 else 2)
-    if spec.is_moe:
-        k_over_e = spec.experts_per_token / spec.num_experts
-        touched = 1.0 - (1.0 - k_over_e) ** np.maximum(tokens, 1.0)
-    else:
-        touched = np.zeros_like(tokens)
+    touched = experts_touched(spec, tokens) if spec.is_moe else np.zeros_like(tokens)
     weights = w.attention + w.dense_mlp + lm_head_bytes + w.experts * touched
     kv_tok = kv_bytes_per_token_per_gpu(spec, hw.kv_dtype, lay)
     if spec.index_head_dim:  # main latent read for top-k keys, indexer keys for all

@@ -92,3 +92,14 @@ def test_pipeline_parallel_does_not_cut_decode_latency() -> None:
     t1 = step_time(one, step_work(one, decode_tokens=1, decode_context=100), IDEAL)
     t2 = step_time(two, step_work(two, decode_tokens=1, decode_context=100), IDEAL)
     assert float(t2.memory_s) == pytest.approx(float(t1.memory_s), rel=0.02)
+
+
+def test_experts_touched_by_hand() -> None:
+    from gpucap.catalog import load_model
+    from gpucap.step import experts_touched
+
+    spec = load_model("Qwen/Qwen3-30B-A3B")  # 128 routed experts, 8 per token (config.json)
+    assert spec.num_experts == 128 and spec.experts_per_token == 8
+    # one token: 8 / 128 = 6.25%; 56 tokens: 1 - (120/128)^56 = 1 - 0.9375^56 = 1 - 0.02694 = 97.31%
+    assert float(experts_touched(spec, 1)) == pytest.approx(0.0625)
+    assert float(experts_touched(spec, 56)) == pytest.approx(0.97306, abs=1e-5)
