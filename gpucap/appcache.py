@@ -1,23 +1,17 @@
 """What the interactive estimator caches, and by which inputs (see ``gpucap.widgets``): a small
-LRU cache, the normalized widget values with the cache keys each stage depends on, and PNG
-rendering of figures."""
+LRU cache, and the normalized widget values with the cache keys each stage depends on."""
 
 from __future__ import annotations
 
-import io
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-import matplotlib
-from matplotlib.figure import Figure
-
 from .engine import Coefficients, EngineConfig
 
 CACHE_SIZE = 64  # results kept per stage, so dragging a slider back and forth is instant
-PNG_DPI = 100
 
 T = TypeVar("T")
 
@@ -95,17 +89,9 @@ class Inputs:
 
 
 def stamp(path: Path) -> int:
+    """The file's modification time in nanoseconds (0 when it is missing): part of a cache key,
+    so that an edited file is read again."""
     try:
         return path.stat().st_mtime_ns
     except OSError:
         return 0
-
-
-def png(fig: Figure) -> bytes:
-    """Render a figure to PNG, with fast compression and unhinted text (together a fifth faster on
-    these figures). A plain ``Figure`` is not held by pyplot's registry: nothing leaks once the
-    app drops it."""
-    buf = io.BytesIO()
-    with matplotlib.rc_context({"text.hinting": "none"}):
-        fig.savefig(buf, format="png", dpi=PNG_DPI, pil_kwargs={"compress_level": 1})
-    return buf.getvalue()

@@ -1,19 +1,18 @@
 """The interactive estimator (gpucap.widgets) without a browser or a kernel: set widget values as a
 person would (observers fire synchronously) and check what the app shows against the package
-called directly with the same inputs."""
+called directly with the same inputs; and its SVG figures (gpucap.appfigures, gpucap.svg)."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import pytest
-
-matplotlib.use("Agg")
 
 pytest.importorskip("ipywidgets")
 
@@ -23,6 +22,7 @@ from gpucap.widgets import EstimatorApp  # noqa: E402
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
 SEED = dict(input_len=3840, output_len=256, ttft_slo_s=2.0, tpot_slo_s=0.1)  # the app's defaults
+SVG_NS = "{http://www.w3.org/2000/svg}"
 
 
 def shown_concurrency(app: EstimatorApp) -> int:
@@ -45,17 +45,13 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
     return calls
 
 
-@pytest.fixture
-def rendered() -> None:
-    """Asked for by the tests that need the figures rendered to PNG."""
+def elements(svg: str, kind: str) -> list[ET.Element]:
+    """The elements of an SVG document with class ``kind`` (parsing also checks it is well formed)."""
+    return [e for e in ET.fromstring(svg).iter() if e.get("class") == kind]
 
 
-@pytest.fixture(autouse=True)
-def quick_figures(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Figures are built but not rendered to PNG (most of an update's time), except in tests that
-    ask for ``rendered``."""
-    if "rendered" not in request.fixturenames:
-        monkeypatch.setattr(gw, "png", lambda fig: b"not rendered")
+def texts(svg: str) -> list[str]:
+    return [e.text or "" for e in ET.fromstring(svg).iter(SVG_NS + "text")]
 
 
 @pytest.fixture
@@ -63,7 +59,7 @@ def app() -> EstimatorApp:
     return EstimatorApp()
 
 
-def test_defaults_show_what_estimate_computes(rendered: None, app: EstimatorApp) -> None:
+def test_defaults_show_what_estimate_computes(app: EstimatorApp) -> None:
     expected = gpucap.estimate(LLAMA_70B, "A100-SXM-80GB", 8, tp=8, **SEED)
     assert app.error is None and app.result is not None
     assert app.result.recommended_concurrency == expected.recommended_concurrency
@@ -74,8 +70,11 @@ def test_defaults_show_what_estimate_computes(rendered: None, app: EstimatorApp)
     assert 80 * 8 * 128 * 2 * 2 == 327_680
     assert "327,680 bytes per token" in app.memory_text.value
     assert "40,960 per GPU" in app.status_text  # 8 KV heads over tp=8
-    assert set(app.shown) == {"memory", "constraints", "curves"}
-    assert all(png.startswith(b"\x89PNG") for png in app.pngs.values())
+    assert set(app.svgs) == {"memory", "constraints", "curves"}
+    assert all(svg.startswith("<svg") and ET.fromstring(svg) is not None for svg in app.svgs.values())
+    constraint_texts = texts(app.svgs["constraints"])
+    assert f" recommended {expected.recommended_concurrency:,}" in constraint_texts
+    assert f"{expected.limits['memory']:,.0f}" in constraint_texts  # the memory bar's label
     assert app.figures.layout.display != "none"
 
 
@@ -152,7 +151,7 @@ def test_calibration_file_changes_the_result(app: EstimatorApp, tmp_path: Path) 
 
 def test_slo_change_recomputes_the_estimate_only(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
     memory = count_calls(monkeypatch, "hardware_memory")
-    memory_fig = count_calls(monkeypatch, "memory_figure")
+    memory_fig = count_calls(monkeypatch, "memory_svg")
     curves = count_calls(monkeypatch, "closed_loop")
     estimates = count_calls(monkeypatch, "estimate")
     app.ttft_slo_s.value = 0.5
@@ -169,17 +168,17 @@ def test_slo_change_recomputes_the_estimate_only(monkeypatch: pytest.MonkeyPatch
     assert memory[0] == 1 and memory_fig[0] == 1
 
 
-def test_redrawn_figures_match_fresh_ones(rendered: None, monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
-    """SLO and memory-fraction changes move the marks of the kept curves figure; what it shows must
-    be what a figure built from scratch for the same inputs shows."""
-    built = count_calls(monkeypatch, "load_curves_figure")
+def test_redrawn_figures_match_fresh_ones(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
+    """After changes that reuse cached stages, the figures must be what an app started with the
+    final inputs draws: no stage may be reused for inputs it does not match."""
+    curves = count_calls(monkeypatch, "closed_loop")
     app.ttft_slo_s.value = 30.0  # above every TTFT on the curve: the axis must grow
     app.tpot_slo_ms.value = 10.0
+    assert curves[0] == 0  # the SLOs move the marks, not the curves
     app.gpu_memory_utilization.value = 0.95  # memory holds more; vLLM still runs at most 256 at once
-    assert built[0] == 0
     fresh = EstimatorApp(ttft_slo_s=30.0, tpot_slo_ms=10.0, gpu_memory_utilization=0.95)
-    assert app.pngs == fresh.pngs
-    assert all(png.startswith(b"\x89PNG") for png in app.pngs.values())
+    assert app.svgs == fresh.svgs
+    assert "SLO 30" in texts(app.svgs["curves"]) and "SLO 10" in texts(app.svgs["curves"])
 
 
 def test_range_change_does_not_recompute_the_estimate(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
@@ -209,28 +208,51 @@ def test_starting_values_and_unknown_names() -> None:
         EstimatorApp(tensor_parallel=2)
 
 
-def test_figure_functions_take_package_results() -> None:
+# ---- the figures ------------------------------------------------------------------------------
+
+
+def test_figures_take_package_results() -> None:
+    from gpucap.appfigures import constraints_svg, curves_svg, memory_svg
     from gpucap.batching import closed_loop
     from gpucap.memory import memory_breakdown
-    from gpucap.plots import constraints_figure, load_curves_figure, memory_figure, set_load_curves_marks
 
     est = gpucap.estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", 1, input_len=1000, output_len=256)
     assert est.limits["interconnect"] is None  # one GPU: no link traffic, drawn as "not binding"
-    texts = [t.get_text() for t in constraints_figure(est).axes[0].texts]
-    assert "not binding" in texts and f" recommended {est.recommended_concurrency:,}" in texts
-    assert "Qwen/Qwen3-8B on H100-SXM-80GB" in memory_figure(est).axes[0].get_title(loc="left")
+    assert "not binding" in texts(constraints_svg(est))
+    assert len(elements(constraints_svg(est), "bar")) == 3  # memory, compute, HBM
+    assert "a <b> & c" in texts(memory_svg(est.memory, title="a <b> & c"))  # escaped, read back
 
     hw = gpucap.hardware("deepseek-ai/DeepSeek-V3", "A100-SXM-80GB", tp=8)
     mem = memory_breakdown(hw.spec, hw.gpu, hw.layout, weight_dtype="bf16", kv_dtype="auto", engine=hw.engine)
     assert not mem.fits
-    assert any(t.get_text().startswith("short by") for t in memory_figure(mem).axes[0].texts)
+    assert any(t.startswith("short by") for t in texts(memory_svg(mem, title="")))
 
     point = closed_loop(est.hw, est.coefficients, concurrency=[1.0, 10.0, 100.0], input_len=1000.0, output_len=256.0)
-    fig = load_curves_figure(point)  # no marks
-    assert not any(line.get_visible() for ax in fig.axes for line in ax.lines if line.get_gid() != "gpucap-curve")
-    set_load_curves_marks(fig, ttft_slo_s=50.0, recommended=10.0, memory_limit=1000.0)
-    ttft_axis = fig.axes[0]
-    assert ttft_axis.get_ylim()[1] >= 50.0  # the axis grows to show the SLO line
-    assert "SLO 50" in [t.get_text() for t in ttft_axis.texts]
-    memory_marks = [line for line in ttft_axis.lines if line.get_gid() == "gpucap-memory"]
-    assert not memory_marks[0].get_visible()  # 1,000 lies beyond the curves: not drawn
+    bare = curves_svg(point)  # no marks
+    assert len(elements(bare, "curve")) == 3
+    assert not any(elements(bare, k) for k in ("slo", "recommended", "memory-limit"))
+    marked = curves_svg(point, ttft_slo_s=50.0, recommended=10.0, memory_limit=1000.0)
+    assert "SLO 50" in texts(marked)
+    (slo,) = elements(marked, "slo")
+    ttft_frame = elements(marked, "frame")[0]
+    top, height = float(ttft_frame.get("y", "nan")), float(ttft_frame.get("height", "nan"))
+    assert top <= float(slo.get("y1", "nan")) <= top + height  # the TTFT axis grows to show the SLO
+    assert len(elements(marked, "recommended")) == 3  # one line per panel
+    assert not elements(marked, "memory-limit")  # 1,000 lies beyond the curves: not drawn
+
+
+def test_ticks_and_limits() -> None:
+    from gpucap.svg import Scale, linear_ticks, log_label, log_ticks, padded_limits
+
+    assert log_ticks(1.0, 1000.0) == [1.0, 10.0, 100.0, 1000.0]  # 3 decades: powers of ten
+    assert log_ticks(1.0, 50.0) == [1.0, 2.0, 5.0, 10.0, 20.0, 50.0]  # under 2.2 decades: 1-2-5
+    assert [log_label(v) for v in (0.05, 1.0, 1000.0)] == ["0.05", "1", "1,000"]
+    ticks, label = linear_ticks(0.0, 84.8)  # 84.8 / 6 = 14.1 -> the first round step above: 20
+    assert ticks == [0.0, 20.0, 40.0, 60.0, 80.0] and label(40.0) == "40"
+    ticks, label = linear_ticks(0.0, 0.9)  # 0.15 -> 0.2
+    assert ticks == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8]) and label(0.4) == "0.4"
+    lo, hi = padded_limits([1.0, 100.0], log=True)  # two decades, 5% of them (0.1) at each end
+    assert (math.log10(lo), math.log10(hi)) == pytest.approx((-0.1, 2.1))
+    assert padded_limits([0.0, 10.0]) == pytest.approx((-0.5, 10.5))
+    assert Scale(1.0, 100.0, 0.0, 200.0, log=True)(10.0) == pytest.approx(100.0)  # half-way in log
+    assert Scale(0.0, 10.0, 300.0, 100.0)(2.5) == pytest.approx(250.0)  # a y axis runs upwards

@@ -1,0 +1,219 @@
+"""The interactive estimator's inputs (``gpucap.widgets``): one ipywidgets control per input of
+``gpucap.estimate``, their starting values and stops, their layout in three columns, and their
+values read into ``Inputs``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+
+from .appcache import Inputs, stamp
+from .catalog import model_cards
+from .engine import ENGINES, EngineConfig
+from .gpus import get_gpu, load_gpus
+from .units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
+
+DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
+DEFAULT_GPU = "A100-SXM-80GB"
+# Slider stops. Exact values (not a log slider, whose browser side rounds 2.0 to 10**0.3 and
+# sends it back): what a person sets is what the estimator gets.
+TTFT_SLO_CHOICES_S = tuple(
+    float(v) for v in "0.05 0.1 0.15 0.2 0.25 0.3 0.4 0.5 0.6 0.8 1 1.5 2 2.5 3 4 5 6 8 10 15 20 30 60".split()
+)
+TPOT_SLO_CHOICES_MS = tuple(
+    float(v) for v in "5 10 15 20 25 30 40 50 60 70 80 100 120 150 200 250 300 400 500 1000".split()
+)
+CURVE_MAX_CHOICES = tuple(float(m * 10**e) for e in range(0, 6) for m in (1, 2, 5) if 2 <= m * 10**e <= 100_000)
+ROW_WIDTH = "370px"
+COLUMN_WIDTH = "385px"
+DESCRIPTION_WIDTH = "150px"
+INPUT_NAMES = (
+    "model",
+    "model_path",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "ep",
+    "weight_dtype",
+    "kv_dtype",
+    "engine",
+    "gpu_memory_utilization",
+    "cuda_graphs",
+    "input_len",
+    "output_len",
+    "ttft_slo_s",
+    "tpot_slo_ms",
+    "calibration",
+    "curve_max",
+    "auto_range",
+)
+COLUMNS = (  # (title, inputs) of the three columns of controls
+    ("Model and hardware", ("model", "model_path", "gpu", "num_gpus", "tp", "pp", "ep")),
+    (
+        "Formats and engine",
+        ("weight_dtype", "kv_dtype", "engine", "gpu_memory_utilization", "cuda_graphs", "calibration"),
+    ),
+    ("Workload and SLOs", ("input_len", "output_len", "ttft_slo_s", "tpot_slo_ms", "curve_max", "auto_range")),
+)
+
+
+def labelled(values: tuple[float, ...]) -> list[tuple[str, float]]:
+    """Slider stops with thousands separators: ``[("1,000", 1000.0), ...]``."""
+    return [(f"{v:,g}", v) for v in values]
+
+
+def choose(w: Any, value: float) -> None:
+    """Set a selection slider to ``value``, adding it as a stop when it is not one."""
+    value = float(value)
+    stops = [v for _, v in w.options]
+    if value not in stops:
+        w.options = labelled(tuple(sorted([*stops, value])))
+    w.value = value
+
+
+def engine_default_utilization(engine: str, gpu: str) -> float:
+    """The engine's own ``gpu_memory_utilization`` on ``gpu`` (vLLM 0.9, SGLang 0.88, ...)."""
+    try:
+        return float(EngineConfig(engine=engine).resolve(get_gpu(gpu)).gpu_memory_utilization or 0.9)
+    except ValueError:
+        return 0.9
+
+
+class Controls:
+    """The input widgets as attributes (``model``, ``gpu``, ``tp``, ...; see ``INPUT_NAMES``), each
+    with CSS class ``gpucap-<name>`` (dashes for underscores), and ``inputs`` (name -> widget).
+    Keyword arguments set starting values; a slider value that is not a stop becomes one."""
+
+    def __init__(self, **values: Any) -> None:
+        cards = model_cards()
+        gpus = load_gpus()
+        wide = {"description_width": DESCRIPTION_WIDTH}
+        row = widgets.Layout(width=ROW_WIDTH)
+
+        def dropdown(options: list[str], value: str, description: str) -> Any:
+            return widgets.Dropdown(options=options, value=value, description=description, style=wide, layout=row)
+
+        def text(description: str, placeholder: str) -> Any:
+            return widgets.Text(
+                value="",
+                placeholder=placeholder,
+                description=description,
+                continuous_update=False,
+                style=wide,
+                layout=row,
+            )
+
+        def integer(description: str, value: int, lo: int, hi: int) -> Any:
+            return widgets.BoundedIntText(value=value, min=lo, max=hi, description=description, style=wide, layout=row)
+
+        def stops(choices: tuple[float, ...], value: float, description: str) -> Any:
+            return widgets.SelectionSlider(
+                options=labelled(choices), value=value, description=description, style=wide, layout=row
+            )
+
+        self.model = dropdown(list(cards), DEFAULT_MODEL if DEFAULT_MODEL in cards else next(iter(cards)), "model")
+        self.model_path = text("or config.json", "path to any config.json (overrides the list)")
+        self.gpu = dropdown(list(gpus), DEFAULT_GPU if DEFAULT_GPU in gpus else next(iter(gpus)), "GPU")
+        self.num_gpus = integer("number of GPUs", 8, 1, 4096)
+        self.tp = integer("tensor parallel (TP)", 8, 1, 512)
+        self.pp = integer("pipeline parallel (PP)", 1, 1, 512)
+        self.ep = integer("expert parallel (EP)", 1, 1, 512)
+        self.weight_dtype = dropdown(list(WEIGHT_BYTES_PER_PARAM), "bf16", "weights")
+        self.kv_dtype = dropdown(list(KV_BYTES_PER_ELEMENT), "auto", "KV cache")
+        self.engine = dropdown(list(ENGINES), "vllm", "engine")
+        self.gpu_memory_utilization = widgets.FloatSlider(
+            value=0.9,
+            min=0.5,
+            max=1.0,
+            step=0.01,
+            description="gpu_memory_utilization",
+            readout_format=".2f",
+            style={"description_width": "initial"},
+            layout=row,
+            tooltip="share of GPU memory the engine takes (TensorRT-LLM: share of what is free after the weights)",
+        )
+        self.cuda_graphs = widgets.Checkbox(value=True, description="CUDA graphs", indent=True, style=wide, layout=row)
+        self.input_len = integer("input tokens", 3840, 1, 10_000_000)
+        self.output_len = integer("output tokens", 256, 1, 10_000_000)
+        self.ttft_slo_s = stops(TTFT_SLO_CHOICES_S, 2.0, "TTFT SLO (s)")
+        self.tpot_slo_ms = stops(TPOT_SLO_CHOICES_MS, 100.0, "TPOT SLO (ms)")
+        self.calibration = text("coefficients file", "calibration JSON (empty: engine defaults)")
+        self.curve_max = stops(CURVE_MAX_CHOICES, 1000.0, "curves up to")
+        self.auto_range = widgets.Checkbox(
+            value=True,
+            description="automatic range",
+            tooltip="up to twice what the engine runs at once",
+            style=wide,
+            layout=row,
+        )
+        self.inputs: dict[str, Any] = {name: getattr(self, name) for name in INPUT_NAMES}
+        for name, w in self.inputs.items():
+            w.add_class("gpucap-" + name.replace("_", "-"))
+
+        unknown = set(values) - set(self.inputs)
+        if unknown:
+            raise TypeError(f"EstimatorApp got unknown inputs {sorted(unknown)}; known: {', '.join(self.inputs)}")
+        if "engine" in values and "gpu_memory_utilization" not in values:
+            values["gpu_memory_utilization"] = engine_default_utilization(values["engine"], self.gpu.value)
+        if "curve_max" in values and "auto_range" not in values:
+            values["auto_range"] = False
+        for name, value in values.items():
+            if isinstance(self.inputs[name], widgets.SelectionSlider):
+                choose(self.inputs[name], value)
+            else:
+                self.inputs[name].value = value
+
+    def controls_box(self) -> Any:
+        """The controls in three titled columns."""
+        return widgets.HBox(
+            [
+                widgets.VBox(
+                    [widgets.HTML(f"<b>{title}</b>"), *(self.inputs[name] for name in names)],
+                    layout=widgets.Layout(width=COLUMN_WIDTH),
+                )
+                for title, names in COLUMNS
+            ]
+        )
+
+    def read(self) -> Inputs:
+        """The current values, normalized (paths resolved and stamped, no slider float noise);
+        raises ValueError for a model path that does not exist."""
+        model, model_stamp = self.model.value, 0
+        path_text = self.model_path.value.strip()
+        if path_text:
+            path = Path(path_text).expanduser()
+            if not path.exists():
+                raise ValueError(
+                    f"model config {path_text!r} does not exist; give a path to a config.json "
+                    "(or its folder), or clear the box to use the list"
+                )
+            model, model_stamp = str(path.resolve()), stamp(path)
+        calibration, calibration_stamp = "", 0
+        calibration_text = self.calibration.value.strip()
+        if calibration_text:
+            path = Path(calibration_text).expanduser()
+            calibration, calibration_stamp = str(path.resolve()), stamp(path)
+        return Inputs(
+            model=model,
+            model_stamp=model_stamp,
+            gpu=self.gpu.value,
+            num_gpus=int(self.num_gpus.value),
+            tp=int(self.tp.value),
+            pp=int(self.pp.value),
+            ep=int(self.ep.value),
+            weight_dtype=self.weight_dtype.value,
+            kv_dtype=self.kv_dtype.value,
+            engine=self.engine.value,
+            gpu_memory_utilization=round(float(self.gpu_memory_utilization.value), 4),
+            cuda_graphs=bool(self.cuda_graphs.value),
+            input_len=int(self.input_len.value),
+            output_len=int(self.output_len.value),
+            ttft_slo_s=float(self.ttft_slo_s.value),
+            tpot_slo_s=float(self.tpot_slo_ms.value) / 1e3,
+            calibration=calibration,
+            calibration_stamp=calibration_stamp,
+            curve_max=float(self.curve_max.value),
+        )
