@@ -8,7 +8,7 @@ APP_PORT ?= 8866
 CHROMIUM ?= /usr/bin/chromium
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lab app test lint typecheck unit notebooks browser chromium accuracy golden clean
+.PHONY: help venv lab app test lint typecheck unit notebooks browser chromium accuracy golden e2e clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ test: lint typecheck unit notebooks browser ## everything CI runs
 
 accuracy: $(STAMP) ## error table on ../shared/data/measured-public.csv (benchmarks/out/)
 	$(BIN)/python benchmarks/accuracy.py
+
+e2e: $(STAMP) ## real vLLM on this CPU: load test, calibrate on the measured CPU (own venv; ~10 min)
+	MAIN_PYTHON=$(BIN)/python PYTHON=$(PYTHON) bash benchmarks/e2e/run.sh
 
 golden: $(STAMP) ## rewrite tests/golden/predictions.csv on purpose (say why in the commit)
 	$(BIN)/python tests/golden/make_golden.py

@@ -1,0 +1,170 @@
+"""Calibrate gpucap on the load test of the CPU server and print predicted vs measured per level,
+with the default coefficients and with the fitted ones.
+
+    .venv/bin/python benchmarks/e2e/fit.py RESULTS_DIR --gpu-file CPU.csv --gpu CPU-E2E \\
+        --model benchmarks/e2e/model/config.json --kv-cache-gib 1 --max-num-seqs 256 \\
+        --max-num-batched-tokens 2048 --block-size 128 --eager --dtype fp32 --save FIT.json
+
+The engine gpucap predicts with is the one the server ran. gpucap's cases (``cases_from_runs``)
+carry no engine knobs (every case gets ``EngineConfig(engine=...)`` with the engine's defaults)
+and no float32 KV cache, so inside ``served_engine`` this script:
+
+* builds each case's engine as the server's: max_num_seqs, max_num_batched_tokens, block size,
+  eager (no CUDA graphs, none reserved), no runtime reservation, and the memory share
+  ``u = (KV bytes + weights + activations) / memory`` so that gpucap's KV budget
+  ``u x memory - weights - activations`` is exactly the server's ``VLLM_CPU_KVCACHE_SPACE``;
+* adds a ``fp32`` KV-cache format of 4 bytes per element (the server's cache is in the model's
+  float32).
+
+The CPU itself is a GPU-file row (``measure_cpu.py``), given through ``GPUCAP_GPU_FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+
+from gpucap import units, validate
+from gpucap.calibrate import calibrate
+from gpucap.catalog import load_model
+from gpucap.engine import Coefficients, EngineConfig
+from gpucap.gpus import get_gpu
+from gpucap.layout import Layout
+from gpucap.loadtests import cases_from_runs
+from gpucap.memory import activation_bytes_per_gpu, weight_bytes_per_gpu
+from gpucap.results import read_results
+from gpucap.units import GiB
+
+FP32_KV_BYTES = 4.0  # bytes of one float32 KV-cache element
+FREE = ("u_compute", "u_hbm", "t_overhead_s")  # gpucap calibrate's defaults less overlap: one CPU, no links
+
+
+def memory_share_for_kv(*, kv_bytes: float, weight_bytes: float, activation_bytes: float, memory_bytes: float) -> float:
+    """The ``gpu_memory_utilization`` u at which gpucap's vLLM KV budget equals ``kv_bytes``:
+    ``kv = u x memory - weights - activations`` (gpucap.memory.memory_breakdown, no CUDA-graph or
+    runtime reservation), so ``u = (kv + weights + activations) / memory``."""
+    u = (kv_bytes + weight_bytes + activation_bytes) / memory_bytes
+    if not 0 < u <= 1:
+        raise ValueError(f"KV cache {kv_bytes / GiB:.2f} GiB plus weights does not fit {memory_bytes / GiB:.1f} GiB")
+    return u
+
+
+def server_engine(args: argparse.Namespace) -> EngineConfig:
+    """The EngineConfig of the server that was measured (see the module docstring)."""
+    knobs = EngineConfig(
+        engine="vllm",
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        block_size=args.block_size,
+        cuda_graphs=not args.eager,
+        runtime_overhead_bytes=0.0,
+        cuda_graph_bytes=0.0,
+    )
+    spec, gpu = load_model(args.model), get_gpu(args.gpu)
+    layout = Layout()
+    u = memory_share_for_kv(
+        kv_bytes=args.kv_cache_gib * GiB,
+        weight_bytes=weight_bytes_per_gpu(spec, args.dtype, layout).total,
+        activation_bytes=activation_bytes_per_gpu(spec, layout, knobs),
+        memory_bytes=gpu.memory_bytes,
+    )
+    return dataclasses.replace(knobs, gpu_memory_utilization=u)
+
+
+@contextlib.contextmanager
+def served_engine(served: EngineConfig) -> Iterator[None]:
+    """Predict every case with ``served`` and a float32 KV cache (see the module docstring)."""
+
+    def config(engine: str = "vllm", **_: object) -> EngineConfig:
+        if engine != served.engine:
+            raise ValueError(f"case engine {engine!r}; the server ran {served.engine}")
+        return served
+
+    kv = {**units.KV_BYTES_PER_ELEMENT, "fp32": FP32_KV_BYTES}
+    with mock.patch.object(validate, "EngineConfig", config), mock.patch.dict(units.KV_BYTES_PER_ELEMENT, kv):
+        yield
+
+
+def level_table(cases: pd.DataFrame, before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """One row per level: measured, default and fitted predictions of output tok/s, TTFT, TPOT."""
+    rows = []
+    for i, case in cases.reset_index(drop=True).iterrows():
+        load = (
+            f"c={case['concurrency']:g}" if case["load_mode"] == "fixed-concurrency" else f"{case['request_rate']:g}/s"
+        )
+        row: dict[str, object] = {"load": load}
+        for metric, label in (("output_tok_s", "tok/s"), ("ttft_ms", "TTFT ms"), ("tpot_ms", "TPOT ms")):
+            row[f"{label} measured"] = before.loc[i, f"{metric}_measured"]
+            row[f"{label} default"] = before.loc[i, f"{metric}_predicted"]
+            row[f"{label} fitted"] = after.loc[i, f"{metric}_predicted"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def median_abs_error(result: pd.DataFrame) -> dict[str, float]:
+    """|predicted / measured - 1| median per metric."""
+    return {m: float(np.nanmedian(np.abs(result[f"{m}_ratio"].astype(float) - 1.0))) for m in validate.METRICS}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path, help="the load test's run folder")
+    ap.add_argument("--gpu-file", type=Path, required=True, help="GPU CSV with the measured CPU row")
+    ap.add_argument("--gpu", required=True, help="its key")
+    ap.add_argument("--model", required=True, help="config.json of the served model")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="weights and KV cache format served")
+    ap.add_argument("--kv-cache-gib", type=float, required=True, help="VLLM_CPU_KVCACHE_SPACE of the server")
+    ap.add_argument("--max-num-seqs", type=int, required=True)
+    ap.add_argument("--max-num-batched-tokens", type=int, required=True)
+    ap.add_argument("--block-size", type=int, required=True)
+    ap.add_argument("--eager", action="store_true", help="the server ran with --enforce-eager")
+    ap.add_argument("--free", default=",".join(FREE), help="coefficients to fit")
+    ap.add_argument("--save", type=Path, default=None, help="write the fit as JSON (never overwritten)")
+    args = ap.parse_args()
+    os.environ["GPUCAP_GPU_FILE"] = str(args.gpu_file)
+
+    rs = read_results(args.results)
+    if rs.bad or rs.incomplete:
+        raise SystemExit(f"fit.py: error: {args.results}: unreadable {rs.bad}, incomplete {rs.incomplete}")
+    runs = rs.runs.sort_values(["concurrency", "request_rate"]).reset_index(drop=True)
+    kv = "fp32" if args.dtype == "fp32" else "auto"
+    cases = cases_from_runs(runs, weight_dtype=args.dtype, kv_cache_dtype=kv)
+    engine = server_engine(args)
+    print(
+        f"fit: {len(cases)} levels from {args.results}; engine as served: max_num_seqs {engine.max_num_seqs}, "
+        f"max_num_batched_tokens {engine.max_num_batched_tokens}, block {engine.block_size}, "
+        f"{'eager' if not engine.cuda_graphs else 'graphs'}, KV cache {args.kv_cache_gib:g} GiB "
+        f"(memory share {engine.gpu_memory_utilization:.4f}), {args.dtype} weights and KV"
+    )
+    free = tuple(n.strip() for n in args.free.split(",") if n.strip())
+    with served_engine(engine):
+        start = Coefficients.for_engine("vllm")
+        before = validate.validate(cases, start)
+        if before["error"].notna().any():
+            raise SystemExit(f"fit.py: error: cases not predicted: {before['error'].dropna().tolist()}")
+        fit = calibrate(cases, start=start, free=free, sources=sorted(map(str, args.results.glob("*.json"))))
+        after = validate.validate(cases, fit.coefficients)
+    print(fit.report())
+    pd.set_option("display.width", 200)
+    table = level_table(cases, before, after)
+    print("\npredicted vs measured per level (default = vLLM's default coefficients, fitted = this fit):")
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.1f}"))
+    err_before, err_after = median_abs_error(before), median_abs_error(after)
+    print("\nmedian |predicted / measured - 1|, default -> fitted:")
+    for m in validate.METRICS:
+        print(f"    {m:<13} {err_before[m]:6.1%} -> {err_after[m]:6.1%}")
+    if args.save:
+        fit.save(args.save)
+        print(f"\nfit: coefficients saved to {args.save}")
+
+
+if __name__ == "__main__":
+    main()

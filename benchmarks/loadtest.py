@@ -1,0 +1,318 @@
+"""Load-test an OpenAI-compatible server with ``vllm bench serve``, one level at a time, into a
+folder that ``gpucap calibrate`` and ``gpucap.results.read_results`` read as it is.
+
+    python benchmarks/loadtest.py --base-url http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B-Instruct \\
+        --gpu H100-SXM-80GB --tp 1 --input-len 1024 --output-len 256 --concurrency 1,4,16,64 \\
+        --ttft-slo 2 --tpot-slo 0.1 --out benchmarks/out/loadtest
+
+Each level is one ``vllm bench serve`` run on the random dataset with fixed lengths
+(``--random-range-ratio 0``) and ``--ignore-eos``, so that every request reads ``--input-len``
+tokens and writes ``--output-len``. Levels run in increasing load: every ``--concurrency`` (closed
+loop, requests sent as fast as the cap allows), then every ``--request-rate`` (Poisson arrivals).
+A sweep stops by itself after a level whose median (``--stat``) TTFT or TPOT exceeds
+``--stop-factor`` times its SLO: higher loads would only queue. Results land in
+``<out>/<YYYYmmdd-HHMMSS>/`` (a new folder; an existing file is never overwritten), one
+``concurrency-<C>.json`` or ``rate-<R>.json`` per level with the hardware as ``--metadata`` (gpu,
+num_gpus, tp, pp, engine, model), the console output of each level in a ``.log`` next to it, and
+``commands.log`` with every command run and why the sweep stopped.
+
+Prompts per level: ``max(--num-prompts, --prompts-per-concurrency x C)`` for a concurrency C
+(every request slot is refilled several times, so the steady state dominates the run), and
+``max(--num-prompts, ceil(R x --rate-seconds))`` for a request rate R.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+STATS = ("median", "mean")
+
+
+class LoadTestError(Exception):
+    """A problem the user can fix: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _positive(kind: type, text: str) -> float:
+    try:
+        v = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if not v > 0 or not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive finite number")
+    return v
+
+
+def positive_int(text: str) -> int:
+    return int(_positive(int, text))
+
+
+def positive_float(text: str) -> float:
+    return float(_positive(float, text))
+
+
+def levels(kind: type, text: str) -> list[float]:
+    """'1,4,16' -> [1, 4, 16]: positive, distinct, sorted increasing."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated values such as 1,4,16")
+    values = []
+    for t in items:
+        try:
+            values.append(_positive(kind, t))
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r}: a level is repeated")
+    return sorted(values)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="loadtest.py", description=__doc__.splitlines()[0])
+    s = p.add_argument_group("server")
+    s.add_argument("--base-url", required=True, help="server address, e.g. http://127.0.0.1:8000")
+    s.add_argument("--model", required=True, help="model name the server serves (the API's model field)")
+    s.add_argument("--tokenizer", default=None, help="tokenizer name or path when --model is not one")
+    s.add_argument("--vllm", default="vllm", help="path of the vllm executable (default: vllm on PATH)")
+    h = p.add_argument_group("hardware, written into each result as --metadata")
+    h.add_argument("--gpu", required=True, help="gpucap GPU key (`gpucap gpus`, or a row of your --gpu-file)")
+    h.add_argument("--num-gpus", type=positive_int, default=None, help="GPUs serving (default tp x pp)")
+    h.add_argument("--tp", type=positive_int, default=1)
+    h.add_argument("--pp", type=positive_int, default=1)
+    h.add_argument("--engine", default="vllm", choices=["vllm", "sglang", "trtllm"], help="engine serving")
+    h.add_argument("--gpucap-model", default=None, help="gpucap model id or config.json path (default: --model)")
+    w = p.add_argument_group("workload")
+    w.add_argument("--input-len", type=positive_int, required=True, help="prompt tokens per request")
+    w.add_argument("--output-len", type=positive_int, required=True, help="output tokens per request")
+    w.add_argument("--concurrency", type=lambda t: levels(int, t), default=None, help="levels, e.g. 1,4,16")
+    w.add_argument("--request-rate", type=lambda t: levels(float, t), default=None, help="requests/s, e.g. 2,4")
+    w.add_argument("--num-prompts", type=positive_int, default=32, help="least prompts per level (default 32)")
+    w.add_argument("--prompts-per-concurrency", type=positive_int, default=4, help="prompts per request slot")
+    w.add_argument("--rate-seconds", type=positive_float, default=60.0, help="seconds of arrivals per rate level")
+    w.add_argument("--seed", type=int, default=0)
+    st = p.add_argument_group("stopping")
+    st.add_argument("--ttft-slo", type=positive_float, default=2.0, help="seconds (default 2)")
+    st.add_argument("--tpot-slo", type=positive_float, default=0.1, help="seconds (default 0.1)")
+    st.add_argument("--stop-factor", type=positive_float, default=3.0, help="stop past this many x SLO (default 3)")
+    st.add_argument("--stat", choices=STATS, default="median", help="statistic the stop rule reads")
+    st.add_argument("--level-timeout", type=positive_float, default=None, help="seconds one level may take")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, default=Path("benchmarks/out/loadtest"), help="parent of the run folder")
+    o.add_argument("--dry-run", action="store_true", help="print the commands and write nothing")
+    return p
+
+
+@dataclass(frozen=True)
+class Level:
+    kind: str  # "concurrency" or "rate"
+    value: float
+    num_prompts: int
+
+    @property
+    def name(self) -> str:
+        """File stem; zero-padded so that a folder listing is in load order."""
+        if self.kind == "concurrency":
+            return f"concurrency-{int(self.value):04d}"
+        return f"rate-{self.value:09.3f}".replace(".", "p")
+
+    def describe(self) -> str:
+        return f"concurrency {int(self.value)}" if self.kind == "concurrency" else f"request rate {self.value:g}/s"
+
+
+def plan_levels(args: argparse.Namespace) -> list[Level]:
+    """Every level in run order, with its prompt count (module docstring)."""
+    out = [
+        Level("concurrency", c, max(args.num_prompts, args.prompts_per_concurrency * int(c)))
+        for c in args.concurrency or []
+    ]
+    out += [Level("rate", r, max(args.num_prompts, math.ceil(r * args.rate_seconds))) for r in args.request_rate or []]
+    return out
+
+
+def check(args: argparse.Namespace) -> None:
+    """Argument checks argparse cannot make; raises LoadTestError naming the option."""
+    if not args.concurrency and not args.request_rate:
+        raise LoadTestError("give --concurrency (e.g. 1,4,16) or --request-rate (e.g. 2,4), or both")
+    if not args.base_url.startswith(("http://", "https://")):
+        raise LoadTestError(f"--base-url {args.base_url!r} must start with http:// or https://")
+    if args.num_gpus is not None and args.num_gpus % (args.tp * args.pp):
+        raise LoadTestError(f"--num-gpus {args.num_gpus} is not a multiple of --tp x --pp = {args.tp * args.pp}")
+    if args.stop_factor < 1:
+        raise LoadTestError(f"--stop-factor {args.stop_factor} must be at least 1 (a multiple of the SLO)")
+    for name in ("gpu", "gpucap_model", "model"):
+        value = getattr(args, name)
+        if value is not None and any(c.isspace() for c in value):
+            raise LoadTestError(f"--{name.replace('_', '-')} {value!r}: no spaces (it is written as key=value)")
+
+
+def find_vllm(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise LoadTestError(f"--vllm {name!r}: no such executable; give the path of vllm (e.g. .venv/bin/vllm)")
+    return path
+
+
+def metadata(args: argparse.Namespace) -> list[str]:
+    """``--metadata`` pairs: the keys ``gpucap.results`` reads (gpu, num_gpus, tp, pp, engine, model)."""
+    pairs = {
+        "gpu": args.gpu,
+        "num_gpus": args.num_gpus or args.tp * args.pp,
+        "tp": args.tp,
+        "pp": args.pp,
+        "engine": args.engine,
+        "model": args.gpucap_model or args.model,
+    }
+    return [f"{k}={v}" for k, v in pairs.items()]
+
+
+def bench_command(vllm: str, args: argparse.Namespace, level: Level, result_dir: Path) -> list[str]:
+    """The ``vllm bench serve`` command line of one level (flags of vLLM 0.32's ``bench serve``)."""
+    cmd = [vllm, "bench", "serve", "--backend", "vllm", "--base-url", args.base_url, "--endpoint", "/v1/completions"]
+    cmd += ["--model", args.model] + (["--tokenizer", args.tokenizer] if args.tokenizer else [])
+    cmd += ["--dataset-name", "random", "--random-input-len", str(args.input_len)]
+    cmd += ["--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--ignore-eos"]
+    cmd += ["--num-prompts", str(level.num_prompts), "--seed", str(args.seed)]
+    if level.kind == "concurrency":
+        cmd += ["--max-concurrency", str(int(level.value)), "--request-rate", "inf"]
+    else:
+        cmd += ["--request-rate", f"{level.value:g}"]
+    cmd += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "90,99", "--disable-tqdm"]
+    cmd += ["--save-result", "--result-dir", str(result_dir), "--result-filename", f"{level.name}.json"]
+    return cmd + ["--metadata", *metadata(args)]
+
+
+def new_run_dir(parent: Path, now: dt.datetime | None = None) -> Path:
+    """``parent/<YYYYmmdd-HHMMSS>`` (of ``now``, default the current time), created here; never
+    an existing folder."""
+    stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    run = parent / stamp
+    try:
+        run.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise LoadTestError(
+            f"{run} already exists; wait a second and run again (results are never overwritten)"
+        ) from None
+    return run
+
+
+def level_latency_s(result: Path, stat: str) -> tuple[float, float]:
+    """(TTFT, TPOT) in seconds at ``stat`` from a vLLM result file; errors name the file and key."""
+    try:
+        data = json.loads(result.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise LoadTestError(f"{result}: cannot read the result ({exc})") from None
+    out = []
+    for metric in ("ttft", "tpot"):
+        key = f"{stat}_{metric}_ms"
+        v = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+            raise LoadTestError(f"{result}: {key} is {v!r}, not a number; did every request fail?")
+        out.append(v / 1e3)
+    return out[0], out[1]
+
+
+def stop_reason(
+    ttft_s: float, tpot_s: float, *, ttft_slo_s: float, tpot_slo_s: float, factor: float, stat: str
+) -> str | None:
+    """Why a sweep stops after this level: TTFT > factor x TTFT SLO or TPOT > factor x TPOT SLO;
+    None to go on."""
+    reasons = [
+        f"{stat} {name} {value:.3g} s > {factor:g} x SLO {slo:g} s"
+        for name, value, slo in (("TTFT", ttft_s, ttft_slo_s), ("TPOT", tpot_s, tpot_slo_s))
+        if value > factor * slo
+    ]
+    return "; ".join(reasons) or None
+
+
+def run_level(cmd: list[str], log: Path, timeout_s: float | None) -> None:
+    with log.open("x", encoding="utf-8") as f:
+        try:
+            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise LoadTestError(f"{log.stem}: no result within --level-timeout {timeout_s:g} s (log: {log})") from None
+    if proc.returncode != 0:
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        raise LoadTestError(f"{log.stem}: vllm bench serve exited {proc.returncode}: {tail[0]} (log: {log})")
+
+
+def run(args: argparse.Namespace) -> Path | None:
+    """Every level in order, stopping each sweep past the stop factor; returns the run folder."""
+    check(args)
+    plan = plan_levels(args)
+    vllm = find_vllm(args.vllm)
+    if args.dry_run:
+        for level in plan:
+            print(shlex.join(bench_command(vllm, args, level, args.out / "<run>")))
+        return None
+    run_dir = new_run_dir(args.out)
+    journal = run_dir / "commands.log"
+    print(f"loadtest: results in {run_dir}")
+    stopped: set[str] = set()
+    for level in plan:
+        if level.kind in stopped:
+            continue
+        result = run_dir / f"{level.name}.json"
+        for path in (result, result.with_suffix(".pytorch.json"), result.with_suffix(".log")):
+            if path.exists():  # vllm would overwrite it
+                raise LoadTestError(f"{path} exists; results are never overwritten")
+        cmd = bench_command(vllm, args, level, run_dir)
+        with journal.open("a", encoding="utf-8") as j:
+            j.write(shlex.join(cmd) + "\n")
+        t0 = time.perf_counter()
+        run_level(cmd, result.with_suffix(".log"), args.level_timeout)
+        ttft, tpot = level_latency_s(result, args.stat)
+        print(
+            f"loadtest: {level.describe()}: {level.num_prompts} prompts, {args.stat} TTFT {ttft * 1e3:.0f} ms, "
+            f"TPOT {tpot * 1e3:.1f} ms ({time.perf_counter() - t0:.0f} s)"
+        )
+        why = stop_reason(
+            ttft, tpot, ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo, factor=args.stop_factor, stat=args.stat
+        )
+        if why:
+            stopped.add(level.kind)
+            message = f"loadtest: stopping the {level.kind} sweep after {level.describe()}: {why}"
+            print(message)
+            with journal.open("a", encoding="utf-8") as j:
+                j.write(f"# {message}\n")
+    summarize(run_dir)
+    return run_dir
+
+
+def summarize(run_dir: Path) -> None:
+    """Read the folder back as ``gpucap calibrate`` will, and say what it holds."""
+    try:
+        from gpucap.results import read_results
+    except ImportError:  # the harness also runs where gpucap is not installed
+        return
+    rs = read_results(run_dir)
+    print(f"loadtest: {run_dir}: {len(rs.runs)} runs readable by gpucap", end="")
+    print("" if not (rs.bad or rs.incomplete) else f"; unreadable {rs.bad}, incomplete {rs.incomplete}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        run(args)
+    except LoadTestError as exc:
+        print(f"loadtest.py: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

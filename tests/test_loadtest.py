@@ -1,0 +1,256 @@
+"""benchmarks/loadtest.py against a fake ``vllm`` executable: the command line, the stop rule,
+no overwriting, and a run folder that gpucap.results reads with the hardware metadata applied.
+
+The fake parses the ``vllm bench serve`` flags the harness uses and writes a result JSON with
+vLLM's field names (vllm/benchmarks/serve.py). Its latencies grow with the concurrency C:
+TTFT = 100 ms x C and TPOT = 10 ms x C (median = mean), every request completes, and the run
+lasts num_prompts / C x (TTFT + (output_len - 1) x TPOT).
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucap.results import read_results
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("loadtest", ROOT / "benchmarks" / "loadtest.py")
+assert spec and spec.loader
+loadtest = importlib.util.module_from_spec(spec)
+sys.modules["loadtest"] = loadtest
+spec.loader.exec_module(loadtest)
+
+FAKE_VLLM = r"""
+import argparse, json, os, sys
+from pathlib import Path
+with open(os.environ["FAKE_VLLM_CALLS"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\n")
+if os.environ.get("FAKE_VLLM_FAIL"):
+    print("Connection refused")
+    sys.exit(1)
+p = argparse.ArgumentParser()
+p.add_argument("cmd", nargs=2)
+for flag in ("--backend", "--base-url", "--endpoint", "--model", "--tokenizer", "--dataset-name",
+             "--random-input-len", "--random-output-len", "--random-range-ratio", "--num-prompts", "--seed",
+             "--max-concurrency", "--request-rate", "--percentile-metrics", "--metric-percentiles",
+             "--result-dir", "--result-filename"):
+    p.add_argument(flag)
+for flag in ("--ignore-eos", "--disable-tqdm", "--save-result"):
+    p.add_argument(flag, action="store_true")
+p.add_argument("--metadata", nargs="*", default=[])
+a = p.parse_args()
+assert a.cmd == ["bench", "serve"] and a.save_result and a.ignore_eos
+n, isl, osl = int(a.num_prompts), int(a.random_input_len), int(a.random_output_len)
+c = int(a.max_concurrency) if a.max_concurrency else 1
+ttft_ms, tpot_ms = 100.0 * c, 10.0 * c
+e2el_ms = ttft_ms + (osl - 1) * tpot_ms
+duration = n / c * e2el_ms / 1e3
+r = {"date": "20261129-120000", "backend": a.backend, "model_id": a.model, "tokenizer_id": a.tokenizer,
+     "num_prompts": n}
+r.update(kv.split("=", 1) for kv in a.metadata)
+rate = "inf" if a.request_rate == "inf" else float(a.request_rate)
+r.update({"request_rate": rate, "burstiness": 1.0, "max_concurrency": int(a.max_concurrency) if a.max_concurrency else None,
+          "duration": duration, "completed": n, "failed": 0, "total_input_tokens": n * isl,
+          "total_output_tokens": n * osl, "request_throughput": n / duration, "request_goodput": None,
+          "output_throughput": n * osl / duration, "total_token_throughput": n * (isl + osl) / duration})
+for m, v in (("ttft", ttft_ms), ("tpot", tpot_ms), ("itl", tpot_ms), ("e2el", e2el_ms)):
+    r.update({f"mean_{m}_ms": v, f"median_{m}_ms": v, f"std_{m}_ms": 0.0, f"p90_{m}_ms": v, f"p99_{m}_ms": v})
+out = Path(a.result_dir) / a.result_filename
+out.write_text(json.dumps(r))
+out.with_suffix(".pytorch.json").write_text("[]")
+print("============ Serving Benchmark Result ============")
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    exe = tmp_path / "bin" / "vllm"
+    exe.parent.mkdir()
+    exe.write_text(f"#!{sys.executable}\n{FAKE_VLLM}")
+    exe.chmod(0o755)
+    monkeypatch.setenv("FAKE_VLLM_CALLS", str(tmp_path / "calls.jsonl"))
+    return exe
+
+
+def calls(tmp_path: Path) -> list[list[str]]:
+    path = tmp_path / "calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def argv(exe: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--base-url", "http://127.0.0.1:8000", "--model", "tiny", "--tokenizer", "/models/tiny",
+        "--vllm", str(exe), "--gpu", "H100-SXM-80GB", "--tp", "2", "--gpucap-model", "meta-llama/Llama-3.1-8B",
+        "--input-len", "128", "--output-len", "32", "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+def test_command_line_per_level(fake_vllm: Path, tmp_path: Path) -> None:
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", "--concurrency", "4,1", "--num-prompts", "10")) == 0
+    runs = calls(tmp_path)
+    assert len(runs) == 2
+    first, second = (dict(zip(c[2::1], c[3::1], strict=False)) for c in runs)
+    # increasing load: 1 before 4, whatever the order given
+    assert first["--max-concurrency"] == "1" and second["--max-concurrency"] == "4"
+    # prompts: max(10, 4 per slot x C) -> 10 at C=1, max(10, 16) = 16 at C=4
+    assert first["--num-prompts"] == "10" and second["--num-prompts"] == "16"
+    cmd = runs[1]
+    assert cmd[:2] == ["bench", "serve"]
+    for flag, value in (("--dataset-name", "random"), ("--random-input-len", "128"), ("--random-output-len", "32"),
+                        ("--random-range-ratio", "0"), ("--request-rate", "inf"), ("--model", "tiny"),
+                        ("--tokenizer", "/models/tiny"), ("--result-filename", "concurrency-0004.json")):  # fmt: skip
+        assert cmd[cmd.index(flag) + 1] == value, flag
+    assert "--ignore-eos" in cmd and "--save-result" in cmd
+    meta = cmd[cmd.index("--metadata") + 1 :]
+    # num_gpus defaults to tp x pp = 2 x 1
+    assert meta == ["gpu=H100-SXM-80GB", "num_gpus=2", "tp=2", "pp=1", "engine=vllm", "model=meta-llama/Llama-3.1-8B"]
+
+
+def test_request_rate_levels(fake_vllm: Path, tmp_path: Path) -> None:
+    extra = ("--request-rate", "4,0.5", "--rate-seconds", "30", "--num-prompts", "20")
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", *extra)) == 0
+    rates = [c[c.index("--request-rate") + 1] for c in calls(tmp_path)]
+    prompts = [c[c.index("--num-prompts") + 1] for c in calls(tmp_path)]
+    assert rates == ["0.5", "4"]
+    # max(20, ceil(0.5 x 30) = 15) = 20; max(20, ceil(4 x 30) = 120) = 120
+    assert prompts == ["20", "120"]
+    assert all("--max-concurrency" not in c for c in calls(tmp_path))
+
+
+def test_stops_past_the_slo(fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # TTFT = 0.1 s x C against 2 x 0.5 s = 1 s: C=1 (0.1 s), 4 (0.4 s) go on, 16 (1.6 s) stops,
+    # 64 never runs. TPOT = 0.01 s x C stays under 2 x 1 s throughout.
+    extra = ("--concurrency", "1,4,16,64", "--ttft-slo", "0.5", "--tpot-slo", "1", "--stop-factor", "2")
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", *extra)) == 0
+    assert [c[c.index("--max-concurrency") + 1] for c in calls(tmp_path)] == ["1", "4", "16"]
+    out = capsys.readouterr().out
+    assert "stopping the concurrency sweep after concurrency 16: median TTFT 1.6 s > 2 x SLO 0.5 s" in out
+    run_dir = next((tmp_path / "out").iterdir())
+    assert "# loadtest: stopping" in (run_dir / "commands.log").read_text()
+
+
+def test_stops_on_tpot_with_the_mean(fake_vllm: Path, tmp_path: Path) -> None:
+    # TPOT = 0.01 s x C against 3 x 0.01 s = 0.03 s: C=2 (0.02 s) goes on, C=4 (0.04 s) stops.
+    extra = ("--concurrency", "1,2,4,8", "--tpot-slo", "0.01", "--stat", "mean")
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", *extra)) == 0
+    assert [c[c.index("--max-concurrency") + 1] for c in calls(tmp_path)] == ["1", "2", "4"]
+
+
+def test_folder_reads_into_gpucap_with_metadata(fake_vllm: Path, tmp_path: Path) -> None:
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", "--concurrency", "1,4", "--num-prompts", "8")) == 0
+    (run_dir,) = (tmp_path / "out").iterdir()
+    rs = read_results(run_dir)
+    assert rs.bad == [] and rs.incomplete == []
+    assert [s for _, s in rs.skipped] == ["vLLM's PyTorch-benchmark copy of the result next to it"] * 2
+    runs = rs.runs.sort_values("concurrency")
+    assert runs["gpu"].tolist() == ["H100-SXM-80GB"] * 2
+    assert runs["tp"].tolist() == [2, 2] and runs["num_gpus"].tolist() == [2, 2]
+    assert runs["model"].tolist() == ["meta-llama/Llama-3.1-8B"] * 2
+    assert runs["engine"].tolist() == ["vllm"] * 2
+    assert runs["concurrency"].tolist() == [1.0, 4.0]
+    # C=4: TTFT 0.4 s, TPOT 0.04 s; 16 prompts of 32 tokens; e2el = 0.4 + 31 x 0.04 = 1.64 s, duration
+    # = 16 / 4 x 1.64 = 6.56 s, output 16 x 32 / 6.56 = 78.05 tok/s
+    c4 = runs.iloc[1]
+    assert c4["ttft_median_s"] == pytest.approx(0.4) and c4["tpot_mean_s"] == pytest.approx(0.04)
+    assert c4["input_len_mean"] == 128 and c4["output_len_mean"] == 32
+    assert c4["output_tokens_per_s"] == pytest.approx(16 * 32 / 6.56)
+
+
+def test_never_overwrites(fake_vllm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    assert loadtest.main(argv(fake_vllm, out, "--concurrency", "1")) == 0
+    (run_dir,) = out.iterdir()
+    before = (run_dir / "concurrency-0001.json").read_text()
+    # same second, same folder name: refused, the earlier result untouched
+    monkeypatch.setattr(loadtest, "new_run_dir", lambda parent: run_dir)
+    assert loadtest.main(argv(fake_vllm, out, "--concurrency", "1")) == 2
+    assert (run_dir / "concurrency-0001.json").read_text() == before
+    assert len(calls(tmp_path)) == 1
+
+
+def test_new_run_dir_refuses_an_existing_folder(tmp_path: Path) -> None:
+    when = datetime.datetime(2026, 11, 29, 15, 4, 5)
+    first = loadtest.new_run_dir(tmp_path, when)
+    assert first == tmp_path / "20261129-150405" and first.is_dir()
+    with pytest.raises(loadtest.LoadTestError, match="already exists"):
+        loadtest.new_run_dir(tmp_path, when)  # the same second again
+
+
+def test_failed_level_is_one_line(
+    fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_FAIL", "1")
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", "--concurrency", "1,4")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "concurrency-0001: vllm bench serve exited 1: Connection refused" in err
+    assert len(calls(tmp_path)) == 1  # no second level after a failure
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ((), "give --concurrency"),
+        (("--concurrency", "1,x"), "'1,x': 'x' is not an integer"),
+        (("--concurrency", "0,4"), "must be a positive"),
+        (("--concurrency", "4,4"), "a level is repeated"),
+        (("--request-rate", "inf"), "must be a positive finite number"),
+        (("--concurrency", "1", "--num-gpus", "3"), "--num-gpus 3 is not a multiple of --tp x --pp = 2"),
+        (("--concurrency", "1", "--stop-factor", "0.5"), "--stop-factor 0.5 must be at least 1"),
+        (("--concurrency", "1", "--vllm", "/nonexistent/vllm"), "--vllm '/nonexistent/vllm': no such executable"),
+    ],
+)
+def test_bad_arguments_are_one_line(
+    fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], message: str
+) -> None:
+    args = argv(fake_vllm, tmp_path / "out", *extra)
+    if "--vllm" in extra:
+        i = args.index("--vllm")
+        del args[i : i + 2]
+    try:
+        code = loadtest.main(args)  # a check of loadtest.py: returns 2
+    except SystemExit as exc:  # argparse's check: exits 2
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0
+    assert not calls(tmp_path)
+
+
+def test_base_url_must_be_http(fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = argv(fake_vllm, tmp_path / "out", "--concurrency", "1")
+    args[args.index("--base-url") + 1] = "127.0.0.1:8000"
+    assert loadtest.main(args) == 2
+    assert "--base-url '127.0.0.1:8000' must start with http://" in capsys.readouterr().err
+
+
+def test_dry_run_writes_nothing(fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", "--concurrency", "1,2", "--dry-run")) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and shlex.split(lines[0])[:3] == [str(fake_vllm), "bench", "serve"]
+    assert not (tmp_path / "out").exists() and not calls(tmp_path)
+
+
+def test_stop_reason_threshold() -> None:
+    kw = {"ttft_slo_s": 2.0, "tpot_slo_s": 0.1, "factor": 3.0, "stat": "median"}
+    # exactly 3 x SLO is not past it; 6.01 s is
+    assert loadtest.stop_reason(6.0, 0.3, **kw) is None
+    assert loadtest.stop_reason(6.01, 0.1, **kw) == "median TTFT 6.01 s > 3 x SLO 2 s"
+    both = loadtest.stop_reason(7.0, 0.5, **kw)
+    assert both is not None and "TTFT 7 s" in both and "TPOT 0.5 s > 3 x SLO 0.1 s" in both
+
+
+def test_level_names_sort_in_load_order() -> None:
+    names = [loadtest.Level("concurrency", c, 1).name for c in (1, 16, 128)]
+    assert names == sorted(names) == ["concurrency-0001", "concurrency-0016", "concurrency-0128"]
+    rates = [loadtest.Level("rate", r, 1).name for r in (0.5, 2, 12.25)]
+    assert rates == sorted(rates) == ["rate-00000p500", "rate-00002p000", "rate-00012p250"]
+    assert math.isclose(loadtest.Level("rate", 2.5, 1).value, 2.5)
