@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .vision import VisionEncoder, parse_vision_config
+
 SUPPORTED_FAMILIES: dict[str, str] = {
     "llama": "Llama 2 / 3 (dense, GQA)",
     "mistral": "Mistral (dense, optional sliding window)",
     "mixtral": "Mixtral (MoE)",
     "qwen2": "Qwen2 / Qwen2.5 (dense, GQA, qkv bias)",
+    "qwen2_5_vl": "Qwen2.5-VL (Qwen2.5 text model, ViT with window attention and 2x2 patch merge)",
     "qwen3": "Qwen3 (dense, explicit head_dim)",
     "qwen3_moe": "Qwen3 MoE",
     "llama4": "Llama 4 (MoE, chunked attention, nested text_config)",
@@ -88,7 +91,7 @@ class ModelSpec:
     layer_window: tuple[int | None, ...] = ()
     # weights that stay 16-bit whatever the checkpoint format ("attention" for gpt-oss MXFP4)
     unquantized_modules: frozenset[str] = field(default_factory=frozenset)
-    vision_params: float = 0.0
+    vision: VisionEncoder | None = None  # the vision encoder of a multimodal config (gpucap.vision)
     max_position_embeddings: int = 0
 
     # ---- construction -------------------------------------------------------------------
@@ -225,6 +228,11 @@ class ModelSpec:
         return self.dense_params + self.routed_expert_params + self.embedding_params
 
     @property
+    def vision_params(self) -> float:
+        """Vision encoder parameters, adapter and projection included (0 for text-only models)."""
+        return self.vision.params if self.vision else 0.0
+
+    @property
     def active_nonembedding_params(self) -> float:
         """Non-embedding parameters one token passes through: dense part plus k routed experts
         per MoE layer. This is what ``2 x params`` FLOP per token counts."""
@@ -246,24 +254,16 @@ def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
 
 
 def _merge_text_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Multimodal configs (Llama 4, Gemma 3) nest the language model in ``text_config``."""
+    """Multimodal configs (Llama 4, Gemma 3) nest the language model in ``text_config``; others
+    (Qwen2.5-VL) keep it at the top level. Either way ``vision_config`` is split off."""
     text = raw.get("text_config")
+    vision = dict(raw.get("vision_config") or {})
     if isinstance(text, Mapping):
         cfg = {k: v for k, v in raw.items() if k not in ("text_config", "vision_config")}
         cfg.update(text)
         cfg["model_type"] = raw.get("model_type", text.get("model_type"))
-        return cfg, dict(raw.get("vision_config") or {})
-    return dict(raw), {}
-
-
-def _vision_params(vision: Mapping[str, Any]) -> float:
-    """ViT encoder: per layer 4 h^2 (attention) + 2 h x intermediate (MLP)."""
-    h = vision.get("hidden_size")
-    n = vision.get("num_hidden_layers")
-    inter = vision.get("intermediate_size")
-    if not (h and n and inter):
-        return 0.0
-    return float(n * (4 * h * h + 2 * h * inter))
+        return cfg, vision
+    return {k: v for k, v in raw.items() if k != "vision_config"}, vision
 
 
 def _layer_windows(cfg: Mapping[str, Any], family: str, n: int) -> tuple[int | None, ...]:
@@ -283,7 +283,7 @@ def _layer_windows(cfg: Mapping[str, Any], family: str, n: int) -> tuple[int | N
     if family in ("gemma3", "gemma3_text"):
         pattern = int(cfg.get("sliding_window_pattern", 6))
         return tuple(None if (i + 1) % pattern == 0 else int(window or 0) for i in range(n))
-    if family in ("qwen2", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window", False):
+    if family in ("qwen2", "qwen2_5_vl", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window", False):
         return (None,) * n
     if window:
         return (int(window),) * n
@@ -374,7 +374,7 @@ def _parse(raw: Mapping[str, Any], name: str) -> ModelSpec:
         intermediate_size=dense_inter,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", family in ("gemma3", "gemma3_text"))),
         mlp_gated=family != "falcon",
-        qkv_bias=bool(cfg.get("attention_bias", family == "qwen2")),
+        qkv_bias=bool(cfg.get("attention_bias", family in ("qwen2", "qwen2_5_vl"))),
         q_lora_rank=int(cfg.get("q_lora_rank") or 0) if mla else 0,
         kv_lora_rank=int(cfg["kv_lora_rank"]) if mla else 0,
         qk_nope_head_dim=int(cfg["qk_nope_head_dim"]) if mla else 0,
@@ -391,6 +391,6 @@ def _parse(raw: Mapping[str, Any], name: str) -> ModelSpec:
         layer_is_moe=layer_is_moe,
         layer_window=_layer_windows(cfg, family, n),
         unquantized_modules=frozenset(unquantized),
-        vision_params=_vision_params(vision),
+        vision=parse_vision_config(family, vision, raw, hidden, name),
         max_position_embeddings=int(cfg.get("max_position_embeddings", 0) or 0),
     )
