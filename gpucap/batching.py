@@ -3,6 +3,18 @@ replica as functions of concurrency (closed loop), of request rate (open loop), 
 finite "send N prompts at once" runs that publish maximum throughput.
 
 Every function takes numpy arrays for the load and solves all of them in one vectorized call.
+
+Two optional inputs change every function the same way, and leave all results unchanged when
+absent:
+
+- ``images`` (``gpucap.vision.Images``): each request's images add their tokens to the prompt
+  (``I = text tokens + images x tokens per image``) and their encoder work to the step that
+  schedules the request's prefill; in the closed loop that is ``a x images x encoder work`` per
+  step, affine in the arrivals per step ``a`` like the prompt tokens.
+- ``speculative`` (``gpucap.speculative.Speculative``): a decode step keeps ``tau`` tokens per
+  sequence, so a request decodes in ``(O - 1) / tau`` steps, ``B = a (O - 1) / tau`` sequences
+  decode at a time, each puts ``k + 1`` tokens through the step (and through the prompt-token
+  budget M), and ``TPOT = t_step / tau``.
 """
 
 from __future__ import annotations
@@ -14,9 +26,11 @@ import numpy as np
 import numpy.typing as npt
 
 from .engine import Coefficients
-from .memory import ArrayLike
+from .memory import ArrayLike, serves_images
+from .speculative import Speculative
 from .steady import Lines, closed_loop_root, lines_through, rate_cap_root
-from .step import Array, Hardware, StepTime, combine, prefill_pairs_per_layer, step_terms, step_time, step_work
+from .step import Array, Hardware, StepTime, combine, prefill_pairs_per_layer, step_terms, step_work
+from .vision import Images, image_work
 
 DENSE_PASSES = 2  # the second pass takes the chunk count at the first solution
 MOE_PASSES = 4  # Newton passes on the concave expert traffic (converged to 1e-11 in tests)
@@ -42,21 +56,89 @@ class LoadPoint:
     prefill_step: StepTime  # a step carrying a new request's prefill chunk
 
 
-def _steps(hw: Hardware, coef: Coefficients, *, batch: Array, context: Array, prefill: Array, pairs: Array) -> StepTime:
-    work = step_work(hw, decode_tokens=batch, decode_context=context, prefill_tokens=prefill, prefill_pairs=pairs)
-    return step_time(hw, work, coef)
+@dataclass(frozen=True)
+class Extras:
+    """The optional work of a load: each request's images and speculative decoding."""
+
+    images: Images | None = None
+    speculative: Speculative | None = None
+
+    @property
+    def images_per_request(self) -> float:
+        return self.images.per_request if self.images else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Output tokens a decoding sequence gains per step: ``tau`` (1 without speculation)."""
+        return float(self.speculative.acceptance_length) if self.speculative else 1.0
+
+    @property
+    def tokens_per_sequence(self) -> int:
+        """Tokens a decoding sequence puts through a step: ``k + 1`` (1 without speculation)."""
+        return self.speculative.verify_tokens if self.speculative else 1
+
+    def image_tokens(self, hw: Hardware) -> float:
+        """Prompt tokens a request's images add: ``images x tokens per image``."""
+        if not serves_images(hw.spec, self.images):
+            return 0.0
+        assert self.images is not None and hw.spec.vision is not None
+        return self.images.per_request * image_work(hw.spec.vision, self.images).tokens
 
 
-def _terms(hw: Hardware, coef: Coefficients, b: ArrayLike, ctx: Array, p: ArrayLike, q: ArrayLike) -> Array:
-    work = step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=p, prefill_pairs=q)
+NO_EXTRAS = Extras()
+
+
+def _steps(
+    hw: Hardware,
+    coef: Coefficients,
+    *,
+    batch: Array,
+    context: Array,
+    prefill: Array,
+    pairs: Array,
+    ex: Extras = NO_EXTRAS,
+    images: ArrayLike = 0.0,
+) -> StepTime:
+    return combine(hw, _terms(hw, coef, batch, context, prefill, pairs, ex, images))
+
+
+def _terms(
+    hw: Hardware,
+    coef: Coefficients,
+    b: ArrayLike,
+    ctx: Array,
+    p: ArrayLike,
+    q: ArrayLike,
+    ex: Extras = NO_EXTRAS,
+    images: ArrayLike = 0.0,
+) -> Array:
+    work = step_work(
+        hw,
+        decode_tokens=b,
+        decode_context=ctx,
+        prefill_tokens=p,
+        prefill_pairs=q,
+        images=images,
+        image=ex.images,
+        speculative=ex.speculative,
+    )
     return step_terms(hw, work, coef)
 
 
 def _prefill_terms(
-    hw: Hardware, coef: Coefficients, decoding: Array, ctx: Array, chunk: Array, chunk_pairs: Array, a: Array
+    hw: Hardware,
+    coef: Coefficients,
+    decoding: Array,
+    ctx: Array,
+    chunk: Array,
+    chunk_pairs: Array,
+    a: Array,
+    ex: Extras = NO_EXTRAS,
+    chunk_images: ArrayLike = 0.0,
 ) -> Array:
-    """Terms of the step that carries one prefill chunk beside ``a (O - 1)`` decoding sequences."""
-    return _terms(hw, coef, a * decoding, ctx, chunk, chunk_pairs)
+    """Terms of the step that carries one prefill chunk (and its share of the request's images)
+    beside ``a (O - 1) / tau`` decoding sequences."""
+    return _terms(hw, coef, a * decoding, ctx, chunk, chunk_pairs, ex, chunk_images)
 
 
 def _frontend_rate(coef: Coefficients) -> float:
@@ -65,18 +147,16 @@ def _frontend_rate(coef: Coefficients) -> float:
 
 
 def _unit_terms(
-    hw: Hardware, coef: Coefficients, *, i: Array, ctx: Array, pairs_one: Array
+    hw: Hardware, coef: Coefficients, *, i: Array, ctx: Array, pairs_one: Array, ex: Extras = NO_EXTRAS
 ) -> tuple[Array, Array, Array]:
-    """Step terms of an empty step, and what one decoding sequence and one whole prompt add. A
-    dense model's work is affine in decode tokens, prompt tokens and prefill pairs together, so
-    any step's terms are ``base + B x per_decode + (P / I) x per_prompt``."""
-
-    def terms(b: ArrayLike, p: ArrayLike, q: ArrayLike) -> Array:
-        work = step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=p, prefill_pairs=q)
-        return step_terms(hw, work, coef)
-
-    base = terms(0.0, 0.0, 0.0)[:, :1]
-    return base, terms(1.0, 0.0, 0.0) - base, terms(0.0, i, pairs_one) - base
+    """Step terms of an empty step, and what one decoding sequence and one whole prompt (with
+    its images) add. A dense model's work is affine in decode sequences, prompt tokens, prefill
+    pairs and images together, so any step's terms are ``base + B x per_decode + (P / I) x
+    per_prompt``."""
+    base = _terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex)[:, :1]
+    per_decode = _terms(hw, coef, 1.0, ctx, 0.0, 0.0, ex) - base
+    per_prompt = _terms(hw, coef, 0.0, ctx, i, pairs_one, ex, ex.images_per_request) - base
+    return base, per_decode, per_prompt
 
 
 def _arrivals_per_step(
@@ -104,6 +184,8 @@ def closed_loop(
     input_len: ArrayLike,
     output_len: ArrayLike,
     max_running: ArrayLike = np.inf,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
 ) -> LoadPoint:
     """Steady state with ``concurrency`` requests always in the system (each finished request is
     replaced at once, as ``vllm bench serve --max-concurrency`` does).
@@ -121,21 +203,31 @@ def closed_loop(
     own pass through the front end (or the queue for prompt-token budget or the front end), and
     the wait for a slot. Output tokens/s = X x O. Solved in closed form on the linear pieces of
     the step time (``gpucap.steady``), with the chunk count ``s`` updated once from the solution.
+
+    With ``images`` the prompt is ``I = input_len + images x tokens per image`` and the step that
+    schedules a prefill also encodes its images (``n`` per request: ``a n`` per average step,
+    ``n / s`` per chunk step). With ``speculative`` (k drafts, tau tokens kept per step) a request
+    decodes in ``D = (O - 1) / tau`` steps: read ``D`` for ``O - 1`` above (``B = X D t_step``),
+    the decode tokens in the budget are ``(k + 1) B``, and ``TPOT = t_step / tau``.
     """
+    ex = Extras(images, speculative)
     c, i, o, cap = np.broadcast_arrays(
         *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running))
     )
     shape = c.shape
     c, i, o, cap = (np.ravel(v) for v in (c, i, o, cap))
+    i = i + ex.image_tokens(hw)
+    n_img = ex.images_per_request
     r = np.minimum(c, cap)
     m = float(hw.engine.max_num_batched_tokens or 8192)
     ctx = i + o / 2.0
     pairs_one = prefill_pairs_per_layer(hw.spec, i)
-    decoding = np.maximum(o - 1.0, 0.0)
-    a_budget = m / (i + decoding)  # P = M - B: the prompt-token budget is full
+    decoding = np.maximum(o - 1.0, 0.0) / ex.tokens_per_step  # decode steps per request
+    verify = ex.tokens_per_sequence
+    a_budget = m / (i + verify * decoding)  # P = M - (k + 1) B: the prompt-token budget is full
 
     def chunks_at(a: Array, sel: Select = slice(None)) -> Array:
-        return np.maximum(1.0, np.ceil(i[sel] / np.maximum(m - a * decoding[sel], 1.0)))
+        return np.maximum(1.0, np.ceil(i[sel] / np.maximum(m - a * verify * decoding[sel], 1.0)))
 
     # a: arrivals per step, so B = a (O - 1) decode and P = a I prompt tokens
     chunks = chunks_at(np.zeros_like(r))
@@ -143,13 +235,16 @@ def closed_loop(
         a = np.zeros_like(r)
         for _ in range(MOE_PASSES):
             chunks = chunks_at(a)
-            dec = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one), a)
-            pre = lines_through(partial(_prefill_terms, hw, coef, decoding, ctx, i / chunks, pairs_one / chunks), a)
+            dec = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a)
+            chunk = (i / chunks, pairs_one / chunks)
+            pre = lines_through(
+                partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / chunks), a
+            )
             a = _arrivals_per_step(hw, coef, dec, pre, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
-        dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one)
-        pre_terms = _terms(hw, coef, a * decoding, ctx, i / chunks, pairs_one / chunks)
+        dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
+        pre_terms = _terms(hw, coef, a * decoding, ctx, i / chunks, pairs_one / chunks, ex, n_img / chunks)
     else:
-        base, per_decode, per_prompt = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one)
+        base, per_decode, per_prompt = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one, ex=ex)
         dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt)
 
         def pre_at(ch: Array, sel: Select = slice(None)) -> Lines:
@@ -172,19 +267,19 @@ def closed_loop(
     dec_step = combine(hw, dec_terms.reshape(6, *shape))
     pre_step = combine(hw, pre_terms.reshape(6, *shape))
     c, r, i, o, a, decoding, chunks = (v.reshape(shape) for v in (c, r, i, o, a, decoding, chunks))
-    tpot = dec_step.total_s
-    x = a / tpot
+    t_step = dec_step.total_s
+    x = a / t_step
     # time a running request spends before its first token: its prefill, or longer when the
     # front end or the prompt-token budget admits requests more slowly than they finish
     with np.errstate(divide="ignore", invalid="ignore"):
-        ttft_run = np.maximum(chunks * pre_step.total_s + coef.t_request_s, r / x - decoding * tpot)
+        ttft_run = np.maximum(chunks * pre_step.total_s + coef.t_request_s, r / x - decoding * t_step)
         wait = np.where(c > r, (c - r) / x, 0.0)
     return LoadPoint(
         concurrency=c,
         running=r,
         decode_batch=a * decoding,
         ttft_s=ttft_run + wait,
-        tpot_s=tpot,
+        tpot_s=t_step / ex.tokens_per_step,
         requests_per_s=x,
         output_tokens_per_s=x * o,
         decode_step=dec_step,
@@ -193,32 +288,53 @@ def closed_loop(
 
 
 def static_batch(
-    hw: Hardware, coef: Coefficients, *, batch: ArrayLike, input_len: ArrayLike, output_len: ArrayLike
+    hw: Hardware,
+    coef: Coefficients,
+    *,
+    batch: ArrayLike,
+    input_len: ArrayLike,
+    output_len: ArrayLike,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
 ) -> LoadPoint:
     """One batch of B requests run to the end together (static batching, e.g. trtllm-bench
     ``--concurrency`` runs reported per batch): the whole prefill in chunks of M tokens, then
     O - 1 decode steps at batch B with mean context I + O / 2.
 
     TTFT = ceil(B I / M) x t_step(M prefill tokens); TPOT = t_step(B decode);
-    throughput = B O / (TTFT + (O - 1) TPOT).
+    throughput = B O / (TTFT + (O - 1) TPOT). With images, I includes their tokens and the
+    prefill steps encode the batch's images; with speculation, ``(O - 1) / tau`` decode steps
+    and TPOT = t_step / tau.
     """
+    ex = Extras(images, speculative)
     bb, i, o = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (batch, input_len, output_len)))
+    i = i + ex.image_tokens(hw)
     m = float(hw.engine.max_num_batched_tokens or 8192)
     total_prefill = bb * i
     chunks = np.maximum(1.0, np.ceil(total_prefill / m))
     pairs = bb * prefill_pairs_per_layer(hw.spec, i)
     zero = 0.0 * bb
-    pre = _steps(hw, coef, batch=zero, context=i, prefill=total_prefill / chunks, pairs=pairs / chunks)
-    dec = _steps(hw, coef, batch=bb, context=i + o / 2.0, prefill=zero, pairs=zero)
+    chunk_images = bb * ex.images_per_request / chunks
+    pre = _steps(
+        hw,
+        coef,
+        batch=zero,
+        context=i,
+        prefill=total_prefill / chunks,
+        pairs=pairs / chunks,
+        ex=ex,
+        images=chunk_images,
+    )
+    dec = _steps(hw, coef, batch=bb, context=i + o / 2.0, prefill=zero, pairs=zero, ex=ex)
     ttft = chunks * pre.total_s
-    duration = ttft + np.maximum(o - 1.0, 0.0) * dec.total_s
+    duration = ttft + np.maximum(o - 1.0, 0.0) / ex.tokens_per_step * dec.total_s
     x = bb / duration
     return LoadPoint(
         concurrency=bb,
         running=bb,
         decode_batch=bb,
         ttft_s=ttft,
-        tpot_s=dec.total_s,
+        tpot_s=dec.total_s / ex.tokens_per_step,
         requests_per_s=x,
         output_tokens_per_s=x * o,
         decode_step=dec,
@@ -226,9 +342,9 @@ def static_batch(
     )
 
 
-def _decode_steps_s(hw: Hardware, coef: Coefficients, *, batch: Array, context: Array) -> Array:
+def _decode_steps_s(hw: Hardware, coef: Coefficients, *, batch: Array, context: Array, ex: Extras) -> Array:
     zero = 0.0 * batch
-    return _steps(hw, coef, batch=batch, context=context, prefill=zero, pairs=zero).total_s
+    return _steps(hw, coef, batch=batch, context=context, prefill=zero, pairs=zero, ex=ex).total_s
 
 
 def drain_time(
@@ -240,6 +356,7 @@ def drain_time(
     output_len: Array,
     lengths: str,
     staggered: bool,
+    speculative: Speculative | None = None,
 ) -> Array:
     """Seconds to finish ``batch`` running requests when no new request arrives.
 
@@ -251,19 +368,24 @@ def drain_time(
     dataset lengths, taken as exponential with mean O (ShareGPT-like long tail; memoryless, so the
     same whether staggered or not): the batch after k steps is ``B exp(-k / O)``, and
     ``sum_k t_step(B e^{-k/O}) = O x integral_1^B t_step(b) / b db``.
+    With speculation every step emits tau tokens per sequence, so each count of steps above is
+    divided by tau. ``input_len`` is the whole prompt (image tokens included).
     """
+    ex = Extras(speculative=speculative)
+    tau = ex.tokens_per_step
     b = np.maximum(batch, 1.0)
     ctx = input_len + output_len / 2.0
     if lengths == "fixed" and not staggered:
-        return np.maximum(output_len - 1.0, 0.0) * _decode_steps_s(hw, coef, batch=b, context=ctx)
+        return np.maximum(output_len - 1.0, 0.0) / tau * _decode_steps_s(hw, coef, batch=b, context=ctx, ex=ex)
     nodes = (np.arange(DRAIN_NODES) + 0.5) / DRAIN_NODES  # midpoint rule on [0, 1]
     if lengths in ("fixed", "uniform"):
         span = output_len if lengths == "fixed" else 2.0 * output_len
-        t = _decode_steps_s(hw, coef, batch=np.maximum(b[..., None] * (1.0 - nodes), 1.0), context=ctx[..., None])
-        return span * t.mean(axis=-1)
+        shrinking = np.maximum(b[..., None] * (1.0 - nodes), 1.0)
+        t = _decode_steps_s(hw, coef, batch=shrinking, context=ctx[..., None], ex=ex)
+        return span / tau * t.mean(axis=-1)
     log_b = np.log(b)
-    t = _decode_steps_s(hw, coef, batch=np.exp(log_b[..., None] * nodes), context=ctx[..., None])
-    return output_len * log_b * t.mean(axis=-1)
+    t = _decode_steps_s(hw, coef, batch=np.exp(log_b[..., None] * nodes), context=ctx[..., None], ex=ex)
+    return output_len / tau * log_b * t.mean(axis=-1)
 
 
 def saturation_run(
@@ -275,6 +397,8 @@ def saturation_run(
     output_len: ArrayLike,
     max_running: ArrayLike,
     lengths: str = "fixed",
+    images: Images | None = None,
+    speculative: Speculative | None = None,
 ) -> LoadPoint:
     """N prompts sent at once to one replica ("max throughput" runs), throughput = N O / duration.
 
@@ -295,12 +419,17 @@ def saturation_run(
         *(np.asarray(v, dtype=float) for v in (num_prompts, input_len, output_len, max_running))
     )
     running = np.maximum(np.minimum(n, cap), 1.0)
-    steady = closed_loop(hw, coef, concurrency=running, input_len=i, output_len=o)
-    burst = static_batch(hw, coef, batch=running, input_len=i, output_len=1.0 + 0.0 * o)
+    steady = closed_loop(
+        hw, coef, concurrency=running, input_len=i, output_len=o, images=images, speculative=speculative
+    )
+    burst = static_batch(
+        hw, coef, batch=running, input_len=i, output_len=1.0 + 0.0 * o, images=images, speculative=speculative
+    )
     waiting = np.maximum(n - running, 0.0)
     with np.errstate(invalid="ignore"):
         admit = np.where(waiting > 0, waiting / steady.requests_per_s, 0.0)
-    kw = dict(batch=running, input_len=i, output_len=o, lengths=lengths)
+    prompt = i + Extras(images).image_tokens(hw)
+    kw = dict(batch=running, input_len=prompt, output_len=o, lengths=lengths, speculative=speculative)
     drain = np.where(
         waiting > 0, drain_time(hw, coef, staggered=True, **kw), drain_time(hw, coef, staggered=False, **kw)
     )
@@ -331,6 +460,8 @@ def open_loop(
     input_len: ArrayLike,
     output_len: ArrayLike,
     max_running: ArrayLike,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
 ) -> LoadPoint:
     """Mean steady state under arrivals at ``request_rate`` requests/s (Poisson in the benchmark).
 
@@ -343,18 +474,35 @@ def open_loop(
     lam, i, o, cap = np.broadcast_arrays(
         *(np.asarray(v, dtype=float) for v in (request_rate, input_len, output_len, max_running))
     )
-    full = closed_loop(hw, coef, concurrency=cap, input_len=i, output_len=o)
+    full = closed_loop(hw, coef, concurrency=cap, input_len=i, output_len=o, images=images, speculative=speculative)
     # X(C) on a log grid of concurrencies for every rate at once, then interpolate C(lambda)
     frac = np.geomspace(OPEN_LOOP_LOWEST / OPEN_LOOP_GRID, 1.0, OPEN_LOOP_GRID)
     grid_c = np.maximum(cap[..., None] * frac, OPEN_LOOP_LOWEST)
-    grid_x = closed_loop(hw, coef, concurrency=grid_c, input_len=i[..., None], output_len=o[..., None]).requests_per_s
+    grid = closed_loop(
+        hw,
+        coef,
+        concurrency=grid_c,
+        input_len=i[..., None],
+        output_len=o[..., None],
+        images=images,
+        speculative=speculative,
+    )
+    grid_x = grid.requests_per_s
     # X(C) can dip where the prompt-token budget starts to bind; a rate is carried by the smallest
     # concurrency that reaches it, so use the running maximum
     grid_x = np.maximum.accumulate(grid_x, axis=-1)
     flat_x, flat_c = grid_x.reshape(-1, OPEN_LOOP_GRID), np.log(grid_c).reshape(-1, OPEN_LOOP_GRID)
     flat_lam = lam.reshape(-1)
     log_c = np.array([np.interp(flat_lam[k], flat_x[k], flat_c[k]) for k in range(flat_lam.size)])
-    point = closed_loop(hw, coef, concurrency=np.exp(log_c).reshape(lam.shape), input_len=i, output_len=o)
+    point = closed_loop(
+        hw,
+        coef,
+        concurrency=np.exp(log_c).reshape(lam.shape),
+        input_len=i,
+        output_len=o,
+        images=images,
+        speculative=speculative,
+    )
     service = np.maximum(grid_x[..., -1], full.requests_per_s)
     overloaded = lam >= service
     x = np.where(overloaded, service, lam)

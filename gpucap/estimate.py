@@ -1,6 +1,10 @@
 """The estimator: one call from (model, GPUs, split, workload, SLOs, engine) to the memory
 breakdown, the concurrency each resource allows, the SLO-limited recommendation, the binding
 constraint and the speed at a concurrency. This is what the CLI, notebooks and planner call.
+
+Optional inputs: images per request (and their size) for multimodal models (``gpucap.vision``),
+and speculative decoding (``gpucap.speculative``); without them every result is the text-only,
+one-token-per-step answer.
 """
 
 from __future__ import annotations
@@ -11,14 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from .batching import LoadPoint, closed_loop, open_loop, saturation_run
+from .batching import Extras, LoadPoint, closed_loop, open_loop, saturation_run
 from .catalog import load_model
 from .engine import Coefficients, EngineConfig
 from .gpus import GPU, get_gpu
 from .layout import Layout
 from .memory import MemoryBreakdown, concurrency_by_memory, does_not_fit_message, memory_breakdown
 from .models import ModelSpec
+from .speculative import Speculative
 from .step import Hardware
+from .vision import Images
 
 RESOURCES = ("memory", "compute", "hbm_bandwidth", "interconnect")
 COMM_SHARE_WARNING = 0.5  # seed 1's rule of thumb
@@ -31,16 +37,32 @@ class DoesNotFit(ValueError):
 
 @dataclass(frozen=True)
 class Workload:
+    """Request lengths (text tokens), SLOs, and the images each request carries.
+
+    ``input_len`` counts text tokens; images add their tokens on top (``gpucap.vision``).
+    ``image_size_px``: side of a square image or (height, width); None = the encoder's native
+    size (Qwen2.5-VL reads images at their own size and needs one).
+    """
+
     input_len: float
     output_len: float
     ttft_slo_s: float = 2.0
     tpot_slo_s: float = 0.1
+    images_per_request: float = 0.0
+    image_size_px: int | tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "ttft_slo_s", "tpot_slo_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
+        Images(per_request=self.images_per_request, size_px=self.image_size_px)  # validates both
+
+    def images(self, encoder_tp_mode: str = "weights") -> Images | None:
+        """The images of each request, or None for text-only requests."""
+        if not self.images_per_request:
+            return None
+        return Images(per_request=self.images_per_request, size_px=self.image_size_px, encoder_tp_mode=encoder_tp_mode)
 
     @property
     def max_context(self) -> float:
@@ -68,6 +90,9 @@ class Estimate:
     at: LoadPoint  # one replica at concurrency / replicas
     saturation_output_tokens_per_s: float
     notes: list[str] = field(default_factory=list)
+    images: Images | None = None
+    speculative: Speculative | None = None
+    image_tokens_per_request: float = 0.0
 
     @property
     def ttft_s(self) -> float:
@@ -120,18 +145,29 @@ def hardware(
     )
 
 
-def hardware_memory(hw: Hardware) -> MemoryBreakdown:
+def hardware_memory(
+    hw: Hardware, *, images: Images | None = None, speculative: Speculative | None = None
+) -> MemoryBreakdown:
     """``gpucap.memory.memory_breakdown`` of resolved hardware; does not raise when it does not fit
     (a negative ``kv_budget`` says by how much)."""
     return memory_breakdown(
-        hw.spec, hw.gpu, hw.layout, weight_dtype=hw.weight_dtype, kv_dtype=hw.kv_dtype, engine=hw.engine
+        hw.spec,
+        hw.gpu,
+        hw.layout,
+        weight_dtype=hw.weight_dtype,
+        kv_dtype=hw.kv_dtype,
+        engine=hw.engine,
+        images=images,
+        speculative=speculative,
     )
 
 
-def memory_limit(hw: Hardware, context_tokens: float) -> tuple[MemoryBreakdown, float]:
-    """Per-GPU breakdown and the requests one replica's KV cache holds at ``context_tokens``;
-    raises ``DoesNotFit`` when the weights leave no room."""
-    mem = hardware_memory(hw)
+def memory_limit(
+    hw: Hardware, context_tokens: float, *, images: Images | None = None, speculative: Speculative | None = None
+) -> tuple[MemoryBreakdown, float]:
+    """Per-GPU breakdown and the requests one replica's KV cache holds at ``context_tokens``
+    (image tokens included); raises ``DoesNotFit`` when the weights leave no room."""
+    mem = hardware_memory(hw, images=images, speculative=speculative)
     if not mem.fits:
         raise DoesNotFit(does_not_fit_message(mem, hw.spec, hw.gpu, hw.layout, hw.weight_dtype))
     limit = float(concurrency_by_memory(mem, hw.spec, hw.layout, context_tokens, int(hw.engine.block_size or 1)))
@@ -150,30 +186,65 @@ def _largest_ok(grid: np.ndarray, ok: np.ndarray) -> float | None:
     return None if bad.size == 0 else float(grid[bad[0] - 1])
 
 
-def resource_limits(hw: Hardware, coef: Coefficients, wl: Workload, top: float) -> dict[str, float | None]:
+def resource_limits(
+    hw: Hardware,
+    coef: Coefficients,
+    wl: Workload,
+    top: float,
+    *,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
+) -> dict[str, float | None]:
     """Per replica: the concurrency at which each resource's own term alone uses up an SLO.
 
     For resource r (compute, HBM, link) the steady-state step is split into its terms; the limit is
     the largest C with ``term_r(decode step) <= TPOT_SLO`` and ``TTFT x term_r(prefill step) /
     prefill step <= TTFT_SLO``: TTFT, queueing for prompt-token budget included, is charged to each
     resource by its share of the step that carries the prefill. The combined recommendation can sit
-    below every bar, since the terms add.
+    below every bar, since the terms add. With speculation a decode step yields tau tokens, so
+    its terms are compared per token (``/ tau``).
     """
     grid = _grid(top)
-    pt = closed_loop(hw, coef, concurrency=grid, input_len=wl.input_len, output_len=wl.output_len)
+    pt = closed_loop(
+        hw,
+        coef,
+        concurrency=grid,
+        input_len=wl.input_len,
+        output_len=wl.output_len,
+        images=images,
+        speculative=speculative,
+    )
+    tau = speculative.acceptance_length if speculative else 1.0
     out: dict[str, float | None] = {}
     for name, attr in (("compute", "compute_s"), ("hbm_bandwidth", "memory_s"), ("interconnect", "comm_s")):
-        dec = getattr(pt.decode_step, attr)
+        dec = getattr(pt.decode_step, attr) / tau
         pre = pt.ttft_s * getattr(pt.prefill_step, attr) / pt.prefill_step.total_s
         out[name] = _largest_ok(grid, (dec <= wl.tpot_slo_s) & (pre <= wl.ttft_slo_s))
     return out
 
 
-def slo_limit(hw: Hardware, coef: Coefficients, wl: Workload, top: float) -> float:
+def slo_limit(
+    hw: Hardware,
+    coef: Coefficients,
+    wl: Workload,
+    top: float,
+    *,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
+) -> float:
     """Largest concurrency per replica with TTFT <= SLO and TPOT <= SLO, at most ``top``."""
     grid = _grid(top)
     cap = float(hw.engine.max_num_seqs or np.inf)
-    pt = closed_loop(hw, coef, concurrency=grid, input_len=wl.input_len, output_len=wl.output_len, max_running=cap)
+    pt = closed_loop(
+        hw,
+        coef,
+        concurrency=grid,
+        input_len=wl.input_len,
+        output_len=wl.output_len,
+        max_running=cap,
+        images=images,
+        speculative=speculative,
+    )
     ok = (pt.ttft_s <= wl.ttft_slo_s) & (pt.tpot_s <= wl.tpot_slo_s)
     best = _largest_ok(grid, ok)
     return float(top if best is None else best)
@@ -199,6 +270,10 @@ def estimate(
     engine: str | EngineConfig = "vllm",
     coefficients: Coefficients | str | Path | None = None,
     gpu_file: str | Path | None = None,
+    images_per_request: float = 0.0,
+    image_size_px: int | tuple[int, int] | None = None,
+    encoder_tp_mode: str = "weights",
+    speculative: Speculative | None = None,
 ) -> Estimate:
     """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``.
 
@@ -207,6 +282,12 @@ def estimate(
     in flight (closed loop), or at ``request_rate`` arrivals per second spread over the replicas
     (open loop: the reported concurrency is then the mean number in the system), or else at the
     recommendation. Raises ``DoesNotFit`` when the weights leave no room.
+
+    Multimodal: ``images_per_request`` images of ``image_size_px`` (side or (height, width)) per
+    request; their tokens lengthen the prompt and the KV cache, the encoder's time adds to the
+    prefill, and its weights and cache to memory. ``encoder_tp_mode`` is vLLM's
+    ``--mm-encoder-tp-mode`` ("weights": split by tp; "data": whole on every GPU).
+    ``speculative``: draft tokens, acceptance length and drafter (``gpucap.speculative``).
     """
     hw = hardware(
         model,
@@ -220,7 +301,15 @@ def estimate(
         engine=engine,
         gpu_file=gpu_file,
     )
-    wl = Workload(float(input_len), float(output_len), float(ttft_slo_s), float(tpot_slo_s))
+    wl = Workload(
+        float(input_len),
+        float(output_len),
+        float(ttft_slo_s),
+        float(tpot_slo_s),
+        images_per_request=images_per_request,
+        image_size_px=image_size_px,
+    )
+    images = wl.images(encoder_tp_mode)
     per_replica = hw.layout.gpus_per_replica
     num_gpus = num_gpus or per_replica
     if num_gpus % per_replica:
@@ -231,15 +320,17 @@ def estimate(
     else:
         coef = coefficients or Coefficients.for_engine(hw.engine.engine)
 
-    mem, mem_limit = memory_limit(hw, wl.max_context)
-    _, mem_limit_mean = memory_limit(hw, wl.mean_context)
+    image_tokens = Extras(images).image_tokens(hw)
+    max_context, mean_context = wl.max_context + image_tokens, wl.mean_context + image_tokens
+    mem, mem_limit = memory_limit(hw, max_context, images=images, speculative=speculative)
+    _, mem_limit_mean = memory_limit(hw, mean_context, images=images, speculative=speculative)
     if mem_limit < 1:
         raise DoesNotFit(
             f"{hw.spec.name} fits on {hw.gpu.key} but its KV budget ({mem.kv_budget / 2**30:.2f} GiB per GPU) "
-            f"holds less than one {wl.max_context:.0f}-token request; use more GPUs per replica or fp8 KV"
+            f"holds less than one {max_context:.0f}-token request; use more GPUs per replica or fp8 KV"
         )
-    limits_r = resource_limits(hw, coef, wl, MAX_SEARCH_CONCURRENCY)
-    slo_r = slo_limit(hw, coef, wl, mem_limit)
+    limits_r = resource_limits(hw, coef, wl, MAX_SEARCH_CONCURRENCY, images=images, speculative=speculative)
+    slo_r = slo_limit(hw, coef, wl, mem_limit, images=images, speculative=speculative)
     rec_r = min(slo_r, mem_limit)
     limits: dict[str, float | None] = {"memory": mem_limit * replicas}
     for k, v in limits_r.items():
@@ -253,6 +344,8 @@ def estimate(
         input_len=wl.input_len,
         output_len=wl.output_len,
         max_running=float(hw.engine.max_num_seqs or np.inf),
+        images=images,
+        speculative=speculative,
     )
     if rec_r >= mem_limit:
         bottleneck = "memory"
@@ -269,6 +362,16 @@ def estimate(
         bottleneck = max(shares, key=lambda k: shares[k])
     if rec_r < 1:
         notes.append("no concurrency meets both SLOs: even one request misses TTFT or TPOT")
+    if images is not None:
+        notes.append(
+            f"{images.per_request:g} image(s) per request add {image_tokens:.0f} prompt tokens; the vision encoder "
+            f"holds {mem.weights.vision_encoder / 2**30:.2f} GiB per GPU and its cache {mem.encoder_cache / 2**30:.2f} GiB"
+        )
+    if speculative is not None:
+        notes.append(
+            f"speculative decoding: {speculative.draft_tokens} draft tokens, {speculative.acceptance_length:g} kept per "
+            f"step; the drafter holds {mem.weights.draft / 2**30:.2f} GiB per GPU"
+        )
 
     cap = min(float(hw.engine.max_num_seqs or np.inf), mem_limit)
     if concurrency is not None and request_rate is not None:
@@ -283,6 +386,8 @@ def estimate(
             input_len=wl.input_len,
             output_len=wl.output_len,
             max_running=cap,
+            images=images,
+            speculative=speculative,
         )
         c_total = float(at.concurrency) * replicas
         if not np.isfinite(c_total):
@@ -295,7 +400,14 @@ def estimate(
         if c_total <= 0:
             raise ValueError(f"concurrency must be positive, got {concurrency}")
         at = closed_loop(
-            hw, coef, concurrency=c_total / replicas, input_len=wl.input_len, output_len=wl.output_len, max_running=cap
+            hw,
+            coef,
+            concurrency=c_total / replicas,
+            input_len=wl.input_len,
+            output_len=wl.output_len,
+            max_running=cap,
+            images=images,
+            speculative=speculative,
         )
     sat = saturation_run(
         hw,
@@ -304,6 +416,8 @@ def estimate(
         input_len=wl.input_len,
         output_len=wl.output_len,
         max_running=cap,
+        images=images,
+        speculative=speculative,
     )
     share = float(at.decode_step.comm_share)
     if share > COMM_SHARE_WARNING:
@@ -326,4 +440,7 @@ def estimate(
         at=at,
         saturation_output_tokens_per_s=float(sat.output_tokens_per_s) * replicas,
         notes=notes,
+        images=images,
+        speculative=speculative,
+        image_tokens_per_request=image_tokens,
     )

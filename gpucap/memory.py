@@ -1,11 +1,13 @@
 """Memory per GPU (DESIGN.md section 3): weights, KV cache per token, reservations, KV budget,
-and the concurrency memory allows.
+and the concurrency memory allows; with images, the vision encoder and its cache; with
+speculative decoding, the drafter's weights and KV cache.
 
 Functions accept numpy arrays for lengths, so one call sweeps many contexts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,7 +19,15 @@ from .engine import EngineConfig
 from .gpus import GPU
 from .layout import Layout
 from .models import ModelSpec
+from .speculative import Speculative, draft_layout, draft_spec, shares_output_head
 from .units import ACTIVATION_BYTES, GiB, kv_bytes_per_element, weight_bytes_per_param
+from .vision import (
+    Images,
+    encoder_activation_bytes,
+    encoder_cache_bytes,
+    encoder_weight_bytes_per_gpu,
+    image_work,
+)
 
 ArrayLike = float | npt.NDArray[np.float64]
 
@@ -29,16 +39,19 @@ SAMPLER_BYTES_PER_LOGIT = 4.0  # fp32 logits in the sampler's profiling run
 
 @dataclass(frozen=True)
 class WeightBytes:
-    """Weight bytes one GPU holds, by part."""
+    """Weight bytes one GPU holds, by part (``vision_encoder`` and ``draft`` only when images are
+    served or speculative decoding is on)."""
 
     embeddings: float
     attention: float
     dense_mlp: float
     experts: float
+    vision_encoder: float = 0.0
+    draft: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.embeddings + self.attention + self.dense_mlp + self.experts
+        return self.embeddings + self.attention + self.dense_mlp + self.experts + self.vision_encoder + self.draft
 
 
 @lru_cache(maxsize=1024)
@@ -132,10 +145,31 @@ def activation_bytes_per_gpu(spec: ModelSpec, layout: Layout, engine: EngineConf
     return tokens * per_token + logits
 
 
+def draft_weight_bytes_per_gpu(spec: ModelSpec, sp: Speculative, weight_dtype: str, layout: Layout) -> float:
+    """Weights the drafter adds to one GPU: a head's layers (its embedding and lm_head are the
+    target's, unless it has a draft vocabulary: then its own ``draft_vocab x hidden`` lm_head,
+    16-bit); a separate draft model's whole weights, split like the target."""
+    d = draft_spec(spec, sp)
+    w = weight_bytes_per_gpu(d, weight_dtype, draft_layout(layout, d))
+    if sp.draft_model is not None:
+        return w.total
+    own_head = 0.0 if shares_output_head(sp) else d.vocab_size * d.hidden_size / layout.tp * ACTIVATION_BYTES
+    return w.attention + w.dense_mlp + w.experts + own_head
+
+
+def draft_kv_bytes_per_token_per_gpu(spec: ModelSpec, sp: Speculative, kv_dtype: str, layout: Layout) -> float:
+    """KV bytes the drafter stores per token on one GPU, in the same paged pool as the target's
+    (vLLM allocates the draft layers' KV next to the target's)."""
+    d = draft_spec(spec, sp)
+    return kv_bytes_per_token_per_gpu(d, kv_dtype, draft_layout(layout, d))
+
+
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes of one GPU: what is usable, what the weights and reservations take, and the KV
-    budget that is left. A negative ``kv_budget`` means the model does not fit."""
+    budget that is left. A negative ``kv_budget`` means the model does not fit. The KV bytes per
+    token include a drafter's KV when speculative decoding is on; ``encoder_cache`` holds vision
+    encoder outputs waiting for their prefill."""
 
     total: float
     usable: float
@@ -146,6 +180,7 @@ class MemoryBreakdown:
     kv_budget: float
     kv_bytes_per_token: float  # one token, all layers, unsharded
     kv_bytes_per_token_per_gpu: float
+    encoder_cache: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -153,28 +188,75 @@ class MemoryBreakdown:
 
     @property
     def reserved(self) -> float:
-        return self.activations + self.cuda_graphs + self.runtime_overhead
+        return self.activations + self.cuda_graphs + self.runtime_overhead + self.encoder_cache
 
     @property
     def kv_tokens_per_gpu(self) -> float:
         return max(self.kv_budget, 0.0) / self.kv_bytes_per_token_per_gpu
 
 
+def serves_images(spec: ModelSpec, images: Images | None) -> bool:
+    """Whether requests carry images; raises when they do and the model has no vision encoder."""
+    if images is None or images.per_request == 0:
+        return False
+    if spec.vision is None:
+        raise ValueError(
+            f"{spec.name} has no vision encoder (no vision_config of a supported kind), so it cannot take "
+            f"images_per_request={images.per_request:g}; use 0 or a multimodal model"
+        )
+    return True
+
+
 def memory_breakdown(
-    spec: ModelSpec, gpu: GPU, layout: Layout, *, weight_dtype: str, kv_dtype: str, engine: EngineConfig
+    spec: ModelSpec,
+    gpu: GPU,
+    layout: Layout,
+    *,
+    weight_dtype: str,
+    kv_dtype: str,
+    engine: EngineConfig,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
 ) -> MemoryBreakdown:
-    """Per-GPU memory: ``kv_budget = usable - weights - activations - cuda_graphs - overhead``.
+    """Per-GPU memory: ``kv_budget = usable - weights - activations - cuda_graphs - overhead
+    - encoder cache``.
 
     ``usable = gpu_memory_utilization x total`` for vLLM/SGLang; TensorRT-LLM gives the KV cache
     ``free_gpu_memory_fraction x (total - weights - reservations)``.
+
+    With ``images`` the vision encoder's weights (``gpucap.vision.encoder_weight_bytes_per_gpu``)
+    and the encoder cache are added, and the activation reservation is the larger of the
+    language model's and the encoder's profiling run. Without images the server is taken to run
+    text-only (vLLM: ``--limit-mm-per-prompt`` 0 for every modality, which skips loading the
+    encoder, vLLM PR #22299), so nothing is added. With ``speculative`` the drafter's weights
+    and KV per token are added.
     """
     engine = engine.resolve(gpu)
     util = float(engine.gpu_memory_utilization or 0.9)
     weights = weight_bytes_per_gpu(spec, weight_dtype, layout)
     act = activation_bytes_per_gpu(spec, layout, engine)
+    kv_tok, kv_tok_gpu = kv_bytes_per_token(spec, kv_dtype), kv_bytes_per_token_per_gpu(spec, kv_dtype, layout)
+    cache = 0.0
+    if serves_images(spec, images):
+        assert images is not None and spec.vision is not None
+        enc, work = spec.vision, image_work(spec.vision, images)
+        tokens_budget = int(engine.max_num_batched_tokens or 0)
+        cache = encoder_cache_bytes(enc, work.tokens, tokens_budget)
+        in_budget = max(1, tokens_budget // max(work.tokens, 1))  # images the profiling run encodes
+        act = max(act, encoder_activation_bytes(enc, work, images=in_budget, tp=layout.tp))
+        weights = dataclasses.replace(
+            weights, vision_encoder=encoder_weight_bytes_per_gpu(enc, layout.tp, images.encoder_tp_mode)
+        )
+    if speculative is not None:
+        weights = dataclasses.replace(
+            weights, draft=draft_weight_bytes_per_gpu(spec, speculative, weight_dtype, layout)
+        )
+        d = draft_spec(spec, speculative)
+        kv_tok += kv_bytes_per_token(d, kv_dtype)
+        kv_tok_gpu += draft_kv_bytes_per_token_per_gpu(spec, speculative, kv_dtype, layout)
     graphs = engine.cuda_graph_bytes if engine.cuda_graphs else 0.0
     overhead = engine.runtime_overhead_bytes
-    reserved = weights.total + act + graphs + overhead
+    reserved = weights.total + act + graphs + overhead + cache
     if engine.memory_basis == "free":
         usable = gpu.memory_bytes
         free = gpu.memory_bytes - reserved
@@ -190,8 +272,9 @@ def memory_breakdown(
         cuda_graphs=graphs,
         runtime_overhead=overhead,
         kv_budget=budget,
-        kv_bytes_per_token=kv_bytes_per_token(spec, kv_dtype),
-        kv_bytes_per_token_per_gpu=kv_bytes_per_token_per_gpu(spec, kv_dtype, layout),
+        kv_bytes_per_token=kv_tok,
+        kv_bytes_per_token_per_gpu=kv_tok_gpu,
+        encoder_cache=cache,
     )
 
 

@@ -6,11 +6,17 @@ A step processes ``decode_tokens`` running sequences (one new token each, mean c
 attention (query, key) pairs per layer. All arguments may be numpy arrays (broadcast together).
 With ``pp`` pipeline stages the batch runs as ``pp`` micro-batches: a token passes all stages, so
 the step takes ``pp`` stage slots.
+
+Two optional kinds of work ride along. ``images`` encoded in the step run the vision encoder
+(``gpucap.vision``) before the language model. With ``speculative`` decoding
+(``gpucap.speculative``) every decoding sequence verifies ``k + 1`` tokens and a drafter makes
+``k`` passes over the batch. Both run as kernels of their own, so their time adds to the
+language model's rooflines instead of hiding under them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -18,9 +24,18 @@ import numpy.typing as npt
 from .engine import EAGER_LAUNCH_S_PER_LAYER, Coefficients, EngineConfig
 from .gpus import GPU
 from .layout import Layout
-from .memory import ArrayLike, _window_counts, held_tokens_per_layer, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from .memory import (
+    ArrayLike,
+    _window_counts,
+    held_tokens_per_layer,
+    kv_bytes_per_token_per_gpu,
+    serves_images,
+    weight_bytes_per_gpu,
+)
 from .models import ModelSpec
+from .speculative import Speculative, draft_layout, draft_spec
 from .units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
+from .vision import Images, encoder_weight_bytes_per_gpu, image_work
 
 Array = npt.NDArray[np.float64]
 
@@ -41,9 +56,15 @@ class Hardware:
     engine: EngineConfig
 
 
+def _zeros() -> Array:
+    return np.zeros(())
+
+
 @dataclass(frozen=True)
 class StepWork:
-    """Work of one pipeline-stage slot on one GPU, before any efficiency is applied."""
+    """Work of one pipeline-stage slot on one GPU, before any efficiency is applied. The
+    encoder and draft parts (zero unless images or speculative decoding are given) are separate
+    kernels with rooflines of their own (``step_terms``); their link traffic is in ``link_*``."""
 
     linear_flop: Array  # matmuls against weights, at the weight format's tensor-core rate
     attention_flop: Array  # QK^T and AV (and the V3.2 indexer), at bf16 rate
@@ -52,6 +73,11 @@ class StepWork:
     link_bytes_s: Array  # link transfer time at full per-direction bandwidth
     link_latency_s: Array  # sum of per-collective latencies (alpha)
     sequences: Array  # running sequences one scheduler handles (batch / attn_dp)
+    encoder_flop: Array = field(default_factory=_zeros)  # vision encoder, bf16
+    encoder_bytes: Array = field(default_factory=_zeros)  # encoder weights and activations
+    draft_linear_flop: Array = field(default_factory=_zeros)  # drafter matmuls, weight format's rate
+    draft_attention_flop: Array = field(default_factory=_zeros)
+    draft_bytes: Array = field(default_factory=_zeros)  # drafter weights, KV and activations
 
 
 @dataclass(frozen=True)
@@ -122,6 +148,9 @@ def step_work(
     decode_context: ArrayLike,
     prefill_tokens: ArrayLike = 0.0,
     prefill_pairs: ArrayLike = 0.0,
+    images: ArrayLike = 0.0,
+    image: Images | None = None,
+    speculative: Speculative | None = None,
 ) -> StepWork:
     """FLOP, bytes and link traffic of one stage slot on one GPU (one replica's batch).
 
@@ -131,33 +160,42 @@ def step_work(
     for every attended key + KV written + activations. Link: two ring all-reduces per layer
     under tp (``2 (tp-1)/tp x message``), two all-to-alls per MoE layer under ep, one
     point-to-point send per pipeline stage.
+
+    ``decode_tokens`` counts decoding sequences. With ``speculative`` each verifies ``k + 1``
+    tokens: tokens = ``(k + 1) x decode_tokens + prefill_tokens`` in the FLOP, sampled tokens,
+    KV writes, activations and messages, while the KV cache is read once per sequence; the
+    drafter's work is ``speculative_draft_work``. ``images`` (of size ``image``) are encoded in
+    the step: ``encoder_work``. All of it stays affine in decode tokens, prompt tokens, prefill
+    pairs and images, which the closed-loop solver relies on (``gpucap.steady``).
     """
     spec, lay = hw.spec, hw.layout
     pp, group = lay.pp, lay.tp * lay.attn_dp
-    b = np.asarray(decode_tokens, dtype=float) / pp  # one micro-batch
+    verify = speculative.verify_tokens if speculative else 1
+    b = np.asarray(decode_tokens, dtype=float) / pp  # decoding sequences of one micro-batch
     p = np.asarray(prefill_tokens, dtype=float) / pp
     pairs_prefill = np.asarray(prefill_pairs, dtype=float) / pp
-    tokens = b + p
+    v = verify * b  # tokens the decoding sequences put through the model
+    tokens = v + p
     layers = spec.num_layers / pp
     moe_layers = spec.num_moe_layers / pp
 
     # FLOP
     dense_flop = 2 * spec.dense_params / pp * tokens / group
     expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus
-    lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * b / group
+    lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * v / group
     attended = attended_tokens_per_layer(spec, decode_context)
     attn_flop = (
         layers
         / group
         * (
-            b * attended * attention_flop_per_pair(spec, decode=True)
+            v * attended * attention_flop_per_pair(spec, decode=True)
             + pairs_prefill * attention_flop_per_pair(spec, decode=False)
         )
     )
     if spec.index_n_heads:  # V3.2 indexer scores every key of the full context (fp8)
         ctx = np.asarray(decode_context, dtype=float)
         attn_flop = attn_flop + layers / group * 2 * spec.index_n_heads * spec.index_head_dim * (
-            b * ctx + pairs_prefill
+            v * ctx + pairs_prefill
         )
 
     # HBM bytes
@@ -191,7 +229,7 @@ def step_work(
     if pp > 1:
         link_s = link_s + msg * lay.attn_dp / link
         lat_s = lat_s + alpha
-    return StepWork(
+    work = StepWork(
         linear_flop=np.asarray(dense_flop + expert_flop + lm_head_flop, dtype=float),
         attention_flop=np.asarray(attn_flop, dtype=float),
         weight_bytes=np.asarray(weights + act, dtype=float),
@@ -199,6 +237,135 @@ def step_work(
         link_bytes_s=np.asarray(link_s, dtype=float),
         link_latency_s=np.asarray(lat_s + zero, dtype=float),
         sequences=np.asarray(b * pp / lay.attn_dp + zero, dtype=float),
+    )
+    if np.any(images) and serves_images(spec, image or Images()):
+        work = _add(work, encoder_work(hw, images=images, image=image or Images()))
+    if speculative is not None:
+        work = _add(
+            work,
+            speculative_draft_work(
+                hw,
+                speculative,
+                decode_tokens=decode_tokens,
+                decode_context=decode_context,
+                prefill_tokens=prefill_tokens,
+                prefill_pairs=prefill_pairs,
+            ),
+        )
+    return work
+
+
+def _add(a: StepWork, b: StepWork) -> StepWork:
+    """Field-by-field sum of two works (broadcast)."""
+    return StepWork(
+        **{f: np.asarray(getattr(a, f) + getattr(b, f), dtype=float) for f in StepWork.__dataclass_fields__}
+    )
+
+
+def _only(zero: Array, **fields: Array) -> StepWork:
+    """A work with the given fields and zeros elsewhere (shaped like ``zero``)."""
+    base = {f: zero for f in StepWork.__dataclass_fields__}
+    base.update({k: np.asarray(v + zero, dtype=float) for k, v in fields.items()})
+    return StepWork(**base)
+
+
+def encoder_work(hw: Hardware, *, images: ArrayLike, image: Images) -> StepWork:
+    """Vision-encoder work of ``images`` images in one step, per GPU and stage slot.
+
+    Per image (``gpucap.vision.image_work``): FLOP ``F`` and encoder sequence ``S``. Each
+    attention-data-parallel group encodes its own requests' images (``n = images / attn_dp``),
+    on the first pipeline stage, once per step (so ``/ pp`` per stage slot):
+
+    ``FLOP = n F / tp``; ``bytes = n x (encoder weights / tp + S x layers x 10 x hidden x 2)``;
+    with ``--mm-encoder-tp-mode weights`` two all-reduces of ``S x hidden x 2`` bytes per encoder
+    layer (``data`` mode: none, and each image on one GPU, ``1 / tp`` of them per GPU).
+    Weights and collective latencies are charged per image: vLLM encodes a step's images in one
+    call, so this overcounts when several images share a step (the encoder is compute-bound at
+    hundreds of patches per image, so the error is small).
+    """
+    spec, lay = hw.spec, hw.layout
+    enc = spec.vision
+    if enc is None:
+        raise ValueError(f"{spec.name} has no vision encoder")
+    w = image_work(enc, image)
+    n = np.asarray(images, dtype=float) / (lay.attn_dp * lay.pp)
+    tp = lay.tp
+    act = w.sequence * enc.num_layers * ACTIVATION_HIDDEN_PASSES * enc.hidden_size * ACTIVATION_BYTES
+    zero = np.zeros_like(n)
+    link_s, lat_s = zero, zero
+    if image.encoder_tp_mode == "weights":
+        per_image_bytes = encoder_weight_bytes_per_gpu(enc, tp, "weights") + act
+        if tp > 1:
+            collectives = 2 * enc.num_layers
+            msg = w.sequence * enc.hidden_size * ACTIVATION_BYTES
+            link_s = n * collectives * 2 * (tp - 1) / tp * msg / hw.gpu.link_bytes_per_s
+            lat_s = n * collectives * hw.gpu.link_latency_s
+    else:
+        per_image_bytes = (encoder_weight_bytes_per_gpu(enc, tp, "data") + act) / tp
+    return _only(
+        zero,
+        encoder_flop=n * w.flop / tp,
+        encoder_bytes=n * per_image_bytes,
+        link_bytes_s=link_s,
+        link_latency_s=lat_s,
+    )
+
+
+def draft_hardware(hw: Hardware, sp: Speculative) -> Hardware:
+    """The drafter on the target's GPUs, formats and engine (``gpucap.speculative``)."""
+    d = draft_spec(hw.spec, sp)
+    return Hardware(
+        spec=d,
+        gpu=hw.gpu,
+        layout=draft_layout(hw.layout, d),
+        weight_dtype=hw.weight_dtype,
+        kv_dtype=hw.kv_dtype,
+        engine=hw.engine,
+    )
+
+
+def speculative_draft_work(
+    hw: Hardware,
+    sp: Speculative,
+    *,
+    decode_tokens: ArrayLike,
+    decode_context: ArrayLike,
+    prefill_tokens: ArrayLike = 0.0,
+    prefill_pairs: ArrayLike = 0.0,
+) -> StepWork:
+    """The drafter's work in one step: ``k`` decode passes over the B decoding sequences, each
+    a full decode step of the drafter (its weights, KV read and written, lm_head), plus one
+    pass over the step's prompt tokens (the drafter's own prefill):
+
+    ``draft = k x W_d(B decode) + [W_d(P prompt) - W_d(empty)]``
+
+    with ``W_d`` = ``step_work`` of the drafter (EAGLE/MTP: one target-shaped layer plus the
+    lm_head; or a separate draft model). Returned in the ``draft_*`` fields (and its link
+    traffic in ``link_*``).
+    """
+    dhw = draft_hardware(hw, sp)
+    one = step_work(dhw, decode_tokens=decode_tokens, decode_context=decode_context)
+    pre = step_work(
+        dhw,
+        decode_tokens=0.0,
+        decode_context=decode_context,
+        prefill_tokens=prefill_tokens,
+        prefill_pairs=prefill_pairs,
+    )
+    empty = step_work(dhw, decode_tokens=0.0, decode_context=decode_context)
+    k = sp.draft_tokens
+
+    def total(f: str) -> Array:
+        return np.asarray(k * getattr(one, f) + getattr(pre, f) - getattr(empty, f), dtype=float)
+
+    zero = np.zeros_like(total("linear_flop") + np.asarray(decode_tokens, dtype=float))
+    return _only(
+        zero,
+        draft_linear_flop=total("linear_flop"),
+        draft_attention_flop=total("attention_flop"),
+        draft_bytes=total("weight_bytes") + total("kv_bytes"),
+        link_bytes_s=total("link_bytes_s"),
+        link_latency_s=total("link_latency_s"),
     )
 
 
@@ -213,15 +380,34 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     ``weight bytes / (hbm x u_hbm)``, attention compute ``attention FLOP / (peak_bf16 x
     u_compute)``, attention memory ``KV bytes / (hbm x u_hbm)``, link ``(1 - overlap) x (alpha +
     link bytes / (link x u_link))`` (these per pipeline stage), and host time ``t_overhead + t_seq
-    x sequences`` (plus ``50 us`` of kernel launches per layer when CUDA graphs are off)."""
+    x sequences`` (plus ``50 us`` of kernel launches per layer when CUDA graphs are off).
+
+    The vision encoder and the drafter are kernels of their own, so their seconds are added to
+    both matmul rows (``max(c + e, m + e) = max(c, m) + e``: they add to the step and neither
+    roofline of the language model hides them):
+
+    ``t_encoder = max(encoder FLOP / (peak_bf16 x u_compute), encoder bytes / (hbm x u_hbm))``
+    (exact: both grow with the images); ``t_draft = draft linear FLOP / (peak_format x
+    u_compute) + draft attention FLOP / (peak_bf16 x u_compute) + draft bytes / (hbm x u_hbm)``,
+    the sum rather than the max of its rooflines so that it stays affine in the batch: an upper
+    bound, close while the drafter is memory-bound (a one-layer head or a small model up to
+    hundreds of sequences)."""
     gpu = hw.gpu
     bw = gpu.hbm_bytes_per_s * coef.u_hbm
-    gemm_c = work.linear_flop / (gpu.peak_flops_per_s(COMPUTE_FORMAT[hw.weight_dtype]) * coef.u_compute)
-    attn_c = work.attention_flop / (gpu.peak_flops_per_s("bf16") * coef.u_compute)
+    peak_format = gpu.peak_flops_per_s(COMPUTE_FORMAT[hw.weight_dtype]) * coef.u_compute
+    peak_bf16 = gpu.peak_flops_per_s("bf16") * coef.u_compute
+    extra: Array | float = 0.0
+    if work.encoder_bytes.any() or work.draft_bytes.any():
+        extra = np.maximum(work.encoder_flop / peak_bf16, work.encoder_bytes / bw) + (
+            work.draft_linear_flop / peak_format + work.draft_attention_flop / peak_bf16 + work.draft_bytes / bw
+        )
+    gemm_c = work.linear_flop / peak_format + extra / hw.layout.pp
+    attn_c = work.attention_flop / peak_bf16
     comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
     overhead = coef.t_overhead_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER * hw.spec.num_layers)
     host = overhead + coef.t_seq_s * work.sequences
-    return np.stack(np.broadcast_arrays(gemm_c, work.weight_bytes / bw, attn_c, work.kv_bytes / bw, comm, host))
+    gemm_m = work.weight_bytes / bw + extra / hw.layout.pp
+    return np.stack(np.broadcast_arrays(gemm_c, gemm_m, attn_c, work.kv_bytes / bw, comm, host))
 
 
 def combine(hw: Hardware, terms: Array) -> StepTime:

@@ -7,8 +7,10 @@ import pytest
 from gpucap.batching import closed_loop
 from gpucap.engine import Coefficients
 from gpucap.estimate import hardware
+from gpucap.speculative import Speculative
 from gpucap.steady import closed_loop_root, rate_cap_root, step_seconds
 from gpucap.step import ATTN_COMPUTE, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, prefill_pairs_per_layer, step_time, step_work
+from gpucap.vision import Images, image_work
 
 COEF = Coefficients()
 
@@ -85,3 +87,52 @@ def test_solution_satisfies_the_fixed_point(model: str, tp: int) -> None:
     np.testing.assert_allclose(b, p.requests_per_s * (o - 1) * p.tpot_s, rtol=1e-9)
     np.testing.assert_allclose(p.ttft_s[free], pre.total_s[free], rtol=1e-9)
     np.testing.assert_allclose((p.requests_per_s * (p.ttft_s + (o - 1) * p.tpot_s))[free], c[free], rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("model", "images", "speculative"),
+    [
+        ("Qwen/Qwen2.5-VL-7B-Instruct", Images(per_request=2, size_px=672), None),
+        ("meta-llama/Llama-3.1-8B", None, Speculative(draft_tokens=3, acceptance_length=2.5)),
+        ("Qwen/Qwen2.5-VL-7B-Instruct", Images(size_px=1344), Speculative(draft_tokens=2, acceptance_length=2.0)),
+        ("Qwen/Qwen3-30B-A3B", None, Speculative(draft_tokens=1, acceptance_length=1.8)),  # MTP head, Newton path
+    ],
+)
+def test_fixed_point_with_images_and_speculation(
+    model: str, images: Images | None, speculative: Speculative | None
+) -> None:
+    """The same closed loop with the optional terms: the prompt is I = text + images x tokens per
+    image, the average step encodes X n t_step images, a request decodes in D = (O - 1) / tau
+    steps of B = X D t_step sequences, TPOT = t_step / tau and R = X (TTFT + (O - 1) TPOT)."""
+    hw = hardware(model, "H100-SXM-80GB")
+    coef = Coefficients(t_request_s=0.0)
+    c = np.array([1.0, 4.0, 32.0, 128.0])
+    text_i, o = 500.0, 301.0
+    p = closed_loop(hw, coef, concurrency=c, input_len=text_i, output_len=o, images=images, speculative=speculative)
+    n = images.per_request if images else 0.0
+    i = text_i + (n * image_work(hw.spec.vision, images).tokens if images else 0.0)
+    tau = speculative.acceptance_length if speculative else 1.0
+    t_step = p.decode_step.total_s
+    x = p.requests_per_s
+    prompt = x * i * t_step
+    pairs = prefill_pairs_per_layer(hw.spec, i)
+    kw = dict(decode_context=i + o / 2, image=images, speculative=speculative)
+    work = step_work(
+        hw,
+        decode_tokens=p.decode_batch,
+        prefill_tokens=prompt,
+        prefill_pairs=pairs * prompt / i,
+        images=x * n * t_step,
+        **kw,
+    )
+    pre = step_work(hw, decode_tokens=p.decode_batch, prefill_tokens=i, prefill_pairs=pairs, images=n, **kw)
+    free = prompt < 0.999 * (
+        hw.engine.max_num_batched_tokens - (speculative.verify_tokens if speculative else 1) * p.decode_batch
+    )
+    assert free.sum() >= 3
+    rtol = 1e-6 if hw.spec.is_moe else 1e-9
+    np.testing.assert_allclose(t_step, step_time(hw, work, coef).total_s, rtol=rtol)
+    np.testing.assert_allclose(p.tpot_s, t_step / tau, rtol=1e-12)
+    np.testing.assert_allclose(p.decode_batch, x * (o - 1) / tau * t_step, rtol=1e-9)
+    np.testing.assert_allclose(p.ttft_s[free], step_time(hw, pre, coef).total_s[free], rtol=rtol)
+    np.testing.assert_allclose((x * (p.ttft_s + (o - 1) * p.tpot_s))[free], c[free], rtol=rtol)
