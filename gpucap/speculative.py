@@ -40,7 +40,11 @@ class Speculative:
     """Speculative-decoding setup: ``draft_tokens`` (k) per step, mean ``acceptance_length``
     (tau, bonus token included), and the drafter: a head of ``draft_layers`` target-shaped
     decoder layers (EAGLE / MTP: 1; optional ``draft_vocab_size`` for EAGLE-3), or a separate
-    ``draft_model`` (catalog name, config path or ModelSpec)."""
+    ``draft_model`` (catalog name, config path or ModelSpec).
+
+    A head copies the target's last layer, so on a MoE target it is a MoE layer (as DeepSeek-V3's
+    MTP module is); EAGLE-3 heads for MoE targets are dense: pass the head's own config as
+    ``draft_model`` for those (its embedding is then counted although it is shared)."""
 
     draft_tokens: int
     acceptance_length: float
