@@ -203,6 +203,9 @@ def closed_loop(
     own pass through the front end (or the queue for prompt-token budget or the front end), and
     the wait for a slot. Output tokens/s = X x O. Solved in closed form on the linear pieces of
     the step time (``gpucap.steady``), with the chunk count ``s`` updated once from the solution.
+    Under pipeline parallelism one request's chunk passes the pp stages in one micro-batch, so
+    pp does not shorten a lone prompt's TTFT (it raises throughput by keeping pp micro-batches
+    of different requests in flight).
 
     With ``images`` the prompt is ``I = input_len + images x tokens per image`` and the step that
     schedules a prefill also encodes its images (``n`` per request: ``a n`` per average step,
@@ -231,24 +234,31 @@ def closed_loop(
 
     # a: arrivals per step, so B = a (O - 1) decode and P = a I prompt tokens
     chunks = chunks_at(np.zeros_like(r))
+    # a request's prompt chunk rides in one pipeline micro-batch (the step code splits the tokens
+    # of a step over pp micro-batches, right for many requests' prompts but not for one), so its
+    # step is charged pp chunks: pp stage slots of one chunk each
+    one_mb = float(hw.layout.pp)
     if hw.spec.is_moe:
         a = np.zeros_like(r)
         for _ in range(MOE_PASSES):
             chunks = chunks_at(a)
             dec = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a)
-            chunk = (i / chunks, pairs_one / chunks)
+            chunk = (one_mb * i / chunks, one_mb * pairs_one / chunks)
             pre = lines_through(
-                partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / chunks), a
+                partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=one_mb * n_img / chunks),
+                a,
             )
             a = _arrivals_per_step(hw, coef, dec, pre, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
         dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
-        pre_terms = _terms(hw, coef, a * decoding, ctx, i / chunks, pairs_one / chunks, ex, n_img / chunks)
+        pre_terms = _terms(
+            hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, one_mb * n_img / chunks
+        )
     else:
         base, per_decode, per_prompt = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one, ex=ex)
         dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt)
 
         def pre_at(ch: Array, sel: Select = slice(None)) -> Lines:
-            return base + per_prompt[:, sel] / ch, decoding[sel] * per_decode[:, sel]
+            return base + one_mb * per_prompt[:, sel] / ch, decoding[sel] * per_decode[:, sel]
 
         kw = dict(r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
         pre = pre_at(chunks)

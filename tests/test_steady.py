@@ -136,3 +136,15 @@ def test_fixed_point_with_images_and_speculation(
     np.testing.assert_allclose(p.decode_batch, x * (o - 1) / tau * t_step, rtol=1e-9)
     np.testing.assert_allclose(p.ttft_s[free], step_time(hw, pre, coef).total_s[free], rtol=rtol)
     np.testing.assert_allclose((x * (p.ttft_s + (o - 1) * p.tpot_s))[free], c[free], rtol=rtol)
+
+
+def test_pipeline_stages_do_not_shorten_a_lone_prompt() -> None:
+    """One request's prompt passes the pp stages in one micro-batch: the same matmuls as on one
+    GPU, one stage after the other, plus the sends between stages. So its TTFT is at least the
+    one-GPU TTFT (vLLM does not split one sequence's prefill over micro-batches)."""
+    coef = Coefficients(t_request_s=0.0)
+    one = hardware("meta-llama/Llama-3.3-70B-Instruct", "H200-SXM-141GB", weight_dtype="fp8")
+    four = hardware("meta-llama/Llama-3.3-70B-Instruct", "H200-SXM-141GB", pp=4, weight_dtype="fp8")
+    alone = [float(closed_loop(hw, coef, concurrency=1.0, input_len=4000, output_len=200).ttft_s) for hw in (one, four)]
+    assert alone[1] >= alone[0]
+    assert alone[1] <= 1.05 * alone[0]  # the sends add little
