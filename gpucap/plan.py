@@ -143,6 +143,15 @@ class Candidate:
         }
 
 
+def batch_slots(hw: Hardware, *, input_len: float, output_len: float, kv_slots: float | None = None) -> float:
+    """Requests one replica runs at once: the smaller of the engine's ``max_num_seqs`` and the
+    requests of ``input_len + output_len`` tokens its KV cache holds (``kv_slots`` when already
+    known)."""
+    if kv_slots is None:
+        _, kv_slots = memory_limit(hw, input_len + output_len)
+    return float(min(float(hw.engine.max_num_seqs or np.inf), kv_slots))
+
+
 def supports(gpu: GPU, weight_dtype: str) -> bool:
     """A weight format is searched on a GPU with tensor cores for it (fp8 on Hopper and later,
     fp4 on Blackwell); 16-bit and weight-only int4 everywhere."""
@@ -469,7 +478,16 @@ def plan(
                 }
             )
             continue
-        cap = min(float(hw.engine.max_num_seqs or np.inf), slots)
+        cap = batch_slots(hw, input_len=inp.mean, output_len=out.mean, kv_slots=slots)
+        # communication-bound is a property of the option, judged with every slot busy (not at
+        # the target's load, so that a looser SLO or a lower target cannot make it pass or fail)
+        full = closed_loop(hw, coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
+        share = float(full.decode_step.comm_share)
+        if share > max_comm_share:
+            rejected.append(
+                {**info, "reason": f"communication-bound: the link takes {share:.0%} of a decode step at full batch"}
+            )
+            continue
         if target.kind == "concurrency":
             load = _concurrency_load(
                 hw,
@@ -498,11 +516,6 @@ def plan(
             )
         if isinstance(load, str):
             rejected.append({**info, "reason": load})
-            continue
-        if load.comm_share > max_comm_share:
-            rejected.append(
-                {**info, "reason": f"communication-bound: the link takes {load.comm_share:.0%} of a decode step"}
-            )
             continue
         price = table.usd_per_gpu_hour(cand.gpu)
         if price is None:

@@ -19,9 +19,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .engine import Coefficients
-from .estimate import memory_limit
 from .models import ModelSpec
-from .plan import Plan, plan
+from .plan import Plan, batch_slots, plan
 from .queueing import STATS, open_loop_latency, service_curve
 from .simulate import simulate
 from .step import Hardware
@@ -168,13 +167,6 @@ def rejected_counts(result: Plan) -> pd.DataFrame:
 
 
 # ---- latency against the arrival rate ------------------------------------------------------------
-def batch_slots(hw: Hardware, *, input_len: float, output_len: float) -> float:
-    """Requests one replica runs at once, as the planner takes it: the smaller of the engine's
-    ``max_num_seqs`` and the requests of ``input_len + output_len`` tokens its KV cache holds."""
-    _, slots = memory_limit(hw, input_len + output_len)
-    return float(min(float(hw.engine.max_num_seqs or np.inf), slots))
-
-
 def latency_vs_rate(
     hw: Hardware,
     coef: Coefficients | None = None,
