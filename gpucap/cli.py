@@ -19,6 +19,7 @@ from .catalog import load_model, model_cards
 from .engine import ENGINES, EngineConfig
 from .estimate import DoesNotFit, estimate
 from .gpus import load_gpus
+from .speculative import Speculative, acceptance_length
 from .units import GB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM, GiB
 
 
@@ -40,6 +41,40 @@ def _positive_float(text: str) -> float:
     if not v > 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} must be a positive number")
     return v
+
+
+def _image_size(text: str) -> int | tuple[int, int]:
+    """``1344`` (a square side) or ``1080x1920`` (height x width), pixels."""
+    try:
+        parts = [int(p) for p in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an image size; give a side like 1344 or HxW like 1080x1920")
+    return parts[0] if len(parts) == 1 else (parts[0], parts[1])
+
+
+def _speculative(a: argparse.Namespace) -> Speculative | None:
+    """The speculative-decoding options as one ``Speculative``, or None when not asked for."""
+    given = a.speculative_acceptance_length is not None or a.speculative_acceptance_rate is not None
+    if a.speculative_draft_tokens is None:
+        if given or a.speculative_draft_model:
+            raise ValueError("--speculative-draft-tokens K is needed with the other --speculative options")
+        return None
+    k = a.speculative_draft_tokens
+    if a.speculative_acceptance_rate is not None:
+        tau = acceptance_length(acceptance_rate=a.speculative_acceptance_rate, draft_tokens=k)
+    elif a.speculative_acceptance_length is not None:
+        tau = a.speculative_acceptance_length
+    else:
+        raise ValueError("give --speculative-acceptance-length TAU or --speculative-acceptance-rate ALPHA")
+    return Speculative(
+        draft_tokens=k,
+        acceptance_length=tau,
+        draft_layers=a.speculative_draft_layers,
+        draft_vocab_size=a.speculative_draft_vocab,
+        draft_model=a.speculative_draft_model,
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,6 +116,16 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--no-cuda-graphs", action="store_true", help="as vLLM --enforce-eager")
     e.add_argument("--coefficients", default=None, help="calibration JSON")
     e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    e.add_argument("--images-per-request", type=float, default=0.0, help="images each request carries (multimodal)")
+    e.add_argument("--image-size-px", type=_image_size, default=None, help="image side, or HxW like 1080x1920")
+    e.add_argument("--mm-encoder-tp-mode", default="weights", choices=["weights", "data"], help="as vLLM's option")
+    e.add_argument("--speculative-draft-tokens", type=_positive_int, default=None, help="k tokens drafted per step")
+    tau = e.add_mutually_exclusive_group()
+    tau.add_argument("--speculative-acceptance-length", type=_positive_float, default=None, help="tau, bonus included")
+    tau.add_argument("--speculative-acceptance-rate", type=float, default=None, help="alpha per drafted token (i.i.d.)")
+    e.add_argument("--speculative-draft-layers", type=_positive_int, default=1, help="layers of an EAGLE/MTP head")
+    e.add_argument("--speculative-draft-vocab", type=_positive_int, default=None, help="head vocabulary (EAGLE-3)")
+    e.add_argument("--speculative-draft-model", default=None, help="a separate draft model: catalog id or config.json")
     e.add_argument("--json", action="store_true")
 
     cli_plan.add_parser(sub, _positive_float, _positive_int)
@@ -151,6 +196,10 @@ def _estimate(a: argparse.Namespace) -> int:
         engine=eng,
         coefficients=a.coefficients,
         gpu_file=a.gpu_file,
+        images_per_request=a.images_per_request,
+        image_size_px=a.image_size_px,
+        encoder_tp_mode=a.mm_encoder_tp_mode,
+        speculative=_speculative(a),
     )
     print(json.dumps(est.to_dict(), indent=2) if a.json else est)
     return 0

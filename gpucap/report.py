@@ -112,6 +112,8 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
                 "attention": m.weights.attention,
                 "dense_mlp": m.weights.dense_mlp,
                 "experts": m.weights.experts,
+                "vision_encoder": m.weights.vision_encoder,
+                "draft": m.weights.draft,
             },
             "activation_bytes_per_gpu": m.activations,
             "cuda_graph_bytes_per_gpu": m.cuda_graphs,
@@ -131,6 +133,27 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
         "output_tokens_per_s": _clean(e.output_tokens_per_s),
         "comm_share": e.comm_share,
         "saturation_output_tokens_per_s": e.saturation_output_tokens_per_s,
+        "images": None
+        if e.images is None
+        else {
+            "per_request": e.images.per_request,
+            "size_px": e.images.size_px,
+            "encoder_tp_mode": e.images.encoder_tp_mode,
+            "tokens_per_request": e.image_tokens_per_request,
+            "encoder_bytes_per_gpu": m.weights.vision_encoder,
+            "encoder_cache_bytes_per_gpu": m.encoder_cache,
+        },
+        "speculative": None
+        if e.speculative is None
+        else {
+            "draft_tokens": e.speculative.draft_tokens,
+            "acceptance_length": e.speculative.acceptance_length,
+            "draft_layers": e.speculative.draft_layers,
+            "draft_model": None
+            if e.speculative.draft_model is None
+            else getattr(e.speculative.draft_model, "name", str(e.speculative.draft_model)),
+            "draft_bytes_per_gpu": m.weights.draft,
+        },
         "notes": e.notes,
     }
 

@@ -425,3 +425,26 @@ def test_validate_out_refuses_to_overwrite(capsys: pytest.CaptureFixture[str], t
     rc, out, err = cli(capsys, "validate", str(cases), "--out", str(out_path))
     assert_clean_error(rc, out, err, str(out_path), code=2)
     assert out_path.read_text() == "do not touch\n"
+
+
+def test_estimate_with_images_and_speculation(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["estimate", "--gpu", "H100-SXM-80GB", "--input-len", "500", "--output-len", "200", "--json"]
+    assert main([*base, "--model", "Qwen/Qwen2.5-VL-7B-Instruct"]) == 0
+    text_only = json.loads(capsys.readouterr().out)
+    args = [*base, "--model", "Qwen/Qwen2.5-VL-7B-Instruct", "--images-per-request", "2", "--image-size-px", "1344"]
+    assert main(args) == 0
+    with_images = json.loads(capsys.readouterr().out)
+    # two 1344 px images: (1344 / 14)^2 / 4 = 2304 tokens each after the 2 x 2 merge -> 4608 more prompt
+    # tokens per request, so the KV cache holds fewer requests and each first token comes later
+    assert with_images["limits"]["memory"] < text_only["limits"]["memory"]
+    # speculation at alpha = 0.7 with k = 3: tau = (1 - 0.7^4) / (1 - 0.7) = 2.533 tokens per step
+    spec = ["--model", "meta-llama/Llama-3.1-8B", "--concurrency", "1"]
+    assert main([*base, *spec]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*base, *spec, "--speculative-draft-tokens", "3", "--speculative-acceptance-rate", "0.7"]) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert fast["tpot_s"] < plain["tpot_s"] / 1.5
+    assert fast["speculative"]["acceptance_length"] == pytest.approx((1 - 0.7**4) / (1 - 0.7))
+    assert with_images["images"]["tokens_per_request"] == 4608
+    assert main([*base, *spec, "--speculative-acceptance-rate", "0.7"]) == 2
+    assert "--speculative-draft-tokens" in capsys.readouterr().err
