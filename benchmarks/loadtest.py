@@ -18,12 +18,16 @@ num_gpus, tp, pp, engine, model), the console output of each level in a ``.log``
 
 Prompts per level: ``max(--num-prompts, --prompts-per-concurrency x C)`` for a concurrency C
 (every request slot is refilled several times, so the steady state dominates the run), and
-``max(--num-prompts, ceil(R x --rate-seconds))`` for a request rate R.
+``max(--num-prompts, ceil(R x --rate-seconds))`` for a request rate R. Level k (0, 1, ...) draws
+its prompts with seed ``--seed + k``: with one seed, every level would send the same first
+prompts, and a server with prefix caching would answer them from its cache. vLLM's warm-up
+requests (``--num-warmups``) repeat the level's first prompt.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -104,6 +108,7 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--num-prompts", type=positive_int, default=32, help="least prompts per level (default 32)")
     w.add_argument("--prompts-per-concurrency", type=positive_int, default=4, help="prompts per request slot")
     w.add_argument("--rate-seconds", type=positive_float, default=60.0, help="seconds of arrivals per rate level")
+    w.add_argument("--num-warmups", type=int, default=0, help="warm-up requests before each level, not counted")
     w.add_argument("--seed", type=int, default=0)
     st = p.add_argument_group("stopping")
     st.add_argument("--ttft-slo", type=positive_float, default=2.0, help="seconds (default 2)")
@@ -122,6 +127,7 @@ class Level:
     kind: str  # "concurrency" or "rate"
     value: float
     num_prompts: int
+    seed: int = 0
 
     @property
     def name(self) -> str:
@@ -141,7 +147,7 @@ def plan_levels(args: argparse.Namespace) -> list[Level]:
         for c in args.concurrency or []
     ]
     out += [Level("rate", r, max(args.num_prompts, math.ceil(r * args.rate_seconds))) for r in args.request_rate or []]
-    return out
+    return [dataclasses.replace(level, seed=args.seed + k) for k, level in enumerate(out)]
 
 
 def check(args: argparse.Namespace) -> None:
@@ -152,6 +158,8 @@ def check(args: argparse.Namespace) -> None:
         raise LoadTestError(f"--base-url {args.base_url!r} must start with http:// or https://")
     if args.num_gpus is not None and args.num_gpus % (args.tp * args.pp):
         raise LoadTestError(f"--num-gpus {args.num_gpus} is not a multiple of --tp x --pp = {args.tp * args.pp}")
+    if args.num_warmups < 0:
+        raise LoadTestError(f"--num-warmups {args.num_warmups} must be 0 or more")
     if args.stop_factor < 1:
         raise LoadTestError(f"--stop-factor {args.stop_factor} must be at least 1 (a multiple of the SLO)")
     for name in ("gpu", "gpucap_model", "model"):
@@ -186,7 +194,8 @@ def bench_command(vllm: str, args: argparse.Namespace, level: Level, result_dir:
     cmd += ["--model", args.model] + (["--tokenizer", args.tokenizer] if args.tokenizer else [])
     cmd += ["--dataset-name", "random", "--random-input-len", str(args.input_len)]
     cmd += ["--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--ignore-eos"]
-    cmd += ["--num-prompts", str(level.num_prompts), "--seed", str(args.seed)]
+    cmd += ["--num-prompts", str(level.num_prompts), "--seed", str(level.seed)]
+    cmd += ["--num-warmups", str(args.num_warmups)] if args.num_warmups else []
     if level.kind == "concurrency":
         cmd += ["--max-concurrency", str(int(level.value)), "--request-rate", "inf"]
     else:

@@ -41,7 +41,7 @@ p.add_argument("cmd", nargs=2)
 for flag in ("--backend", "--base-url", "--endpoint", "--model", "--tokenizer", "--dataset-name",
              "--random-input-len", "--random-output-len", "--random-range-ratio", "--num-prompts", "--seed",
              "--max-concurrency", "--request-rate", "--percentile-metrics", "--metric-percentiles",
-             "--result-dir", "--result-filename"):
+             "--result-dir", "--result-filename", "--num-warmups"):
     p.add_argument(flag)
 for flag in ("--ignore-eos", "--disable-tqdm", "--save-result"):
     p.add_argument(flag, action="store_true")
@@ -102,6 +102,8 @@ def test_command_line_per_level(fake_vllm: Path, tmp_path: Path) -> None:
     assert first["--max-concurrency"] == "1" and second["--max-concurrency"] == "4"
     # prompts: max(10, 4 per slot x C) -> 10 at C=1, max(10, 16) = 16 at C=4
     assert first["--num-prompts"] == "10" and second["--num-prompts"] == "16"
+    # each level its own prompts: seed 0 + level number
+    assert first["--seed"] == "0" and second["--seed"] == "1"
     cmd = runs[1]
     assert cmd[:2] == ["bench", "serve"]
     for flag, value in (("--dataset-name", "random"), ("--random-input-len", "128"), ("--random-output-len", "32"),
@@ -109,17 +111,19 @@ def test_command_line_per_level(fake_vllm: Path, tmp_path: Path) -> None:
                         ("--tokenizer", "/models/tiny"), ("--result-filename", "concurrency-0004.json")):  # fmt: skip
         assert cmd[cmd.index(flag) + 1] == value, flag
     assert "--ignore-eos" in cmd and "--save-result" in cmd
+    assert "--num-warmups" not in cmd  # vLLM's default (none) unless asked
     meta = cmd[cmd.index("--metadata") + 1 :]
     # num_gpus defaults to tp x pp = 2 x 1
     assert meta == ["gpu=H100-SXM-80GB", "num_gpus=2", "tp=2", "pp=1", "engine=vllm", "model=meta-llama/Llama-3.1-8B"]
 
 
 def test_request_rate_levels(fake_vllm: Path, tmp_path: Path) -> None:
-    extra = ("--request-rate", "4,0.5", "--rate-seconds", "30", "--num-prompts", "20")
+    extra = ("--request-rate", "4,0.5", "--rate-seconds", "30", "--num-prompts", "20", "--num-warmups", "2")
     assert loadtest.main(argv(fake_vllm, tmp_path / "out", *extra)) == 0
     rates = [c[c.index("--request-rate") + 1] for c in calls(tmp_path)]
     prompts = [c[c.index("--num-prompts") + 1] for c in calls(tmp_path)]
     assert rates == ["0.5", "4"]
+    assert all(c[c.index("--num-warmups") + 1] == "2" for c in calls(tmp_path))
     # max(20, ceil(0.5 x 30) = 15) = 20; max(20, ceil(4 x 30) = 120) = 120
     assert prompts == ["20", "120"]
     assert all("--max-concurrency" not in c for c in calls(tmp_path))
@@ -205,6 +209,7 @@ def test_failed_level_is_one_line(
         (("--request-rate", "inf"), "must be a positive finite number"),
         (("--concurrency", "1", "--num-gpus", "3"), "--num-gpus 3 is not a multiple of --tp x --pp = 2"),
         (("--concurrency", "1", "--stop-factor", "0.5"), "--stop-factor 0.5 must be at least 1"),
+        (("--concurrency", "1", "--num-warmups", "-1"), "--num-warmups -1 must be 0 or more"),
         (("--concurrency", "1", "--vllm", "/nonexistent/vllm"), "--vllm '/nonexistent/vllm': no such executable"),
     ],
 )

@@ -2,23 +2,24 @@
 through the server's own GEMM path, and memory bandwidth; write them as a GPU-catalog row.
 
     benchmarks/e2e/.venv/bin/python benchmarks/e2e/measure_cpu.py MODEL_DIR OUT.csv \\
-        --key CPU-E2E --cores 0 --tokens 2048 --dtype float32
+        --key CPU-E2E --cores 0 --tokens 256 --dtype float32
 
 Runs pinned to ``--cores`` with one thread per core: the cores vLLM's CPU worker binds its
 OpenMP threads to (``VLLM_CPU_OMP_THREADS_BIND``; on a 2-core machine it takes core 0 and leaves
 core 1 to the API server).
 
 Matmul: every linear layer of the model (q/k/v, o, gate/up, down, lm_head) on ``--tokens`` rows
-(the prefill chunk, max_num_batched_tokens), through what vLLM's ``dispatch_cpu_unquantized_gemm``
-picks for an unquantized layer on this CPU: vLLM's oneDNN matmul when it builds for the dtype,
-else ``torch.nn.functional.linear`` (as the server falls back). FLOP/s = 2 M K N / t, best of
-three timings of repeated calls; the peak is the best layer (a datasheet peak is what the best
-kernel reaches).
+(one prompt's prefill), through what vLLM's ``dispatch_cpu_unquantized_gemm`` picks for an
+unquantized layer on this CPU: vLLM's oneDNN matmul when it builds for the dtype, else
+``torch.nn.functional.linear`` (as the server falls back). FLOP/s = 2 M K N / t; the peak is the
+best layer (a datasheet peak is what the best kernel reaches).
 
-Memory: STREAM-style kernels on 512 MiB float32 arrays (far beyond the last-level cache):
-read (sum), copy (``y = x``, 2 x bytes) and add (``z = x + y``, 3 x bytes); bytes/s = bytes
-moved / t, best of five; the peak is the best kernel (STREAM's convention: write-allocate
-traffic not counted).
+Memory: STREAM-style kernels on 128 MiB float32 arrays (4x the last-level cache): read (sum),
+copy (``y = x``, 2 x bytes) and add (``z = x + y``, 3 x bytes); bytes/s = bytes moved / t; the
+peak is the best kernel (STREAM's convention: write-allocate traffic not counted).
+
+Every time is the shortest of many single calls of a few milliseconds: on a machine shared with
+other work, some calls run undisturbed, and the shortest is the hardware's figure.
 
 The row's memory is the machine's RAM (``/proc/meminfo`` MemTotal); the share of it that vLLM
 gives the KV cache is set by the end-to-end fit from ``VLLM_CPU_KVCACHE_SPACE``. link_kind and
@@ -94,12 +95,12 @@ def matmul_flops_per_s(config: dict, tokens: int, dtype: str) -> tuple[dict[str,
         x = torch.randn(tokens, k, dtype=dt_)
         fn, path = server_linear(w, torch)
         flop = 2.0 * tokens * k * n
-        t = best_time_s(lambda fn=fn, x=x: fn(x), repeats=max(2, int(2e9 / flop)), rounds=3)
+        t = best_time_s(lambda fn=fn, x=x: fn(x), repeats=1, rounds=40)
         out[name] = flop / t
     return out, path
 
 
-def memory_bytes_per_s(mib: int = 512) -> dict[str, float]:
+def memory_bytes_per_s(mib: int = 128) -> dict[str, float]:
     """STREAM-style bandwidth: bytes moved / time for read (sum), copy and add."""
     import torch
 
@@ -110,7 +111,7 @@ def memory_bytes_per_s(mib: int = 512) -> dict[str, float]:
         "copy": (lambda: z.copy_(x), 8 * n),
         "add": (lambda: torch.add(x, y, out=z), 12 * n),
     }
-    return {name: moved / best_time_s(fn, repeats=1, rounds=5) for name, (fn, moved) in kernels.items()}
+    return {name: moved / best_time_s(fn, repeats=1, rounds=40) for name, (fn, moved) in kernels.items()}
 
 
 def cpu_name() -> str:
@@ -145,7 +146,7 @@ def main() -> None:
     ap.add_argument("out", type=Path, help="GPU-file CSV to write (refused if it exists)")
     ap.add_argument("--key", default="CPU-E2E")
     ap.add_argument("--cores", default="0", help="comma-separated cores the server's inference threads use")
-    ap.add_argument("--tokens", type=int, default=2048, help="rows of the matmuls (max_num_batched_tokens)")
+    ap.add_argument("--tokens", type=int, default=256, help="rows of the matmuls (one prompt's prefill)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = ap.parse_args()
     if args.out.exists():
@@ -156,6 +157,9 @@ def main() -> None:
 
     torch.set_num_threads(len(cores))
     config = json.loads((args.model_dir / "config.json").read_text())
+    load = os.getloadavg()[0]
+    if load > 0.5 * (os.cpu_count() or 1):
+        print(f"cpu: warning: load average {load:.1f} on {os.cpu_count()} cores; other work lowers these figures")
     t0 = time.perf_counter()
     flops, path = matmul_flops_per_s(config, args.tokens, args.dtype)
     bw = memory_bytes_per_s()
@@ -185,7 +189,8 @@ def main() -> None:
             + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in flops.items())
             + " GFLOP/s): gpucap computes fp32 and bf16 weights at this column's rate. hbm_TB_per_s: best of "
             + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in bw.items())
-            + " GB/s (512 MiB arrays). Link columns are placeholders (one CPU, tp=1)."
+            + f" GB/s (128 MiB arrays); load average {load:.1f} when measured. Link columns are placeholders"
+            + " (one CPU, tp=1)."
         ),
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)

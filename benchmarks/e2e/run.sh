@@ -45,7 +45,7 @@ RUN="$HERE/out/$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$HERE/out"
 mkdir "$RUN"  # fails rather than reuse an earlier run's folder
 "$VENV/bin/python" "$HERE/measure_cpu.py" "$HERE/model" "$RUN/cpu.csv" --key "$KEY" --cores "$CORES" \
-  --tokens "$MAX_NUM_BATCHED_TOKENS" --dtype float32 2>&1 | grep --line-buffered -v "^Triton"
+  --tokens "$INPUT_LEN" --dtype float32 2>&1 | grep --line-buffered -v "^Triton"
 say "CPU measured"
 
 PORT="$("$MAIN_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -64,10 +64,11 @@ trap stop_server EXIT
 trap 'exit 130' INT TERM
 
 # setsid: the server and its engine processes get a process group of their own, stopped as one.
+# Prefix caching off: gpucap does not model it, and warm-up requests repeat a level's first prompt.
 VLLM_CPU_KVCACHE_SPACE="$KV_GIB" VLLM_CPU_OMP_THREADS_BIND="$CORES" setsid "$VENV/bin/vllm" serve "$HERE/model" \
   --served-model-name "$NAME" --host 127.0.0.1 --port "$PORT" --dtype float32 --max-model-len 2048 \
   --max-num-seqs "$MAX_NUM_SEQS" --max-num-batched-tokens "$MAX_NUM_BATCHED_TOKENS" --block-size "$BLOCK_SIZE" \
-  --enforce-eager --seed 0 >"$RUN/server.log" 2>&1 &
+  --enforce-eager --no-enable-prefix-caching --seed 0 >"$RUN/server.log" 2>&1 &
 SERVER_PGID=$!
 say "vllm serve started (pid $SERVER_PGID, port $PORT, log $RUN/server.log); waiting until ready"
 "$MAIN_PYTHON" - "$PORT" "$SERVER_PGID" <<'PY'
@@ -93,7 +94,7 @@ say "server ready"
 "$MAIN_PYTHON" "$ROOT/benchmarks/loadtest.py" --base-url "http://127.0.0.1:$PORT" --model "$NAME" \
   --tokenizer "$HERE/model" --vllm "$VENV/bin/vllm" --gpu "$KEY" --gpucap-model "$HERE/model/config.json" \
   --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --concurrency "$LEVELS" --num-prompts 16 \
-  --prompts-per-concurrency 8 --ttft-slo 2 --tpot-slo 0.1 --stop-factor 3 --level-timeout 600 --out "$RUN/loadtest"
+  --prompts-per-concurrency 8 --num-warmups 2 --ttft-slo 2 --tpot-slo 0.1 --stop-factor 3 --level-timeout 600 --out "$RUN/loadtest"
 stop_server
 say "load test done, server stopped"
 
