@@ -1,0 +1,251 @@
+"""Open-loop tail latency (gpucap.queueing): the chain against textbook queues, and the planner's
+search.
+
+The toy replica: Llama-3.2-3B on an H100 with 50 ms of fixed time per step (the largest
+``t_overhead_s``), no per-sequence or front-end time, 16-token prompts and 4 output tokens. Its
+weights stream in ~2.4 ms, so every step takes ~52.4 ms whatever the batch (within 0.05% from 1 to
+8 running requests): a request holds a slot a constant ~4 steps and the closed-loop throughput is
+X(m) = m X(1), the constant-rate servers of M/M/1, M/D/1 and M/M/c.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import gpucap.queueing as queueing
+from gpucap.batching import closed_loop
+from gpucap.engine import Coefficients
+from gpucap.estimate import hardware, memory_limit
+from gpucap.queueing import STATS, max_request_rate, open_loop_latency
+
+TOY = hardware("meta-llama/Llama-3.2-3B-Instruct", "H100-SXM-80GB")
+TOY_COEF = Coefficients(t_overhead_s=0.05, t_request_s=0.0, t_seq_s=0.0)
+TOY_LEN = dict(input_len=16.0, output_len=4.0)
+
+HW = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+COEF = Coefficients.for_engine("vllm")
+LEN = dict(input_len=1000.0, output_len=200.0)
+SLOTS = min(memory_limit(HW, 1200.0)[1], 1024.0)  # what the KV cache holds at input + output
+
+
+def toy_point(concurrency: float):
+    return closed_loop(TOY, TOY_COEF, concurrency=concurrency, max_running=concurrency, **TOY_LEN)
+
+
+def test_toy_is_a_constant_rate_server() -> None:
+    one = toy_point(1.0)
+    four = toy_point(4.0)
+    assert float(four.requests_per_s) == pytest.approx(4 * float(one.requests_per_s), rel=1e-3)
+
+
+def test_mm1_wait() -> None:
+    """M/M/1 (one slot, exponential service): P(wait) = rho, P(W > t) = rho e^{-(mu - lambda) t}
+    (Kleinrock, Queueing Systems vol. 1, 1975, section 3.2), so
+    mean TTFT = TTFT_1 + rho / (mu - lambda), P99 TTFT = TTFT_1 + ln(100 rho) / (mu - lambda),
+    and mean e2e = (TTFT_1 + (O - 1) TPOT_1) + mean wait = 1 / mu + rho / (mu - lambda)
+    = 1 / (mu - lambda), the M/M/1 mean sojourn."""
+    one = toy_point(1.0)
+    mu, ttft_1 = float(one.requests_per_s), float(one.ttft_s)
+    rho = np.array([0.3, 0.8, 0.95])
+    lam = rho * mu
+    lat = open_loop_latency(TOY, TOY_COEF, request_rate=lam, max_running=1.0, service_scv=1.0, **TOY_LEN)
+    assert lat.service_rate == pytest.approx(mu, rel=1e-9)
+    assert lat.utilization == pytest.approx(rho)
+    assert lat.wait_probability == pytest.approx(rho, rel=1e-9)
+    assert lat.ttft_s["mean"] == pytest.approx(ttft_1 + rho / (mu - lam), rel=1e-9)
+    assert lat.ttft_s["p99"] == pytest.approx(ttft_1 + np.log(100 * rho) / (mu - lam), rel=1e-6)
+    assert lat.e2e_s["mean"] == pytest.approx(1 / (mu - lam), rel=1e-3)
+    # P50: rho e^{-(mu - lambda) t} = 1/2 -> t = ln(2 rho) / (mu - lambda) when rho > 1/2, else no wait
+    p50 = ttft_1 + np.maximum(np.log(2 * rho), 0) / (mu - lam)
+    assert lat.ttft_s["p50"] == pytest.approx(p50, rel=1e-6, abs=1e-9)
+
+
+def test_md1_pollaczek_khinchine() -> None:
+    """M/D/1 (one slot, fixed lengths: service_scv 0): Pollaczek-Khinchine mean wait
+    lambda E[S^2] / (2 (1 - rho)) = rho / (2 (mu - lambda)) with S = 1 / mu. With one slot
+    Cosmetatos' correction vanishes (c - 1 = 0) and the model gives it exactly."""
+    one = toy_point(1.0)
+    mu, ttft_1 = float(one.requests_per_s), float(one.ttft_s)
+    rho = np.array([0.3, 0.5, 0.7, 0.9, 0.99])
+    lam = rho * mu
+    lat = open_loop_latency(TOY, TOY_COEF, request_rate=lam, max_running=1.0, **TOY_LEN)
+    assert lat.ttft_s["mean"] - ttft_1 == pytest.approx(rho / (2 * (mu - lam)), rel=1e-9)
+
+
+def test_mdc_cosmetatos() -> None:
+    """M/D/4 at rho = 0.75: Cosmetatos' W(M/D/c) = (1 + F) / 2 x W(M/M/c),
+    F = (1 - rho)(c - 1)(sqrt(4 + 5c) - 2) / (16 rho c) = 0.25 x 3 x (sqrt(24) - 2) / 48
+    = 0.75 x 2.89898 / 48 = 0.045296; so the fixed-length mean wait is 0.522648 of the
+    exponential-service one, and P99 above the no-wait TTFTs shifts the same way (the toy's rho
+    is 0.75 within 0.05%)."""
+    kw = dict(request_rate=3.0 * float(toy_point(1.0).requests_per_s), max_running=4.0, **TOY_LEN)
+    expo = open_loop_latency(TOY, TOY_COEF, service_scv=1.0, **kw)
+    fixed = open_loop_latency(TOY, TOY_COEF, service_scv=0.0, **kw)
+    ttft_c = float(toy_point(4.0).ttft_s)
+    assert fixed.wait_probability == pytest.approx(expo.wait_probability, rel=1e-12)
+    assert float(fixed.ttft_s["p99"]) - ttft_c == pytest.approx(
+        0.522648 * (float(expo.ttft_s["p99"]) - ttft_c), rel=1e-3
+    )
+
+
+def erlang_c(c: int, a: float) -> float:
+    """Probability of waiting in M/M/c with offered load a = lambda / mu: Erlang's C formula
+    (Kleinrock, Queueing Systems vol. 1, 1975, section 3.5)."""
+    top = a**c / math.factorial(c) * c / (c - a)
+    return top / (sum(a**k / math.factorial(k) for k in range(c)) + top)
+
+
+def test_mmc_erlang_c() -> None:
+    """M/M/4: P(wait) = Erlang C; a waiting request's wait is exponential with rate c mu - lambda,
+    so above every non-waiting TTFT, P99 TTFT = TTFT_c + ln(100 C) / (c mu - lambda)."""
+    c = 4
+    mu = float(toy_point(1.0).requests_per_s)
+    ttft_c = float(toy_point(float(c)).ttft_s)
+    a = np.array([2.0, 3.0, 3.6])  # rho = 0.5, 0.75, 0.9
+    lat = open_loop_latency(TOY, TOY_COEF, request_rate=a * mu, max_running=float(c), service_scv=1.0, **TOY_LEN)
+    expect_c = np.array([erlang_c(c, x) for x in a])
+    assert lat.wait_probability == pytest.approx(expect_c, rel=2e-3)
+    assert lat.ttft_s["p99"] == pytest.approx(ttft_c + np.log(100 * expect_c) / (c * mu - a * mu), rel=2e-3)
+
+
+def test_erlang_c_helper_by_hand() -> None:
+    # c = 4, a = 2: top = 2^4/4! x 4/(4-2) = 4/3; sum_{k<4} 2^k/k! = 1 + 2 + 2 + 4/3 = 19/3
+    # -> C = (4/3) / (19/3 + 4/3) = 4/23
+    assert erlang_c(4, 2.0) == pytest.approx(4 / 23)
+    # c = 4, a = 3.6: top = 167.9616/24 x 4/0.4 = 69.984; sum = 1 + 3.6 + 6.48 + 7.776 = 18.856
+    assert erlang_c(4, 3.6) == pytest.approx(69.984 / (18.856 + 69.984))
+
+
+def test_kingman_heavy_traffic() -> None:
+    """GI/G/1 at rho = 0.99: mean wait ~ rho / (1 - rho) x (c_a^2 + c_s^2) / 2 x E[S] (Kingman 1961).
+    Burstiness 0.5 -> c_a^2 = 2; exponential service c_s^2 = 1: 99 x 1.5 / mu = 148.5 / mu."""
+    one = toy_point(1.0)
+    mu, ttft_1 = float(one.requests_per_s), float(one.ttft_s)
+    lat = open_loop_latency(
+        TOY, TOY_COEF, request_rate=0.99 * mu, max_running=1.0, burstiness=0.5, service_scv=1.0, **TOY_LEN
+    )
+    assert float(lat.ttft_s["mean"]) - ttft_1 == pytest.approx(148.5 / mu, rel=0.01)
+    fixed = open_loop_latency(TOY, TOY_COEF, request_rate=0.99 * mu, max_running=1.0, burstiness=0.5, **TOY_LEN)
+    # fixed lengths: (2 + 0) / 2 x 99 = 99 / mu
+    assert float(fixed.ttft_s["mean"]) - ttft_1 == pytest.approx(99 / mu, rel=0.01)
+
+
+def test_burstiness_one_is_poisson() -> None:
+    lam = np.array([5.0, 15.0, 20.0])
+    base = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
+    near = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, burstiness=1.0 + 1e-7, **LEN)
+    for s in STATS:
+        assert near.ttft_s[s] == pytest.approx(base.ttft_s[s], rel=1e-5)
+        assert near.tpot_s[s] == pytest.approx(base.tpot_s[s], rel=1e-5)
+    bursty = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, burstiness=0.5, **LEN)
+    assert np.all(bursty.ttft_s["p99"] >= base.ttft_s["p99"])
+    assert np.all(bursty.tpot_s["p99"] >= base.tpot_s["p99"])
+
+
+def test_tails_grow_toward_saturation_and_blow_up_past_it() -> None:
+    mu = open_loop_latency(HW, COEF, request_rate=1.0, max_running=SLOTS, **LEN).service_rate
+    full = closed_loop(HW, COEF, concurrency=SLOTS, max_running=SLOTS, **LEN)
+    assert mu == pytest.approx(float(full.requests_per_s), rel=1e-9)
+    rho = np.array([0.3, 0.6, 0.85, 0.95, 0.99, 0.999])
+    lat = open_loop_latency(HW, COEF, request_rate=rho * mu, max_running=SLOTS, **LEN)
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        d = getattr(lat, name)
+        assert np.all(np.diff(d["p99"]) > 0), name
+        assert np.all(d["p50"] <= d["p95"]) and np.all(d["p95"] <= d["p99"]), name
+    assert lat.ttft_s["p99"][-1] > 10 * lat.ttft_s["p99"][0]
+    assert np.all(lat.stable)
+    over = open_loop_latency(HW, COEF, request_rate=np.array([mu, 1.5 * mu]), max_running=SLOTS, **LEN)
+    assert not over.stable.any()
+    for s in STATS:
+        assert np.all(np.isinf(over.ttft_s[s])) and np.all(np.isinf(over.e2e_s[s]))
+        assert over.tpot_s[s] == pytest.approx(float(full.tpot_s))  # the full batch's
+
+
+def test_vectorized_over_rate_shape() -> None:
+    lam = np.array([[1.0, 5.0], [10.0, 15.0]])
+    lat = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
+    assert lat.ttft_s["p99"].shape == (2, 2)
+    one = open_loop_latency(HW, COEF, request_rate=10.0, max_running=SLOTS, **LEN)
+    assert float(one.ttft_s["p99"]) == pytest.approx(lat.ttft_s["p99"][1, 0], rel=1e-9)
+
+
+def test_state_bins_match_single_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    lam = np.array([10.0, 19.0, 20.5])
+    binned = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
+    monkeypatch.setattr(queueing, "EXACT_STATES", 4096)
+    exact = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        for s in STATS:
+            assert getattr(binned, name)[s] == pytest.approx(getattr(exact, name)[s], rel=0.01), (name, s)
+
+
+def test_max_request_rate_meets_the_slo_and_is_monotone() -> None:
+    kw = dict(max_running=SLOTS, **LEN)
+    mu = open_loop_latency(HW, COEF, request_rate=1.0, **kw).service_rate
+    rates = [max_request_rate(HW, COEF, ttft_slo_s=slo, **kw) for slo in (0.06, 0.1, 0.5, 2.0, 8.0)]
+    assert all(b >= a for a, b in zip(rates, rates[1:], strict=False))
+    assert 0 < rates[0] < rates[-1] < mu
+    for slo, rate in zip((0.06, 0.1, 0.5, 2.0, 8.0), rates, strict=True):
+        at = open_loop_latency(HW, COEF, request_rate=rate, **kw)
+        assert float(at.ttft_s["p99"]) <= slo * (1 + 1e-9)
+        above = open_loop_latency(HW, COEF, request_rate=min(1.01 * rate, mu), **kw)
+        assert float(above.ttft_s["p99"]) > slo  # within 1% of the limit
+    tpot_rates = [max_request_rate(HW, COEF, tpot_slo_s=slo, **kw) for slo in (0.01, 0.02, 0.05)]
+    assert tpot_rates == sorted(tpot_rates)
+    at = open_loop_latency(HW, COEF, request_rate=tpot_rates[1], **kw)
+    assert float(at.tpot_s["p99"]) <= 0.02 * (1 + 1e-9)
+    both = max_request_rate(HW, COEF, ttft_slo_s=0.1, tpot_slo_s=0.02, **kw)
+    assert both <= min(rates[1], tpot_rates[1]) * (1 + 1e-9)
+    looser_stat = max_request_rate(HW, COEF, ttft_slo_s=0.1, stat="p50", **kw)
+    assert looser_stat >= rates[1]
+    mean = max_request_rate(HW, COEF, ttft_slo_s=0.1, stat="mean", **kw)
+    assert float(open_loop_latency(HW, COEF, request_rate=mean, **kw).ttft_s["mean"]) <= 0.1 * (1 + 1e-9)
+
+
+def test_max_request_rate_is_zero_when_a_trickle_misses() -> None:
+    one = closed_loop(HW, COEF, concurrency=1.0, max_running=SLOTS, **LEN)
+    kw = dict(max_running=SLOTS, **LEN)
+    assert max_request_rate(HW, COEF, tpot_slo_s=0.5 * float(one.tpot_s), **kw) == 0.0
+    assert max_request_rate(HW, COEF, ttft_slo_s=0.5 * float(one.ttft_s), **kw) == 0.0
+
+
+def test_bursty_arrivals_lower_the_rate() -> None:
+    kw = dict(max_running=64.0, ttft_slo_s=2.0, tpot_slo_s=0.1, **LEN)
+    poisson = max_request_rate(HW, COEF, **kw)
+    bursty = max_request_rate(HW, COEF, burstiness=0.5, **kw)
+    assert bursty < poisson
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [
+        (dict(request_rate=-1.0), "request_rate"),
+        (dict(request_rate=np.array([1.0, np.nan])), "request_rate"),
+        (dict(request_rate=1.0, burstiness=0.0), "burstiness"),
+        (dict(request_rate=1.0, burstiness=-2.0), "burstiness"),
+        (dict(request_rate=1.0, max_running=0.5), "max_running"),
+        (dict(request_rate=1.0, max_running=np.inf), "max_running"),
+        (dict(request_rate=1.0, service_scv=-1.0), "service_scv"),
+        (dict(request_rate=1.0, input_len=0.0), "input_len"),
+    ],
+)
+def test_open_loop_latency_rejects_bad_input(kwargs: dict, word: str) -> None:
+    args = dict(max_running=SLOTS, **LEN) | kwargs
+    with pytest.raises(ValueError, match=word):
+        open_loop_latency(HW, COEF, **args)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [
+        (dict(ttft_slo_s=2.0, stat="p90"), "stat"),
+        (dict(), "ttft_slo_s"),
+        (dict(ttft_slo_s=-1.0), "ttft_slo_s"),
+        (dict(tpot_slo_s=0.0), "tpot_slo_s"),
+        (dict(ttft_slo_s=2.0, burstiness=0.0), "burstiness"),
+    ],
+)
+def test_max_request_rate_rejects_bad_input(kwargs: dict, word: str) -> None:
+    with pytest.raises(ValueError, match=word):
+        max_request_rate(HW, COEF, max_running=SLOTS, **LEN, **kwargs)
