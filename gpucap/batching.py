@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +29,7 @@ import numpy.typing as npt
 from .engine import Coefficients
 from .memory import ArrayLike, serves_images
 from .speculative import Speculative
-from .steady import Lines, closed_loop_root, lines_through, rate_cap_root
+from .steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
 from .step import Array, Hardware, StepTime, combine, prefill_pairs_per_layer, step_terms, step_work
 from .vision import Images, image_work
 
@@ -38,6 +39,11 @@ DRAIN_NODES = 16
 OPEN_LOOP_GRID = 96  # concurrencies per rate, log-spaced up to max_running
 OPEN_LOOP_LOWEST = 1e-3
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "dataset")
+# How prompt tokens share steps with decodes: "spread" puts the average prompt tokens into every
+# step (the default: closer to the published throughputs, see benchmarks/README.md); "apart"
+# runs each prompt chunk in its own step beside the decodes, as a scheduler does with whole
+# chunks (closer to gpucap.simulate; gpucap.steady, "Prompt steps apart").
+PROMPT_STEPS = ("spread", "apart")
 Select = slice | npt.NDArray[np.intp]  # all elements, or some by index
 
 
@@ -176,6 +182,31 @@ def _arrivals_per_step(
     return np.minimum(np.minimum(root, a_budget), rate_cap_root(dec, pp=pp, rate_per_s=_frontend_rate(coef)))
 
 
+def _apart_args(
+    hw: Hardware, coef: Coefficients, *, r: Array, chunks: Array, decoding: Array, a_budget: Array
+) -> dict[str, Any]:
+    return dict(
+        pp=hw.layout.pp,
+        running=r,
+        chunks=chunks,
+        decoding=decoding,
+        t_request_s=coef.t_request_s,
+        rate_per_s=_frontend_rate(coef),
+        a_budget=a_budget,
+    )
+
+
+def _separated(only: StepTime, pre: StepTime, avg: StepTime, share: Array) -> StepTime:
+    """The step a decoding sequence waits for: ``(1 - u)`` decode-only steps and ``u`` prompt
+    steps while ``u < 1`` prompt chunks arrive per step, the average step after."""
+
+    def mix(field: str) -> Array:
+        a, b, c = (getattr(s, field) for s in (only, pre, avg))
+        return np.where(share < 1.0, (1.0 - share) * a + share * b, c)
+
+    return StepTime(**{f: mix(f) for f in ("compute_s", "memory_s", "comm_s", "overhead_s", "total_s")})
+
+
 def closed_loop(
     hw: Hardware,
     coef: Coefficients,
@@ -186,6 +217,7 @@ def closed_loop(
     max_running: ArrayLike = np.inf,
     images: Images | None = None,
     speculative: Speculative | None = None,
+    prompt_steps: str = "spread",
 ) -> LoadPoint:
     """Steady state with ``concurrency`` requests always in the system (each finished request is
     replaced at once, as ``vllm bench serve --max-concurrency`` does).
@@ -203,6 +235,10 @@ def closed_loop(
     own pass through the front end (or the queue for prompt-token budget or the front end), and
     the wait for a slot. Output tokens/s = X x O. Solved in closed form on the linear pieces of
     the step time (``gpucap.steady``), with the chunk count ``s`` updated once from the solution.
+    ``prompt_steps="apart"`` runs each prompt chunk in its own step beside the decodes instead of
+    spreading the average prompt tokens over every step: TPOT is then ``(1 - u) t_decode + u
+    t_prompt`` with ``u = a s`` chunks per step (``gpucap.steady``), longer where decode steps
+    are memory-bound and prompt steps compute-bound.
     Under pipeline parallelism one request's chunk passes the pp stages in one micro-batch, so
     pp does not shorten a lone prompt's TTFT (it raises throughput by keeping pp micro-batches
     of different requests in flight).
@@ -213,6 +249,9 @@ def closed_loop(
     decodes in ``D = (O - 1) / tau`` steps: read ``D`` for ``O - 1`` above (``B = X D t_step``),
     the decode tokens in the budget are ``(k + 1) B``, and ``TPOT = t_step / tau``.
     """
+    if prompt_steps not in PROMPT_STEPS:
+        raise ValueError(f"prompt_steps must be one of {', '.join(PROMPT_STEPS)}, got {prompt_steps!r}")
+    apart = prompt_steps == "apart"
     ex = Extras(images, speculative)
     c, i, o, cap = np.broadcast_arrays(
         *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running))
@@ -240,7 +279,7 @@ def closed_loop(
     one_mb = float(hw.layout.pp)
     if hw.spec.is_moe:
         a = np.zeros_like(r)
-        for _ in range(MOE_PASSES):
+        for k in range(MOE_PASSES):
             chunks = chunks_at(a)
             dec = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a)
             chunk = (one_mb * i / chunks, one_mb * pairs_one / chunks)
@@ -248,8 +287,14 @@ def closed_loop(
                 partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=one_mb * n_img / chunks),
                 a,
             )
-            a = _arrivals_per_step(hw, coef, dec, pre, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
+            if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
+                a = _arrivals_per_step(hw, coef, dec, pre, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
+            if apart:
+                decode_only = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, 0.0 * x, 0.0 * x, ex), a)
+                args = _apart_args(hw, coef, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
+                a = separated_root(decode_only, pre, dec, start=a, **args)
         dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
+        only_terms = _terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex) if apart else dec_terms
         pre_terms = _terms(
             hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, one_mb * n_img / chunks
         )
@@ -273,9 +318,17 @@ def closed_loop(
             kw = dict(r=r[redo], chunks=chunks[redo], decoding=decoding[redo], a_budget=a_budget[redo])
             a[redo] = _arrivals_per_step(hw, coef, sub, pre_redo, **kw)
             pre[0][:, redo], pre[1][:, redo] = pre_redo
+        decode_only = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode)
+        if apart:
+            args = _apart_args(hw, coef, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
+            a = separated_root(decode_only, pre, dec, start=a, **args)
         dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
-    dec_step = combine(hw, dec_terms.reshape(6, *shape))
-    pre_step = combine(hw, pre_terms.reshape(6, *shape))
+        only_terms = decode_only[0] + decode_only[1] * a if apart else dec_terms
+    pre_step, avg_step = (combine(hw, t.reshape(6, *shape)) for t in (pre_terms, dec_terms))
+    dec_step = avg_step
+    if apart:  # decode and prompt steps apart while fewer than one chunk arrives per step
+        only_step = combine(hw, only_terms.reshape(6, *shape))
+        dec_step = _separated(only_step, pre_step, avg_step, np.minimum(a * chunks, 1.0).reshape(shape))
     c, r, i, o, a, decoding, chunks = (v.reshape(shape) for v in (c, r, i, o, a, decoding, chunks))
     t_step = dec_step.total_s
     x = a / t_step

@@ -129,3 +129,99 @@ def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float) -> Array:
     with np.errstate(divide="ignore", invalid="ignore"):
         root = np.where(1.0 > rate_per_s * t1, rate_per_s * t0 / (1.0 - rate_per_s * t1), np.inf)
     return root
+
+
+# Prompt steps apart from decode steps ------------------------------------------------------
+#
+# The lines above put the prompt tokens of the average step, ``a I``, into every step. A real
+# engine runs a prompt chunk in the step that admits it, and the steps between carry decodes
+# only: with ``u = a s`` prompt chunks per step (s chunks per request) below one, a fraction u of
+# the steps are prompt steps ``t_p(a)`` (B decodes plus one chunk) and the rest decode steps
+# ``t_d(a)`` (B decodes), so a decoding sequence waits on average
+#
+#     T(a) = (1 - u) t_d(a) + u t_p(a)      (u < 1),      T(a) = t(a)      (u >= 1),
+#
+# where at u >= 1 every step carries prompt tokens and the average step ``t(a)`` holds. The two
+# agree at u = 1 and wherever the step is linear; where a decode step is memory-bound and a
+# prompt step compute-bound, T(a) > t(a) (Jensen: the step time is convex). Per second this is
+# ``TPOT = t_d / (1 - n_p (t_p - t_d))`` with n_p = X s prompt steps per second.
+
+
+def _value_slope(lines: Lines, a: Array, pp: int) -> tuple[Array, Array]:
+    return step_seconds(lines, a, pp), active_line(lines, a, pp)[1]
+
+
+def separated_step(
+    decode_only: Lines, pre: Lines, mixed: Lines, a: Array, *, chunks: Array, pp: int
+) -> tuple[Array, Array, Array]:
+    """``T(a)``, its slope, and the prompt-step share ``u`` (capped at 1); see above."""
+    u = a * chunks
+    td, td1 = _value_slope(decode_only, a, pp)
+    tp, tp1 = _value_slope(pre, a, pp)
+    tm, tm1 = _value_slope(mixed, a, pp)
+    apart = u < 1.0
+    t = np.where(apart, (1.0 - u) * td + u * tp, tm)
+    slope = np.where(apart, -chunks * td + (1.0 - u) * td1 + chunks * tp + u * tp1, tm1)
+    return t, slope, np.minimum(u, 1.0)
+
+
+def _rising_root(fun: Callable[[Array], tuple[Array, Array]], hi: Array, start: Array) -> Array:
+    """Root of a rising function on [0, hi] by Newton's method kept inside a shrinking bracket
+    (bisection when a Newton step leaves it); ``hi`` where the function is still <= 0 there."""
+    f_hi, _ = fun(hi)
+    lo, top = np.zeros_like(hi), hi.copy()
+    a = np.clip(start, 0.0, hi)
+    for _ in range(NEWTON_ITERATIONS):
+        f, slope = fun(a)
+        lo = np.where(f <= 0, a, lo)
+        top = np.where(f > 0, a, top)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = a - f / slope
+        inside = np.isfinite(step) & (step > lo) & (step < top)
+        new = np.where(inside, step, 0.5 * (lo + top))
+        done = np.all(np.abs(new - a) <= 1e-12 * np.maximum(a, 1e-12))
+        a = new
+        if done:
+            break
+    return np.where(f_hi <= 0, hi, a)
+
+
+NEWTON_ITERATIONS = 40
+
+
+def separated_root(
+    decode_only: Lines,
+    pre: Lines,
+    mixed: Lines,
+    *,
+    pp: int,
+    running: Array,
+    chunks: Array,
+    decoding: Array,
+    t_request_s: float,
+    rate_per_s: float,
+    a_budget: Array,
+    start: Array,
+) -> Array:
+    """Arrivals per step of the closed loop with prompt steps apart from decode steps:
+
+        F(a) = a (s t_p(a) + t_request) + (a (O - 1) - R) T(a) = 0,
+
+    capped by the prompt-token budget (``a_budget``) and the front end (``a / T(a) <= rate``).
+    ``start``: the averaged-step solution, close to the root."""
+
+    def closed(a: Array) -> tuple[Array, Array]:
+        t, t1, _ = separated_step(decode_only, pre, mixed, a, chunks=chunks, pp=pp)
+        tp, tp1 = _value_slope(pre, a, pp)
+        f = a * (chunks * tp + t_request_s) + (a * decoding - running) * t
+        return f, chunks * tp + t_request_s + a * chunks * tp1 + decoding * t + (a * decoding - running) * t1
+
+    a = _rising_root(closed, a_budget, start)
+    if np.isfinite(rate_per_s):
+
+        def front(x: Array) -> tuple[Array, Array]:
+            t, t1, _ = separated_step(decode_only, pre, mixed, x, chunks=chunks, pp=pp)
+            return x - rate_per_s * t, 1.0 - rate_per_s * t1
+
+        a = np.minimum(a, _rising_root(front, a, a))
+    return a

@@ -148,3 +148,38 @@ def test_pipeline_stages_do_not_shorten_a_lone_prompt() -> None:
     alone = [float(closed_loop(hw, coef, concurrency=1.0, input_len=4000, output_len=200).ttft_s) for hw in (one, four)]
     assert alone[1] >= alone[0]
     assert alone[1] <= 1.05 * alone[0]  # the sends add little
+
+
+def test_prompt_steps_apart_by_hand() -> None:
+    # decode-only steps 10 ms, a step with a prompt chunk 50 ms; a = 0.2 requests per step, one
+    # chunk each: 20% of steps carry a prompt, so a decoding sequence waits 0.8 x 10 + 0.2 x 50 = 18 ms
+    from gpucap.steady import separated_step
+
+    only, pre, avg = lines(gemm_m=(0.010, 0.0)), lines(gemm_m=(0.050, 0.0)), lines(gemm_m=(0.018, 0.0))
+    t, slope, share = separated_step(only, pre, avg, np.array([0.2]), chunks=np.array([1.0]), pp=1)
+    assert t[0] == pytest.approx(0.018) and share[0] == pytest.approx(0.2)
+    assert slope[0] == pytest.approx(0.040)  # d/da [(1 - a) 0.010 + a 0.050] = 0.040
+    # at one chunk per step or more, every step carries prompt tokens: the average step holds
+    t, _, share = separated_step(only, pre, avg, np.array([1.5]), chunks=np.array([1.0]), pp=1)
+    assert t[0] == pytest.approx(0.018) and share[0] == 1.0
+
+
+def test_prompt_steps_apart_satisfy_their_fixed_point() -> None:
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    coef = Coefficients(t_request_s=0.0)
+    c, i, o = np.array([1.0, 4.0, 16.0, 64.0]), 2000.0, 200.0
+    spread = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o)
+    apart = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, prompt_steps="apart")
+    b, x = apart.decode_batch, apart.requests_per_s
+    ctx, pairs = i + o / 2, prefill_pairs_per_layer(hw.spec, i)
+    only = step_time(hw, step_work(hw, decode_tokens=b, decode_context=ctx), coef).total_s
+    pre = step_time(hw, step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=i, prefill_pairs=pairs), coef)
+    u = x * apart.tpot_s  # one chunk per request here (2000 < the 8192-token budget)
+    assert np.all(u < 1)
+    np.testing.assert_allclose(apart.tpot_s, (1 - u) * only + u * pre.total_s, rtol=1e-9)
+    np.testing.assert_allclose(b, x * (o - 1) * apart.tpot_s, rtol=1e-9)
+    np.testing.assert_allclose(x * (apart.ttft_s + (o - 1) * apart.tpot_s), c, rtol=1e-9)
+    # the step time is convex in the tokens, so concentrating the prompts never shortens TPOT
+    assert np.all(apart.tpot_s >= spread.tpot_s * (1 - 1e-9))
+    with pytest.raises(ValueError, match="prompt_steps must be one of"):
+        closed_loop(hw, coef, concurrency=1.0, input_len=i, output_len=o, prompt_steps="mixed")
