@@ -57,6 +57,9 @@ def add_parser(sub: Any, positive_float: Any, positive_int: Any) -> None:
     p.add_argument("--engine", default="vllm", choices=list(ENGINES))
     p.add_argument("--coefficients", default=None, help="calibration JSON")
     p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    p.add_argument(
+        "--simulate-top", type=int, default=3, help="check the N cheapest plans by simulation (default 3, 0 = off)"
+    )
     p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10; --json prints all)")
     p.add_argument("--json", action="store_true", help='{"plans": [...], "rejected": [...]}, cheapest first')
 
@@ -84,6 +87,7 @@ def run(a: argparse.Namespace) -> int:
         burstiness=a.burstiness,
         gpu_file=a.gpu_file,
         progress=not a.json and sys.stderr.isatty(),
+        simulate_top=a.simulate_top,
     )
     if a.json:
         print(json.dumps(result.to_dict(), indent=1))

@@ -109,6 +109,10 @@ class Lengths:
         k = min(int(np.searchsorted(cdf, q - 1e-12)), v.size - 1)
         return float(v[k])
 
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` lengths drawn with the distribution's probabilities (whole tokens)."""
+        return np.round(rng.choice(np.asarray(self.values), size=n, p=np.asarray(self.weights)))
+
     @property
     def is_fixed(self) -> bool:
         return len(set(self.values)) == 1

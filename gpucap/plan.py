@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .batching import closed_loop
+from .capacity import Headroom, concurrency_load, rate_load, replicas_needed, simulated
 from .catalog import load_model
 from .engine import Coefficients, EngineConfig
 from .estimate import DoesNotFit, hardware, memory_limit
@@ -36,7 +37,7 @@ from .lengths import Lengths, as_lengths
 from .memory import weight_bytes_per_gpu
 from .models import ModelSpec
 from .prices import Prices, read_prices
-from .queueing import STATS, max_request_rate, open_loop_latency
+from .queueing import STATS
 from .step import Hardware
 from .units import COMPUTE_FORMAT, GiB
 
@@ -84,38 +85,6 @@ class Target:
     def describe(self) -> str:
         unit = {"request_rate": "requests/s", "concurrency": "concurrent requests", "output_tps": "output tokens/s"}
         return f"{self.value:g} {unit[self.kind]}"
-
-
-@dataclass(frozen=True)
-class Headroom:
-    """Spare replicas for failures (N+k) and rolling upgrades, and a margin for bursts."""
-
-    failure_spares: int = 1
-    upgrade_spares: int = 0
-    burst_margin: float = 0.2
-
-    def __post_init__(self) -> None:
-        for name in ("failure_spares", "upgrade_spares"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be a whole number >= 0, got {v!r}")
-        if not (math.isfinite(self.burst_margin) and self.burst_margin >= 0):
-            raise ValueError(f"burst_margin must be >= 0 (0.2 = 20% above the target), got {self.burst_margin!r}")
-
-    @property
-    def spares(self) -> int:
-        return self.failure_spares + self.upgrade_spares
-
-
-def replicas_needed(load: float, capacity_per_replica: float, headroom: Headroom) -> tuple[int, int]:
-    """``(serving, total)``: ``serving = ceil(load x (1 + burst) / capacity)`` replicas and
-    ``total = serving + spares`` (seed 2). A load a hair above a whole multiple of the capacity
-    (rounding noise below 1e-9 relative) does not add a replica."""
-    if not capacity_per_replica > 0:
-        raise ValueError(f"capacity_per_replica must be positive, got {capacity_per_replica!r}")
-    need = load * (1.0 + headroom.burst_margin) / capacity_per_replica
-    serving = max(1, math.ceil(need - 1e-9 * need))
-    return serving, serving + headroom.spares
 
 
 @dataclass(frozen=True)
@@ -248,112 +217,67 @@ def _plain(v: Any) -> Any:
     return v
 
 
-@dataclass(frozen=True)
-class _Load:
-    """One replica's share of the target, and how fast it is served."""
-
-    capacity: float  # requests/s, or requests in flight for a concurrency target
-    ttft_s: float
-    tpot_s: float
-    utilization: float
-    output_tps: float  # of the whole fleet at target
-    comm_share: float
-
-
-def _ttft_extra_s(hw: Hardware, coef: Coefficients, inp: Lengths, out: Lengths, stat: str) -> float:
-    """Extra prefill time of the prompt at the statistic's quantile over the mean prompt, alone
-    on the replica: ``TTFT(I_q) - TTFT(I_mean)`` at concurrency 1. The queueing model runs at the
-    mean lengths; the slowest first tokens belong to the longest prompts."""
-    if inp.is_fixed or stat == "mean":
-        return 0.0
-    q = {"p50": 0.5, "p95": 0.95, "p99": 0.99}[stat]
-    i_q = inp.quantile(q)
-    pts = closed_loop(hw, coef, concurrency=1.0, input_len=np.array([i_q, inp.mean]), output_len=out.mean)
-    return float(max(pts.ttft_s[0] - pts.ttft_s[1], 0.0))
-
-
-def _rate_load(
-    hw: Hardware,
+def _check_by_simulation(
+    plans: pd.DataFrame,
+    spec: ModelSpec,
     coef: Coefficients,
     *,
+    engine: str,
     inp: Lengths,
     out: Lengths,
-    cap: float,
     rate: float,
+    headroom: Headroom,
+    top: int,
     ttft_slo_s: float,
     tpot_slo_s: float,
     stat: str,
     burstiness: float,
-    headroom: Headroom,
-) -> _Load | str:
-    extra = _ttft_extra_s(hw, coef, inp, out, stat)
-    kw = dict(input_len=inp.mean, output_len=out.mean, max_running=cap, burstiness=burstiness)
-    if extra >= ttft_slo_s:
-        q = {"p50": 0.5, "p95": 0.95, "p99": 0.99}[stat]
-        return f"misses TTFT: the {stat} prompt ({inp.quantile(q):.0f} tokens) alone takes {extra:.2f} s more than the mean one"
-    mu = max_request_rate(hw, coef, ttft_slo_s=ttft_slo_s - extra, tpot_slo_s=tpot_slo_s, stat=stat, **kw)
-    if mu <= 0:
-        trickle = open_loop_latency(hw, coef, request_rate=np.array([1e-6]), **kw)
-        ttft, tpot = float(trickle.ttft_s[stat][0]) + extra, float(trickle.tpot_s[stat][0])
-        if ttft > ttft_slo_s:
-            return f"misses TTFT: {stat} TTFT {ttft:.3g} s > {ttft_slo_s:g} s even with one request at a time"
-        return f"misses TPOT: {stat} TPOT {tpot * 1e3:.3g} ms > {tpot_slo_s * 1e3:g} ms even with one request at a time"
-    serving, _ = replicas_needed(rate, mu, headroom)
-    lat = open_loop_latency(hw, coef, request_rate=np.array([rate / serving]), **kw)
-    at = closed_loop(
-        hw, coef, concurrency=max(_mean_in_system(rate / serving, lat), 1e-3), input_len=inp.mean, output_len=out.mean
-    )
-    return _Load(
-        capacity=mu,
-        ttft_s=float(lat.ttft_s[stat][0]) + extra,
-        tpot_s=float(lat.tpot_s[stat][0]),
-        utilization=float(lat.utilization[0]),
-        output_tps=rate * out.mean,
-        comm_share=float(at.decode_step.comm_share),
-    )
+) -> pd.DataFrame:
+    """The ``top`` cheapest plans simulated at the target spread over their serving replicas."""
+    plans = plans.copy()
+    for col in ("ttft_s_simulated", "tpot_s_simulated"):
+        plans[col] = np.nan
+    plans["meets_slo_simulated"] = pd.Series([None] * len(plans), dtype=object)
+    for k in range(min(top, len(plans))):
+        row = plans.iloc[k]
+        hw = hardware(
+            spec,
+            str(row["gpu"]),
+            tp=int(row["tp"]),
+            pp=int(row["pp"]),
+            ep=int(row["ep"]),
+            weight_dtype=str(row["weight_dtype"]),
+            kv_dtype=str(row["kv_dtype"]),
+            engine=EngineConfig(engine=engine),
+        )
+        mem, slots = memory_limit(hw, inp.mean + out.mean)
+        ttft, tpot = simulated(
+            hw,
+            coef,
+            inp=inp,
+            out=out,
+            rate=rate / (int(row["replicas"]) - headroom.spares),
+            max_running=batch_slots(hw, input_len=inp.mean, output_len=out.mean, kv_slots=slots),
+            kv_capacity_tokens=mem.kv_tokens_per_gpu * hw.layout.attn_dp,
+            stat=stat,
+            burstiness=burstiness,
+        )
+        plans.loc[k, ["ttft_s_simulated", "tpot_s_simulated"]] = [ttft, tpot]
+        plans.at[k, "meets_slo_simulated"] = bool(ttft <= ttft_slo_s and tpot <= tpot_slo_s)
+    return plans
 
 
-def _mean_in_system(rate: float, lat: Any) -> float:
-    """Little's law: requests in a replica = arrival rate x mean time in it."""
-    return float(rate * lat.e2e_s["mean"][0])
-
-
-def _concurrency_load(
-    hw: Hardware,
-    coef: Coefficients,
-    *,
-    inp: Lengths,
-    out: Lengths,
-    cap: float,
-    concurrency: float,
-    ttft_slo_s: float,
-    tpot_slo_s: float,
-    headroom: Headroom,
-) -> _Load | str:
-    """Closed loop (requests kept in flight): the largest concurrency per replica whose mean
-    TTFT and TPOT meet the SLOs, on a grid up to the batch slots."""
-    grid = np.unique(np.round(np.geomspace(1, max(cap, 1.0), 400)))
-    pts = closed_loop(hw, coef, concurrency=grid, input_len=inp.mean, output_len=out.mean, max_running=cap)
-    ok = (pts.ttft_s <= ttft_slo_s) & (pts.tpot_s <= tpot_slo_s)
-    if not ok[0]:
-        if pts.ttft_s[0] > ttft_slo_s:
-            return f"misses TTFT: mean TTFT {pts.ttft_s[0]:.3g} s > {ttft_slo_s:g} s even with one request in flight"
-        return f"misses TPOT: mean TPOT {pts.tpot_s[0] * 1e3:.3g} ms > {tpot_slo_s * 1e3:g} ms even with one request in flight"
-    bad = np.flatnonzero(~ok)
-    c_max = float(grid[-1] if bad.size == 0 else grid[bad[0] - 1])
-    serving, _ = replicas_needed(concurrency, c_max, headroom)
-    at = closed_loop(
-        hw, coef, concurrency=concurrency / serving, input_len=inp.mean, output_len=out.mean, max_running=cap
-    )
-    top = closed_loop(hw, coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
-    return _Load(
-        capacity=c_max,
-        ttft_s=float(at.ttft_s),
-        tpot_s=float(at.tpot_s),
-        utilization=float(at.requests_per_s / top.requests_per_s),
-        output_tps=float(at.output_tokens_per_s) * serving,
-        comm_share=float(at.decode_step.comm_share),
-    )
+def simulation_notes(plans: pd.DataFrame) -> list[str]:
+    """What the simulation check found, in words."""
+    checked = plans[plans["meets_slo_simulated"].notna()]
+    if checked.empty or bool(checked.iloc[0]["meets_slo_simulated"]):
+        return []
+    ok = checked[checked["meets_slo_simulated"].astype(bool)]
+    where = f"plan {ok.index[0] + 1} is the cheapest that does" if not ok.empty else "none of them does"
+    return [
+        "the cheapest plan misses the SLOs in the step-level simulation (which runs each prompt chunk in its "
+        f"own step; the queueing model spreads prompts over steps): of the {len(checked)} simulated, {where}"
+    ]
 
 
 def _progress_bar(done: int, total: int, started: float) -> None:
@@ -393,6 +317,7 @@ def plan(
     max_comm_share: float = COMM_BOUND_SHARE,
     gpu_file: str | Path | None = None,
     progress: Callable[[int, int, float], None] | bool | None = None,
+    simulate_top: int = 0,
 ) -> Plan:
     """Search GPU type x GPUs per replica x split x formats for the cheapest fleet that carries
     the target within the SLOs; see the module docstring for the rules.
@@ -403,7 +328,9 @@ def plan(
     ``usd_per_gpu_hour`` (default ``data/prices.csv``); ``usd_per_kwh`` adds power at each
     GPU's TDP (owned hardware: give a price file of amortized cost, or none to count power only).
     ``progress``: a callback ``(done, total, started)``, or True for a bar on stderr once the
-    search has run for a second.
+    search has run for a second. ``simulate_top``: check the N cheapest plans with the step-level
+    simulation (about a second each): columns ``ttft_s_simulated``, ``tpot_s_simulated`` and
+    ``meets_slo_simulated`` (rate and output-token targets).
     """
     given = {"request_rate": target_request_rate, "concurrency": target_concurrency, "output_tps": target_output_tps}
     chosen = [(k, v) for k, v in given.items() if v is not None]
@@ -489,7 +416,7 @@ def plan(
             )
             continue
         if target.kind == "concurrency":
-            load = _concurrency_load(
+            load = concurrency_load(
                 hw,
                 coef,
                 inp=inp,
@@ -501,7 +428,7 @@ def plan(
                 headroom=headroom,
             )
         else:
-            load = _rate_load(
+            load = rate_load(
                 hw,
                 coef,
                 inp=inp,
@@ -547,6 +474,25 @@ def plan(
     plans = pd.DataFrame(rows, columns=[*PLAN_COLUMNS, "weights_GiB_per_gpu"])
     if not plans.empty:
         plans = plans.sort_values(["cost_per_hour", "total_gpus", "ttft_s"], kind="stable").reset_index(drop=True)
+    if simulate_top and target.kind != "concurrency" and not plans.empty:
+        plans = _check_by_simulation(
+            plans,
+            spec,
+            coef,
+            engine=engine,
+            inp=inp,
+            out=out,
+            rate=rate,
+            headroom=headroom,
+            top=simulate_top,
+            ttft_slo_s=ttft_slo_s,
+            tpot_slo_s=tpot_slo_s,
+            stat=stat,
+            burstiness=burstiness,
+        )
+        notes += simulation_notes(plans)
+    elif simulate_top and target.kind == "concurrency":
+        notes.append("the simulation check runs for request-rate and output-token targets only")
     rej = pd.DataFrame(rejected, columns=[*PLAN_COLUMNS[:7], "reason"])
     if plans.empty:
         notes.append(f"no option carries {target.describe()} within the SLOs; see rejected for why each failed")

@@ -179,6 +179,16 @@ def format_plan(p: Plan, top: int = 10) -> str:
                 f"{f'{r.replicas - r.spare_replicas}+{r.spare_replicas}':>9}{r.total_gpus:>7}{r.utilization:>6.0%}{r.ttft_s:>8.3g}"
                 f"{r.tpot_s * 1e3:>9.3g}{r.cost_per_hour:>9.2f}{r.cost_per_million_output_tokens:>9.3g}"
             )
+        if "ttft_s_simulated" in p.plans:
+            lines += ["", f"checked by simulation ({slo['stat']}, at target with the spares out):"]
+            for r in p.plans.head(top).itertuples():
+                if r.meets_slo_simulated is None:
+                    continue
+                verdict = "meets the SLOs" if r.meets_slo_simulated else "MISSES the SLOs"
+                lines.append(
+                    f"  {r.Index + 1:>3}. {r.gpu} tp={r.tp} pp={r.pp} {r.weight_dtype}/{r.kv_dtype}: "
+                    f"TTFT {r.ttft_s_simulated:.3g} s, TPOT {r.tpot_s_simulated * 1e3:.3g} ms: {verdict}"
+                )
         if len(p.plans) > top:
             lines.append(f"... {len(p.plans) - top} more (--top N, or --json for all)")
         lines.append("replicas: serving + spares; util, TTFT, TPOT at target with the spares out")

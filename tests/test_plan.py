@@ -191,3 +191,20 @@ def test_plan_table_is_a_dataframe_with_units(prices) -> None:
     assert np.isclose(row["total_gpus"], row["replicas"] * row["gpus_per_replica"])
     assert "p99" in " ".join(p.notes)  # concurrency targets use means: the note says so
     assert "Llama-3.1-8B" in str(p)
+
+
+def test_simulation_check_columns(prices) -> None:
+    p = plan(MODEL, input_len=1000, output_len=200, target_request_rate=2.0, prices=prices, simulate_top=1, **ONE)
+    row = p.best
+    assert isinstance(row["meets_slo_simulated"], bool)
+    assert 0 < row["ttft_s_simulated"] < 2.0 and 0 < row["tpot_s_simulated"] < 0.1  # light load: meets them
+    assert row["meets_slo_simulated"]
+
+
+def test_simulation_notes_name_the_cheapest_that_passes() -> None:
+    from gpucap.plan import simulation_notes
+
+    checked = pd.DataFrame({"meets_slo_simulated": [False, True, None]}, dtype=object)
+    (note,) = simulation_notes(checked)
+    assert "of the 2 simulated, plan 2 is the cheapest that does" in note
+    assert simulation_notes(pd.DataFrame({"meets_slo_simulated": [True, False]}, dtype=object)) == []
