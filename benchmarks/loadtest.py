@@ -12,7 +12,7 @@ loop, requests sent as fast as the cap allows), then every ``--request-rate`` (P
 A sweep stops by itself after a level whose median (``--stat``) TTFT or TPOT exceeds
 ``--stop-factor`` times its SLO: higher loads would only queue. Results land in
 ``<out>/<YYYYmmdd-HHMMSS>/`` (a new folder; an existing file is never overwritten), one
-``concurrency-<C>.json`` or ``rate-<R>.json`` per level with the hardware as ``--metadata`` (gpu,
+``concurrency-0016.json`` or ``rate-00002p500.json`` per level with the hardware as ``--metadata`` (gpu,
 num_gpus, tp, pp, engine, model), the console output of each level in a ``.log`` next to it, and
 ``commands.log`` with every command run and why the sweep stopped.
 
@@ -87,7 +87,11 @@ def levels(kind: type, text: str) -> list[float]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="loadtest.py", description=__doc__.splitlines()[0])
+    p = _Parser(
+        prog="loadtest.py",
+        description="Load-test a server with `vllm bench serve`, level by level, into a folder that "
+        "`gpucap calibrate` reads; stops past the SLOs.",
+    )
     s = p.add_argument_group("server")
     s.add_argument("--base-url", required=True, help="server address, e.g. http://127.0.0.1:8000")
     s.add_argument("--model", required=True, help="model name the server serves (the API's model field)")
