@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from gpucap.loadtests import ENGINE_KNOBS
+
 STATS = ("median", "mean")
 
 
@@ -104,6 +106,16 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--pp", type=positive_int, default=1)
     h.add_argument("--engine", default="vllm", choices=["vllm", "sglang", "trtllm"], help="engine serving")
     h.add_argument("--gpucap-model", default=None, help="gpucap model id or config.json path (default: --model)")
+    h.add_argument("--weight-dtype", default=None, help="weights as served (bf16, fp8, nvfp4, ...)")
+    h.add_argument("--kv-dtype", default=None, help="KV cache as served (auto, fp8, ...)")
+    h.add_argument(
+        "--engine-knob",
+        action="append",
+        default=[],
+        type=engine_knob,
+        metavar="KEY=VALUE",
+        help=f"the server's setting, repeatable: {', '.join(ENGINE_KNOBS)}",
+    )
     w = p.add_argument_group("workload")
     w.add_argument("--input-len", type=positive_int, required=True, help="prompt tokens per request")
     w.add_argument("--output-len", type=positive_int, required=True, help="output tokens per request")
@@ -180,7 +192,8 @@ def find_vllm(name: str) -> str:
 
 
 def metadata(args: argparse.Namespace) -> list[str]:
-    """``--metadata`` pairs: the keys ``gpucap.results`` reads (gpu, num_gpus, tp, pp, engine, model)."""
+    """``--metadata`` pairs: the keys ``gpucap.results`` reads (gpu, num_gpus, tp, pp, engine, model,
+    formats and engine knobs when given)."""
     pairs = {
         "gpu": args.gpu,
         "num_gpus": args.num_gpus or args.tp * args.pp,
@@ -188,8 +201,20 @@ def metadata(args: argparse.Namespace) -> list[str]:
         "pp": args.pp,
         "engine": args.engine,
         "model": args.gpucap_model or args.model,
+        "weight_dtype": args.weight_dtype,
+        "kv_cache_dtype": args.kv_dtype,
+        **dict(args.engine_knob),
     }
-    return [f"{k}={v}" for k, v in pairs.items()]
+    return [f"{k}={v}" for k, v in pairs.items() if v is not None]
+
+
+def engine_knob(text: str) -> tuple[str, str]:
+    """``max_num_seqs=64``: a setting of the server that gpucap predicts with."""
+    key, sep, value = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or key not in ENGINE_KNOBS or not value.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE with KEY one of {', '.join(ENGINE_KNOBS)}")
+    return key, value.strip()
 
 
 def bench_command(vllm: str, args: argparse.Namespace, level: Level, result_dir: Path) -> list[str]:

@@ -24,6 +24,13 @@ def _mode(row: pd.Series) -> str:
     return "saturation"
 
 
+ENGINE_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "enforce_eager")
+
+
+def _given(v: object) -> bool:
+    return v is not None and not (isinstance(v, float) and np.isnan(v)) and v != ""
+
+
 def cases_from_runs(
     runs: pd.DataFrame, *, weight_dtype: str = "bf16", kv_cache_dtype: str = "auto", length_dist: str = "fixed"
 ) -> pd.DataFrame:
@@ -32,8 +39,10 @@ def cases_from_runs(
     Load mode: a finite request rate is ``poisson`` (open loop), a concurrency cap with requests
     sent as fast as allowed is ``fixed-concurrency``, neither is ``saturation`` (all at once; the
     prompts are the completed plus failed requests). Lengths are the run's means. GPU names as
-    tools write them ("NVIDIA_L40S") map to catalog keys. ``weight_dtype``, ``kv_cache_dtype``
-    and ``length_dist`` apply to every run: result files do not record them.
+    tools write them ("NVIDIA_L40S") map to catalog keys. ``weight_dtype`` and ``kv_cache_dtype``
+    apply to runs whose metadata does not say; ``length_dist`` to every run. Engine knobs in the
+    metadata (max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
+    enforce_eager) become columns ``gpucap.validate`` builds the engine from.
     """
     rows = []
     for k, r in runs.reset_index(drop=True).iterrows():
@@ -47,8 +56,9 @@ def cases_from_runs(
             {
                 "case_id": f"{r.get('source_file')}#{int(r.get('run_index', k)) if pd.notna(r.get('run_index')) else k}",
                 "model": r.get("model"),
-                "weight_dtype": weight_dtype,
-                "kv_cache_dtype": kv_cache_dtype,
+                "weight_dtype": r.get("weight_dtype") if _given(r.get("weight_dtype")) else weight_dtype,
+                "kv_cache_dtype": r.get("kv_cache_dtype") if _given(r.get("kv_cache_dtype")) else kv_cache_dtype,
+                **{k: r.get(k) for k in ENGINE_KNOBS if _given(r.get(k))},
                 "gpu": gpu,
                 "num_gpus": r.get("num_gpus"),
                 "tp": r.get("tp"),

@@ -64,16 +64,27 @@ from .units import MS
 
 COLUMNS = (
     "source_file", "run_index", "engine", "model", "gpu", "num_gpus", "tp", "pp", "ep",
+    "weight_dtype", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "block_size",
+    "gpu_memory_utilization", "enforce_eager",
     "concurrency", "request_rate", "num_prompts", "completed", "failed", "input_len_mean",
     "output_len_mean", "duration_s", "request_throughput_per_s", "output_tokens_per_s",
     "total_tokens_per_s", "ttft_mean_s", "ttft_median_s", "ttft_p90_s", "ttft_p99_s",
     "tpot_mean_s", "tpot_median_s", "tpot_p90_s", "tpot_p99_s", "itl_mean_s", "itl_median_s",
     "itl_p99_s", "e2el_mean_s", "goodput_per_s",
 )  # fmt: skip
-HARDWARE = ("gpu", "num_gpus", "tp", "pp", "ep", "engine", "model")
-INT_FIELDS = ("num_gpus", "tp", "pp", "ep")
+# What a run ran on: hardware, split, formats and the engine knobs that change a prediction.
+HARDWARE = ("gpu", "num_gpus", "tp", "pp", "ep", "engine", "model", "weight_dtype", "kv_cache_dtype",
+            "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
+            "enforce_eager")  # fmt: skip
+INT_FIELDS = ("num_gpus", "tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "block_size")
 META_KEYS = {"gpu": "gpu", "num_gpus": "num_gpus", "tp": "tp", "tensor_parallel_size": "tp", "pp": "pp",
-             "pipeline_parallel_size": "pp", "ep": "ep", "engine": "engine", "model": "model"}  # fmt: skip
+             "pipeline_parallel_size": "pp", "ep": "ep", "engine": "engine", "model": "model",
+             "weight_dtype": "weight_dtype", "kv_cache_dtype": "kv_cache_dtype", "kv_dtype": "kv_cache_dtype",
+             "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
+             "block_size": "block_size", "gpu_memory_utilization": "gpu_memory_utilization",
+             "enforce_eager": "enforce_eager"}  # fmt: skip
+TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
+TEXT_FIELDS = ("weight_dtype", "kv_cache_dtype", "enforce_eager")  # not numbers (enforce_eager: bool)
 BACKEND_ENGINES = {"vllm": "vllm", "sglang": "sglang", "sglang-oai": "sglang", "trt": "trtllm"}
 # What the calibration fit needs of each run; "a|b" means either will do.
 FIT_FIELDS = ("gpu", "tp", "model", "concurrency|request_rate", "input_len_mean", "output_len_mean")
@@ -144,6 +155,19 @@ def _hardware(d: Mapping[str, Any], where: str, strict: bool = False) -> dict[st
             except (TypeError, ValueError):
                 raise ValueError(f"{where}: {key} = {v!r} is not a positive whole number") from None
             out[name] = int(n)
+        elif name == "gpu_memory_utilization":
+            try:
+                u = float(v)
+                if isinstance(v, bool) or not 0 < u <= 1:
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}: {key} = {v!r} is not a fraction in (0, 1]") from None
+            out[name] = u
+        elif name == "enforce_eager":
+            text = str(v).strip().lower()
+            if text not in TRUE + FALSE:
+                raise ValueError(f"{where}: {key} = {v!r} is not true or false")
+            out[name] = text in TRUE
         else:
             out[name] = str(v).strip()
     m = re.fullmatch(r"(\d+)\s*[xX]\s*(.+)", out.get("gpu", ""))
@@ -511,7 +535,8 @@ def read_results(
             f"{', '.join(map(str, items))}: no readable load-test result ({len(bad)} unreadable: {reasons})"
         )
     df = pd.DataFrame(rows, columns=list(COLUMNS))
-    df[list(COLUMNS[5:])] = df[list(COLUMNS[5:])].astype(float)
+    numeric = [c for c in COLUMNS[5:] if c not in TEXT_FIELDS]
+    df[numeric] = df[numeric].astype(float)
     return ResultSet(runs=df, bad=bad, incomplete=runs_needing(df), skipped=skipped)
 
 

@@ -51,6 +51,7 @@ COMPUTE_FORMAT: dict[str, str] = {
 
 # Bytes per KV-cache element. "auto" means the model's activation dtype (bf16/fp16: 2 bytes).
 KV_BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp32": 4.0,  # a float32 model's cache (CPU servers)
     "auto": 2.0,
     "bf16": 2.0,
     "fp16": 2.0,

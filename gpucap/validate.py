@@ -71,7 +71,9 @@ def _int(row: pd.Series, col: str, default: int) -> int:
 
 
 def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
-    """Hardware for one case row, the number of replicas, and the assumptions made."""
+    """Hardware for one case row, the number of replicas, and the assumptions made. Optional
+    columns max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization and
+    enforce_eager set the engine's knobs (its defaults otherwise)."""
     notes: list[str] = []
     num_gpus = _int(row, "num_gpus", 1)
     pp = _int(row, "pp", 1)
@@ -91,7 +93,16 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
         kv = "fp8" if gpu.startswith(BLACKWELL_PREFIXES) else "auto"
     engine = str(row.get("engine") or "vllm").lower()
     engine = ENGINE_ALIASES.get(engine, engine)
-    eng = EngineConfig(engine=engine)
+    eager = str(row.get("enforce_eager", "")).strip().lower() in ("true", "1", "1.0", "yes")
+    util = _num(row, "gpu_memory_utilization")
+    eng = EngineConfig(
+        engine=engine,
+        max_num_seqs=_int(row, "max_num_seqs", 0) or None,
+        max_num_batched_tokens=_int(row, "max_num_batched_tokens", 0) or None,
+        block_size=_int(row, "block_size", 0) or None,
+        gpu_memory_utilization=util,
+        cuda_graphs=not eager,
+    )
     hw = hardware(
         str(row["model"]), gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=wd, kv_dtype=kv, engine=eng
     )

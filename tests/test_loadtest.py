@@ -259,3 +259,14 @@ def test_level_names_sort_in_load_order() -> None:
     rates = [loadtest.Level("rate", r, 1).name for r in (0.5, 2, 12.25)]
     assert rates == sorted(rates) == ["rate-00000p500", "rate-00002p000", "rate-00012p250"]
     assert math.isclose(loadtest.Level("rate", 2.5, 1).value, 2.5)
+
+
+def test_engine_knobs_and_formats_go_into_the_metadata(fake_vllm: Path, tmp_path: Path) -> None:
+    extra = ["--weight-dtype", "fp8", "--engine-knob", "max_num_seqs=64", "--engine-knob", "enforce-eager=true"]
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", "--concurrency", "1", *extra)) == 0
+    cmd = calls(tmp_path)[0]
+    meta = set(cmd[cmd.index("--metadata") + 1 :])
+    assert {"weight_dtype=fp8", "max_num_seqs=64", "enforce_eager=true"} <= meta
+    assert not any(p.startswith("kv_cache_dtype=") for p in meta)  # not given: not written
+    with pytest.raises(SystemExit):
+        loadtest.parser().parse_args(argv(fake_vllm, tmp_path / "o2", "--engine-knob", "max_seqs=64"))

@@ -343,3 +343,30 @@ def test_sweep_summary_json_list_and_broken_manifest(tmp_path: Path) -> None:
     reasons = dict(rs.bad)
     assert "tp = 'two'" in reasons[str(tmp_path / "manifest.json")]
     assert "not a load-test result" in reasons[str(tmp_path / "notes.txt")]
+
+
+def test_engine_knobs_from_metadata_reach_the_prediction(tmp_path: Path) -> None:
+    from gpucap.loadtests import cases_from_runs
+    from gpucap.validate import case_hardware
+
+    knobs = {"num_gpus": "2", "max_num_seqs": "64", "max_num_batched_tokens": "4096", "enforce_eager": "true"}
+    knobs |= {"gpu_memory_utilization": "0.85", "weight_dtype": "fp8", "kv_cache_dtype": "fp8"}
+    write(tmp_path / "a.json", vllm_serve_result(**knobs))
+    run = read_results(tmp_path).runs.iloc[0]
+    assert (run["max_num_seqs"], run["enforce_eager"], run["gpu_memory_utilization"]) == (64, True, 0.85)
+    case = cases_from_runs(read_results(tmp_path).runs).iloc[0]
+    assert (case["weight_dtype"], case["kv_cache_dtype"]) == ("fp8", "fp8")  # the run's, not the default bf16
+    hw, _, _ = case_hardware(case)
+    eng = hw.engine
+    assert (eng.max_num_seqs, eng.max_num_batched_tokens, eng.gpu_memory_utilization) == (64, 4096, 0.85)
+    assert eng.cuda_graphs is False and hw.weight_dtype == "fp8"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [("gpu_memory_utilization", "1.5", "not a fraction"), ("enforce_eager", "maybe", "not true or false")],
+)
+def test_bad_engine_knob_is_named(tmp_path: Path, key: str, value: str, says: str) -> None:
+    path = write(tmp_path / "a.json", vllm_serve_result(**{key: value}))
+    with pytest.raises(ValueError, match=rf"a\.json.*{key} = '{value}' is {says}"):
+        read_result_file(path)

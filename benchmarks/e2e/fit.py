@@ -5,16 +5,12 @@ with the default coefficients and with the fitted ones.
         --model benchmarks/e2e/model/config.json --kv-cache-gib 1 --max-num-seqs 256 \\
         --max-num-batched-tokens 2048 --block-size 128 --eager --dtype fp32 --save FIT.json
 
-The engine gpucap predicts with is the one the server ran. gpucap's cases (``cases_from_runs``)
-carry no engine knobs (every case gets ``EngineConfig(engine=...)`` with the engine's defaults)
-and no float32 KV cache, so inside ``served_engine`` this script:
-
-* builds each case's engine as the server's: max_num_seqs, max_num_batched_tokens, block size,
-  eager (no CUDA graphs, none reserved), no runtime reservation, and the memory share
-  ``u = (KV bytes + weights + activations) / memory`` so that gpucap's KV budget
-  ``u x memory - weights - activations`` is exactly the server's ``VLLM_CPU_KVCACHE_SPACE``;
-* adds a ``fp32`` KV-cache format of 4 bytes per element (the server's cache is in the model's
-  float32).
+The engine gpucap predicts with is the one the server ran: its knobs go into each case's
+columns (max_num_seqs, max_num_batched_tokens, block_size, enforce_eager and the memory share
+``u = (KV bytes + weights + activations + runtime reservation) / memory``, so that gpucap's KV
+budget ``u x memory - weights - activations - reservation`` is exactly the server's
+``VLLM_CPU_KVCACHE_SPACE``), and the KV cache is ``fp32`` (the server's cache is in the model's
+float32).
 
 The CPU itself is a GPU-file row (``measure_cpu.py``), given through ``GPUCAP_GPU_FILE``.
 """
@@ -22,17 +18,14 @@ The CPU itself is a GPU-file row (``measure_cpu.py``), given through ``GPUCAP_GP
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import pandas as pd
 
-from gpucap import units, validate
+from gpucap import validate
 from gpucap.calibrate import calibrate
 from gpucap.catalog import load_model
 from gpucap.engine import Coefficients, EngineConfig
@@ -43,15 +36,16 @@ from gpucap.memory import activation_bytes_per_gpu, weight_bytes_per_gpu
 from gpucap.results import read_results
 from gpucap.units import GiB
 
-FP32_KV_BYTES = 4.0  # bytes of one float32 KV-cache element
 FREE = ("u_compute", "u_hbm", "t_overhead_s")  # gpucap calibrate's defaults less overlap: one CPU, no links
 
 
-def memory_share_for_kv(*, kv_bytes: float, weight_bytes: float, activation_bytes: float, memory_bytes: float) -> float:
+def memory_share_for_kv(
+    *, kv_bytes: float, weight_bytes: float, activation_bytes: float, reserved_bytes: float, memory_bytes: float
+) -> float:
     """The ``gpu_memory_utilization`` u at which gpucap's vLLM KV budget equals ``kv_bytes``:
-    ``kv = u x memory - weights - activations`` (gpucap.memory.memory_breakdown, no CUDA-graph or
-    runtime reservation), so ``u = (kv + weights + activations) / memory``."""
-    u = (kv_bytes + weight_bytes + activation_bytes) / memory_bytes
+    ``kv = u x memory - weights - activations - reserved`` (gpucap.memory.memory_breakdown; no
+    CUDA-graph pool when eager), so ``u = (kv + weights + activations + reserved) / memory``."""
+    u = (kv_bytes + weight_bytes + activation_bytes + reserved_bytes) / memory_bytes
     if not 0 < u <= 1:
         raise ValueError(f"KV cache {kv_bytes / GiB:.2f} GiB plus weights does not fit {memory_bytes / GiB:.1f} GiB")
     return u
@@ -65,8 +59,6 @@ def server_engine(args: argparse.Namespace) -> EngineConfig:
         max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
         cuda_graphs=not args.eager,
-        runtime_overhead_bytes=0.0,
-        cuda_graph_bytes=0.0,
     )
     spec, gpu = load_model(args.model), get_gpu(args.gpu)
     layout = Layout()
@@ -74,23 +66,21 @@ def server_engine(args: argparse.Namespace) -> EngineConfig:
         kv_bytes=args.kv_cache_gib * GiB,
         weight_bytes=weight_bytes_per_gpu(spec, args.dtype, layout).total,
         activation_bytes=activation_bytes_per_gpu(spec, layout, knobs),
+        reserved_bytes=knobs.runtime_overhead_bytes + (0.0 if not knobs.cuda_graphs else knobs.cuda_graph_bytes),
         memory_bytes=gpu.memory_bytes,
     )
     return dataclasses.replace(knobs, gpu_memory_utilization=u)
 
 
-@contextlib.contextmanager
-def served_engine(served: EngineConfig) -> Iterator[None]:
-    """Predict every case with ``served`` and a float32 KV cache (see the module docstring)."""
-
-    def config(engine: str = "vllm", **_: object) -> EngineConfig:
-        if engine != served.engine:
-            raise ValueError(f"case engine {engine!r}; the server ran {served.engine}")
-        return served
-
-    kv = {**units.KV_BYTES_PER_ELEMENT, "fp32": FP32_KV_BYTES}
-    with mock.patch.object(validate, "EngineConfig", config), mock.patch.dict(units.KV_BYTES_PER_ELEMENT, kv):
-        yield
+def as_served(cases: pd.DataFrame, engine: EngineConfig) -> pd.DataFrame:
+    """The cases with the server's engine knobs as columns (``gpucap.validate.case_hardware``)."""
+    return cases.assign(
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        block_size=engine.block_size,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        enforce_eager=not engine.cuda_graphs,
+    )
 
 
 def level_table(cases: pd.DataFrame, before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
@@ -136,8 +126,8 @@ def main() -> None:
         raise SystemExit(f"fit.py: error: {args.results}: unreadable {rs.bad}, incomplete {rs.incomplete}")
     runs = rs.runs.sort_values(["concurrency", "request_rate"]).reset_index(drop=True)
     kv = "fp32" if args.dtype == "fp32" else "auto"
-    cases = cases_from_runs(runs, weight_dtype=args.dtype, kv_cache_dtype=kv)
     engine = server_engine(args)
+    cases = as_served(cases_from_runs(runs, weight_dtype=args.dtype, kv_cache_dtype=kv), engine)
     print(
         f"fit: {len(cases)} levels from {args.results}; engine as served: max_num_seqs {engine.max_num_seqs}, "
         f"max_num_batched_tokens {engine.max_num_batched_tokens}, block {engine.block_size}, "
@@ -145,13 +135,12 @@ def main() -> None:
         f"(memory share {engine.gpu_memory_utilization:.4f}), {args.dtype} weights and KV"
     )
     free = tuple(n.strip() for n in args.free.split(",") if n.strip())
-    with served_engine(engine):
-        start = Coefficients.for_engine("vllm")
-        before = validate.validate(cases, start)
-        if before["error"].notna().any():
-            raise SystemExit(f"fit.py: error: cases not predicted: {before['error'].dropna().tolist()}")
-        fit = calibrate(cases, start=start, free=free, sources=sorted(map(str, args.results.glob("*.json"))))
-        after = validate.validate(cases, fit.coefficients)
+    start = Coefficients.for_engine("vllm")
+    before = validate.validate(cases, start)
+    if before["error"].notna().any():
+        raise SystemExit(f"fit.py: error: cases not predicted: {before['error'].dropna().tolist()}")
+    fit = calibrate(cases, start=start, free=free, sources=sorted(map(str, args.results.glob("*.json"))))
+    after = validate.validate(cases, fit.coefficients)
     print(fit.report())
     pd.set_option("display.width", 200)
     table = level_table(cases, before, after)
