@@ -8,10 +8,10 @@ APP_PORT ?= 8866
 CHROMIUM ?= /usr/bin/chromium
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lab app test lint typecheck unit notebooks browser chromium accuracy golden e2e clean
+.PHONY: help venv lab app test lint typecheck unit notebooks browser chromium accuracy speed peers golden e2e clean
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,7 @@ chromium: ## install Debian's Chromium for the browser test when it is missing
 browser: $(STAMP) chromium ## the page in headless Chromium: change inputs, check the recommendation
 	$(BIN)/python -m pytest tests/browser -p no:cacheprovider
 
-test: lint typecheck unit notebooks browser ## everything CI runs
+test: lint typecheck unit notebooks browser e2e ## everything CI runs (e2e: a real vLLM server on this CPU)
 
 accuracy: $(STAMP) ## error table on ../shared/data/measured-public.csv (benchmarks/out/)
 	$(BIN)/python benchmarks/accuracy.py
@@ -57,8 +57,15 @@ accuracy: $(STAMP) ## error table on ../shared/data/measured-public.csv (benchma
 e2e: $(STAMP) ## real vLLM on this CPU: load test, calibrate on the measured CPU (own venv; ~10 min)
 	MAIN_PYTHON=$(BIN)/python PYTHON=$(PYTHON) bash benchmarks/e2e/run.sh
 
+speed: $(STAMP) ## gpucap's own speed: configurations/s, planner search, widget update, fit time
+	$(BIN)/python benchmarks/speed.py
+
+peers: $(STAMP) ## gpucap next to NVIDIA aiconfigurator on the same measurements (own venv .venv-peers, ~850 MB)
+	test -x .venv-peers/bin/python || $(BIN)/python benchmarks/peers.py --setup
+	$(BIN)/python benchmarks/peers.py
+
 golden: $(STAMP) ## rewrite tests/golden/predictions.csv on purpose (say why in the commit)
 	$(BIN)/python tests/golden/make_golden.py
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage
+	rm -rf $(VENV) .venv-peers benchmarks/e2e/.venv benchmarks/e2e/model .pytest_cache .mypy_cache .ruff_cache .coverage

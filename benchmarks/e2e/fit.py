@@ -118,6 +118,12 @@ def main() -> None:
     ap.add_argument("--eager", action="store_true", help="the server ran with --enforce-eager")
     ap.add_argument("--free", default=",".join(FREE), help="coefficients to fit")
     ap.add_argument("--save", type=Path, default=None, help="write the fit as JSON (never overwritten)")
+    ap.add_argument(
+        "--max-error",
+        type=float,
+        default=0.3,
+        help="fail when the fitted output tokens/s are off by more than this (median, default 0.3)",
+    )
     args = ap.parse_args()
     os.environ["GPUCAP_GPU_FILE"] = str(args.gpu_file)
 
@@ -153,6 +159,11 @@ def main() -> None:
     if args.save:
         fit.save(args.save)
         print(f"\nfit: coefficients saved to {args.save}")
+    if not err_after["output_tok_s"] <= args.max_error:
+        raise SystemExit(
+            f"fit.py: error: fitted output tokens/s are off by {err_after['output_tok_s']:.0%} (median), "
+            f"more than --max-error {args.max_error:.0%}: the load test, the CPU row or the engine description is wrong"
+        )
 
 
 if __name__ == "__main__":
