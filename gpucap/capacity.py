@@ -17,7 +17,7 @@ import numpy as np
 from .batching import closed_loop
 from .engine import Coefficients
 from .lengths import Lengths
-from .queueing import max_request_rate, open_loop_latency
+from .queueing import max_request_rate, open_loop_latency, service_curve
 from .simulate import simulate
 from .step import Hardware
 
@@ -96,19 +96,21 @@ def rate_load(
     headroom: Headroom,
 ) -> Load | str:
     extra = ttft_extra_s(hw, coef, inp, out, stat)
-    kw = dict(input_len=inp.mean, output_len=out.mean, max_running=cap, burstiness=burstiness)
+    kw: dict[str, Any] = dict(input_len=inp.mean, output_len=out.mean, max_running=cap, burstiness=burstiness)
     if extra >= ttft_slo_s:
         q = QUANTILE[stat]
         return f"misses TTFT: the {stat} prompt ({inp.quantile(q):.0f} tokens) alone takes {extra:.2f} s more than the mean one"
+    curve = service_curve(hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap)
+    kw["curve"] = curve
     mu = max_request_rate(hw, coef, ttft_slo_s=ttft_slo_s - extra, tpot_slo_s=tpot_slo_s, stat=stat, **kw)
     if mu <= 0:
-        trickle = open_loop_latency(hw, coef, request_rate=np.array([1e-6]), **kw)
+        trickle = open_loop_latency(hw, coef, request_rate=np.array([1e-6]), stats=(stat,), **kw)
         ttft, tpot = float(trickle.ttft_s[stat][0]) + extra, float(trickle.tpot_s[stat][0])
         if ttft > ttft_slo_s:
             return f"misses TTFT: {stat} TTFT {ttft:.3g} s > {ttft_slo_s:g} s even with one request at a time"
         return f"misses TPOT: {stat} TPOT {tpot * 1e3:.3g} ms > {tpot_slo_s * 1e3:g} ms even with one request at a time"
     serving, _ = replicas_needed(rate, mu, headroom)
-    lat = open_loop_latency(hw, coef, request_rate=np.array([rate / serving]), **kw)
+    lat = open_loop_latency(hw, coef, request_rate=np.array([rate / serving]), stats=tuple({stat, "mean"}), **kw)
     at = closed_loop(
         hw, coef, concurrency=max(mean_in_system(rate / serving, lat), 1e-3), input_len=inp.mean, output_len=out.mean
     )

@@ -386,6 +386,8 @@ def open_loop_latency(
     max_running: float,
     burstiness: float = 1.0,
     service_scv: float = 0.0,
+    stats: tuple[str, ...] = STATS,
+    curve: ServiceCurve | None = None,
 ) -> QueueLatency:
     """Mean and P50/P95/P99 TTFT, TPOT and e2e of one replica at each ``request_rate`` (requests/s,
     any shape), for Poisson (``burstiness`` 1) or gamma arrivals; the model is in the module
@@ -394,13 +396,19 @@ def open_loop_latency(
     ``max_running``: batch slots (the smaller of the engine's ``max_num_seqs`` and the requests
     the KV cache holds). ``service_scv``: squared coefficient of variation of the time a request
     holds a slot when all are busy; 0 for fixed input and output lengths, about 1 for
-    exponential-like output lengths.
+    exponential-like output lengths. ``stats``: only these statistics (the others are absent from
+    the result). ``curve``: the replica's ``service_curve`` when already computed for these
+    inputs (the planner reuses the one ``max_request_rate`` made).
     """
     lam = _check_rate(request_rate)
     b = check_burstiness(burstiness)
     scv = _check_scv(service_scv)
-    curve = service_curve(hw, coef, input_len=input_len, output_len=output_len, max_running=max_running)
-    return _latency(curve, lam, b, scv)
+    unknown = [s for s in stats if s not in STATS]
+    if unknown:
+        raise ValueError(f"stats must be among {', '.join(STATS)}, got {unknown}")
+    if curve is None:
+        curve = service_curve(hw, coef, input_len=input_len, output_len=output_len, max_running=max_running)
+    return _latency(curve, lam, b, scv, stats=tuple(stats))
 
 
 def max_request_rate(
@@ -415,6 +423,7 @@ def max_request_rate(
     stat: str = "p99",
     burstiness: float = 1.0,
     service_scv: float = 0.0,
+    curve: ServiceCurve | None = None,
 ) -> float:
     """Largest request rate (requests/s) of one replica whose ``stat`` TTFT and TPOT meet the SLOs
     given; 0.0 when even a trickle misses them.
@@ -434,7 +443,8 @@ def max_request_rate(
             raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")
     b = check_burstiness(burstiness)
     scv = _check_scv(service_scv)
-    curve = service_curve(hw, coef, input_len=input_len, output_len=output_len, max_running=max_running)
+    if curve is None:
+        curve = service_curve(hw, coef, input_len=input_len, output_len=output_len, max_running=max_running)
 
     def ok(rates: Array) -> Bools:
         """Whether each (stable) rate meets the SLOs: a percentile is within its SLO when the
