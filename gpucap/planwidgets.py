@@ -17,7 +17,7 @@ import pandas as pd
 from .catalog import model_cards
 from .gpus import load_gpus
 from .lengths import Lengths
-from .plan import GPU_COUNTS, KV_DTYPES, TARGETS, WEIGHT_DTYPES, Headroom, Plan, plan
+from .plan import GPU_COUNTS, KV_DTYPES, PLAN_COLUMNS, TARGETS, WEIGHT_DTYPES, Headroom, Plan, plan
 from .planplots import rejected_counts
 from .prices import Prices
 from .queueing import STATS
@@ -27,23 +27,7 @@ DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 DEFAULT_GPUS = ("H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB")
 TOP = 10  # plans shown
 TARGET_LABELS = {"request_rate": "requests/s", "concurrency": "requests in flight", "output_tps": "output tokens/s"}
-TABLE_COLUMNS = [
-    "gpu",
-    "gpus_per_replica",
-    "tp",
-    "pp",
-    "ep",
-    "weight_dtype",
-    "kv_dtype",
-    "replicas",
-    "total_gpus",
-    "capacity_per_replica",
-    "utilization",
-    "ttft_s",
-    "tpot_s",
-    "cost_per_hour",
-    "cost_per_million_output_tokens",
-]
+TABLE_COLUMNS = [c for c in PLAN_COLUMNS if c not in ("spare_replicas", "comm_share")]
 INPUT_NAMES = (
     "model",
     "target_kind",
