@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from .batching import Extras, LoadPoint, closed_loop, open_loop, saturation_run
+from .batching import Extras, LoadPoint, closed_loop, open_loop
 from .catalog import load_model
 from .engine import Coefficients, EngineConfig
 from .gpus import GPU, get_gpu
 from .layout import Layout
 from .memory import MemoryBreakdown, concurrency_by_memory, does_not_fit_message, memory_breakdown
 from .models import ModelSpec
+from .runs import saturation_run
 from .speculative import Speculative
 from .step import Hardware
 from .vision import Images

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .batching import LoadPoint, closed_loop, open_loop, saturation_run, static_batch
+from .batching import LoadPoint, closed_loop, open_loop
 from .engine import Coefficients, EngineConfig
 from .estimate import DoesNotFit, hardware, memory_limit
+from .runs import saturation_run, static_batch
 from .step import Hardware
 
 REQUIRED_COLUMNS = (

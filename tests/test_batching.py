@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from gpucap.batching import closed_loop, drain_time, open_loop, saturation_run, static_batch
+from gpucap.batching import closed_loop, open_loop
 from gpucap.engine import Coefficients
 from gpucap.estimate import hardware
+from gpucap.runs import drain_time, saturation_run, static_batch
 from gpucap.step import prefill_pairs_per_layer, step_time, step_work
 
 COEF = Coefficients()

@@ -6,9 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpucap.batching import closed_loop, static_batch
+from gpucap.batching import closed_loop
 from gpucap.engine import Coefficients
 from gpucap.estimate import estimate, hardware, hardware_memory
+from gpucap.runs import static_batch
 from gpucap.speculative import Speculative, acceptance_length
 from gpucap.step import step_time, step_work
 

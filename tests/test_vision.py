@@ -4,10 +4,10 @@ step and in an estimate, against numbers derived by hand from the configs' dimen
 import numpy as np
 import pytest
 
-from gpucap.batching import static_batch
 from gpucap.catalog import load_model, model_cards
 from gpucap.engine import Coefficients
 from gpucap.estimate import Workload, estimate, hardware, hardware_memory
+from gpucap.runs import static_batch
 from gpucap.step import step_time, step_work
 from gpucap.vision import Images, image_grid, image_work, llama4_canvas_tiles, qwen_resized_px
 
