@@ -32,6 +32,16 @@ def _ints(text: str) -> list[int]:
     return values
 
 
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} must be 0 or more")
+    return v
+
+
 def add_parser(sub: Any, positive_float: Any, positive_int: Any) -> None:
     p = sub.add_parser("plan", help="GPU type, count, split, replicas and cost for a target load within SLOs")
     p.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
@@ -49,16 +59,21 @@ def add_parser(sub: Any, positive_float: Any, positive_int: Any) -> None:
     p.add_argument("--weight-dtypes", type=_list, default=list(WEIGHT_DTYPES))
     p.add_argument("--kv-dtypes", type=_list, default=list(KV_DTYPES))
     p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
-    p.add_argument("--usd-per-kwh", type=positive_float, default=None, help="add power at each GPU's TDP")
-    p.add_argument("--failure-spares", type=int, default=1, help="N+k replicas for failures (default 1)")
-    p.add_argument("--upgrade-spares", type=int, default=0, help="replicas out during a rolling upgrade (default 0)")
+    p.add_argument(
+        "--usd-per-kwh",
+        type=positive_float,
+        default=None,
+        help="owned hardware: count power at each GPU's TDP (plus --price, read as amortized cost, if given)",
+    )
+    p.add_argument("--failure-spares", type=_count, default=1, help="N+k replicas for failures (default 1)")
+    p.add_argument("--upgrade-spares", type=_count, default=0, help="replicas out during a rolling upgrade (default 0)")
     p.add_argument("--burst-margin", type=float, default=0.2, help="capacity above the target, 0.2 = 20%% (default)")
     p.add_argument("--burstiness", type=positive_float, default=1.0, help="gamma arrivals; 1 = Poisson, < 1 burstier")
     p.add_argument("--engine", default="vllm", choices=list(ENGINES))
     p.add_argument("--coefficients", default=None, help="calibration JSON")
     p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
     p.add_argument(
-        "--simulate-top", type=int, default=3, help="check the N cheapest plans by simulation (default 3, 0 = off)"
+        "--simulate-top", type=_count, default=3, help="check the N cheapest plans by simulation (default 3, 0 = off)"
     )
     p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10; --json prints all)")
     p.add_argument("--json", action="store_true", help='{"plans": [...], "rejected": [...]}, cheapest first')

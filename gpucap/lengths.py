@@ -23,6 +23,8 @@ class Lengths:
     values: tuple[float, ...]
     weights: tuple[float, ...]
     label: str = ""
+    top: float | None = None  # the longest request when it is not one of the values (a bin's edge)
+    points: tuple[tuple[float, float], ...] = ()  # given (fraction, length) percentiles, if any
 
     def __post_init__(self) -> None:
         v, w = np.asarray(self.values, dtype=float), np.asarray(self.weights, dtype=float)
@@ -50,7 +52,8 @@ class Lengths:
         if np.any(c < 0) or c.sum() <= 0:
             raise ValueError(f"lengths {label!r}: counts must be >= 0 with a positive total")
         mid = np.maximum(0.5 * (e[:-1] + e[1:]), 1.0)
-        return cls(tuple(mid), tuple(c / c.sum()), label)
+        top = float(e[np.flatnonzero(c > 0)[-1] + 1])
+        return cls(tuple(mid), tuple(c / c.sum()), label, top=top)
 
     @classmethod
     def percentiles(cls, points: Mapping[float, float], label: str = "percentiles") -> Lengths:
@@ -75,7 +78,7 @@ class Lengths:
             weights += [(q[k + 1] - q[k]) / 100 / PERCENTILE_POINTS] * PERCENTILE_POINTS
         values.append(x[-1])
         weights.append(1 - q[-1] / 100)
-        return cls(tuple(values), tuple(weights), label)
+        return cls(tuple(values), tuple(weights), label, points=tuple(zip(q / 100, x, strict=True)))
 
     @classmethod
     def parse(cls, text: str, label: str) -> Lengths:
@@ -100,10 +103,17 @@ class Lengths:
 
     @property
     def longest(self) -> float:
+        """The longest request: a histogram's top edge, else the largest value."""
+        if self.top is not None:
+            return self.top
         return float(max(v for v, w in zip(self.values, self.weights, strict=True) if w > 0))
 
     def quantile(self, q: float) -> float:
-        """Smallest length with at least fraction ``q`` of requests at or below it."""
+        """Smallest length with at least fraction ``q`` of requests at or below it; from given
+        percentiles, linear between them (the CDF they define)."""
+        if self.points:
+            f, x = np.array(self.points).T
+            return float(np.interp(q, f, x))
         order = np.argsort(self.values)
         v, cdf = np.asarray(self.values)[order], np.cumsum(np.asarray(self.weights)[order])
         k = min(int(np.searchsorted(cdf, q - 1e-12)), v.size - 1)

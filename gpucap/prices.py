@@ -28,12 +28,15 @@ class Prices:
     source: str = ""
 
     def usd_per_gpu_hour(self, gpu: GPU) -> float | None:
-        """Price plus power; None when neither is known for this GPU."""
+        """Price plus power. None when the GPU is not priced: a price list that does not name it,
+        or power only for a GPU whose catalog row gives no TDP."""
         price = self.per_gpu_hour.get(gpu.key)
+        if self.per_gpu_hour and price is None:
+            return None  # a list was given and leaves this GPU out: power alone would look free
         if self.usd_per_kwh is None:
             return price
         if not gpu.tdp_w:
-            return price
+            return None if price is None else price
         return (price or 0.0) + gpu.tdp_w / 1000.0 * self.usd_per_kwh
 
 

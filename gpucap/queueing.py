@@ -326,7 +326,8 @@ def _parts(curve: ServiceCurve, rate: Array, burstiness: float, service_scv: flo
 
 def _tpot_quantile(curve: ServiceCurve, parts: _Parts, q: float) -> Array:
     """q-quantile of TPOT: the q-quantile of the concurrency m an arrival runs at (R for waiting
-    ones, interpolated between bin centres) through the non-decreasing life TPOT(m)."""
+    ones; the state itself among the one-state bins, interpolated between bin centres among the
+    log-spaced ones) through the non-decreasing life TPOT(m)."""
     st = parts.states
     cum = np.cumsum(st.weight, axis=1)
     mid = cum - 0.5 * st.weight
@@ -338,6 +339,10 @@ def _tpot_quantile(curve: ServiceCurve, parts: _Parts, q: float) -> Array:
         n_q = st.state[j - 1] + frac * (st.state[j] - st.state[j - 1])
     else:
         n_q = np.full(rows.size, st.state[0])
+    # where the quantile falls in a one-state bin (n < EXACT_STATES), it is that state: spreading
+    # the mass of n = 0 towards n = 1 would double a light load's P99 TPOT
+    k = np.minimum((cum < q).sum(axis=1), cum.shape[1] - 1)
+    n_q = np.where(st.state[k] < EXACT_STATES, st.state[k], n_q)
     m_q = np.where(q > cum[:, -1], float(curve.slots), n_q + 1.0)
     return _life_tpot(curve, parts.life, m_q[:, None])[:, 0]
 

@@ -15,7 +15,7 @@ def test_histogram_mean_from_midpoints() -> None:
     d = Lengths.histogram([0, 1000, 3000], [3, 1])
     assert d.mean == pytest.approx(875.0)
     assert d.quantile(0.75) == 500 and d.quantile(0.76) == 2000
-    assert d.longest == 2000
+    assert d.longest == 3000  # the last bin's top edge: a request that long must fit the KV cache
 
 
 def test_percentiles_linear_between_points() -> None:
@@ -24,7 +24,10 @@ def test_percentiles_linear_between_points() -> None:
     d = Lengths.percentiles({10: 100, 90: 900})
     assert d.mean == pytest.approx(500.0)
     assert d.longest == 900
-    assert 450 <= d.quantile(0.5) <= 550
+    assert d.quantile(0.5) == pytest.approx(500.0)  # halfway between p10 and p90 on a linear CDF
+    # the given points are the quantiles themselves
+    e = Lengths.percentiles({50: 800, 90: 2000, 99: 6000})
+    assert (e.quantile(0.9), e.quantile(0.99)) == (pytest.approx(2000.0), pytest.approx(6000.0))
 
 
 def test_parse_and_errors() -> None:

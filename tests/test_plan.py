@@ -131,6 +131,14 @@ def test_power_cost_for_owned_hardware() -> None:
     assert p.best["cost_per_hour"] == pytest.approx(p.best["total_gpus"] * 0.07)
 
 
+def test_power_adds_to_a_price_list_but_does_not_price_what_it_leaves_out(tmp_path) -> None:
+    path = tmp_path / "owned.csv"
+    path.write_text("gpu,usd_per_gpu_hour\nH100-SXM-80GB,1.00\n")  # amortized cost of owned H100s
+    table = read_prices(path, usd_per_kwh=0.10)
+    assert table.usd_per_gpu_hour(get_gpu("H100-SXM-80GB")) == pytest.approx(1.07)  # 1.00 + 0.7 kW x $0.10
+    assert table.usd_per_gpu_hour(get_gpu("H200-SXM-141GB")) is None  # not in the list: not free
+
+
 def test_bad_price_file_is_named(tmp_path) -> None:
     bad = tmp_path / "p.csv"
     bad.write_text("gpu,usd_per_gpu_hour\nH100-SXM-80GB,cheap\n")
