@@ -17,6 +17,7 @@ import numpy as np
 from .batching import closed_loop
 from .engine import Coefficients
 from .lengths import Lengths
+from .memory import held_tokens_per_layer
 from .queueing import max_request_rate, open_loop_latency, service_curve
 from .simulate import simulate
 from .step import Hardware
@@ -102,7 +103,9 @@ def rate_load(
         return f"misses TTFT: the {stat} prompt ({inp.quantile(q):.0f} tokens) alone takes {extra:.2f} s more than the mean one"
     curve = service_curve(hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap)
     kw["curve"] = curve
-    mu = max_request_rate(hw, coef, ttft_slo_s=ttft_slo_s - extra, tpot_slo_s=tpot_slo_s, stat=stat, **kw)
+    # one output token has no TPOT: only the TTFT SLO applies
+    tpot_slo = tpot_slo_s if out.mean > 1 else None
+    mu = max_request_rate(hw, coef, ttft_slo_s=ttft_slo_s - extra, tpot_slo_s=tpot_slo, stat=stat, **kw)
     if mu <= 0:
         trickle = open_loop_latency(hw, coef, request_rate=np.array([1e-6]), stats=(stat,), **kw)
         ttft, tpot = float(trickle.ttft_s[stat][0]) + extra, float(trickle.tpot_s[stat][0])
@@ -117,7 +120,7 @@ def rate_load(
     return Load(
         capacity=mu,
         ttft_s=float(lat.ttft_s[stat][0]) + extra,
-        tpot_s=float(lat.tpot_s[stat][0]),
+        tpot_s=float(lat.tpot_s[stat][0]) if out.mean > 1 else math.nan,
         utilization=float(lat.utilization[0]),
         output_tps=rate * out.mean,
         comm_share=float(at.decode_step.comm_share),
@@ -184,6 +187,10 @@ def simulated(
     (``gpucap.simulate``), with lengths drawn from the distributions: a check of the queueing
     model's answer for a plan, which schedules whole prompt chunks as an engine does."""
     rng = np.random.default_rng(seed)
+    held = float(held_tokens_per_layer(hw.spec, inp.mean + out.mean))
+    # a sliding window holds fewer tokens than a request has: the simulation charges whole
+    # requests, so its capacity is scaled by the tokens held per token of context
+    kv_capacity_tokens *= (inp.mean + out.mean) / max(held, 1.0)
     sim = simulate(
         hw,
         coef,

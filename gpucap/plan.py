@@ -238,6 +238,7 @@ def _check_by_simulation(
     for col in ("ttft_s_simulated", "tpot_s_simulated"):
         plans[col] = np.nan
     plans["meets_slo_simulated"] = pd.Series([None] * len(plans), dtype=object)
+    plans["simulation_error"] = pd.Series([None] * len(plans), dtype=object)
     for k in range(min(top, len(plans))):
         row = plans.iloc[k]
         hw = hardware(
@@ -251,19 +252,24 @@ def _check_by_simulation(
             engine=EngineConfig(engine=engine),
         )
         mem, slots = memory_limit(hw, inp.mean + out.mean)
-        ttft, tpot = simulated(
-            hw,
-            coef,
-            inp=inp,
-            out=out,
-            rate=rate / (int(row["replicas"]) - headroom.spares),
-            max_running=batch_slots(hw, input_len=inp.mean, output_len=out.mean, kv_slots=slots),
-            kv_capacity_tokens=mem.kv_tokens_per_gpu * hw.layout.attn_dp,
-            stat=stat,
-            burstiness=burstiness,
-        )
+        try:
+            ttft, tpot = simulated(
+                hw,
+                coef,
+                inp=inp,
+                out=out,
+                rate=rate / (int(row["replicas"]) - headroom.spares),
+                max_running=batch_slots(hw, input_len=inp.mean, output_len=out.mean, kv_slots=slots),
+                kv_capacity_tokens=mem.kv_tokens_per_gpu * hw.layout.attn_dp,
+                stat=stat,
+                burstiness=burstiness,
+            )
+        except ValueError as err:  # the simulation cannot run this plan: say why, keep the others
+            plans.at[k, "simulation_error"] = str(err)
+            continue
         plans.loc[k, ["ttft_s_simulated", "tpot_s_simulated"]] = [ttft, tpot]
-        plans.at[k, "meets_slo_simulated"] = bool(ttft <= ttft_slo_s and tpot <= tpot_slo_s)
+        tpot_ok = tpot <= tpot_slo_s or (out.mean <= 1 and math.isnan(tpot))  # one token: no TPOT
+        plans.at[k, "meets_slo_simulated"] = bool(ttft <= ttft_slo_s and tpot_ok)
     return plans
 
 

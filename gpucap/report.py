@@ -182,6 +182,11 @@ def format_plan(p: Plan, top: int = 10) -> str:
         if "ttft_s_simulated" in p.plans:
             lines += ["", f"checked by simulation ({slo['stat']}, at target with the spares out):"]
             for r in p.plans.head(top).itertuples():
+                if isinstance(getattr(r, "simulation_error", None), str):
+                    lines.append(
+                        f"  {r.Index + 1:>3}. {r.gpu} tp={r.tp} pp={r.pp}: not simulated ({r.simulation_error})"
+                    )
+                    continue
                 if r.meets_slo_simulated is None:
                     continue
                 verdict = "meets the SLOs" if r.meets_slo_simulated else "MISSES the SLOs"

@@ -216,3 +216,31 @@ def test_simulation_notes_name_the_cheapest_that_passes() -> None:
     (note,) = simulation_notes(checked)
     assert "of the 2 simulated, plan 2 is the cheapest that does" in note
     assert simulation_notes(pd.DataFrame({"meets_slo_simulated": [True, False]}, dtype=object)) == []
+
+
+def test_sliding_window_model_is_simulated_with_its_window(prices) -> None:
+    # Gemma-3-27B keeps 1024-token windows on 5 of every 6 layers: the KV cache of one H100 holds
+    # far fewer 41,000-token contexts than full attention would need, but more than the raw token
+    # count suggests; the simulation must hold at least one such request (it refused before)
+    p = plan(
+        "google/gemma-3-27b-it",
+        input_len=40000,
+        output_len=1000,
+        target_request_rate=0.05,
+        ttft_slo_s=30,
+        tpot_slo_s=0.2,
+        gpus=["H100-SXM-80GB"],
+        gpu_counts=[1],
+        weight_dtypes=["bf16"],
+        kv_dtypes=["auto"],
+        prices=prices,
+        simulate_top=1,
+    )
+    assert p.best["simulation_error"] is None and math.isfinite(p.best["ttft_s_simulated"])
+
+
+def test_one_output_token_has_no_tpot_slo(prices) -> None:
+    kw = dict(input_len=1000, output_len=1, target_request_rate=2.0, tpot_slo_s=0.001, prices=prices, **ONE)
+    p = plan(MODEL, simulate_top=1, **kw)
+    assert not p.plans.empty and math.isnan(p.best["tpot_s"])  # a 1 ms TPOT SLO cannot bind
+    assert p.best["meets_slo_simulated"]
