@@ -152,15 +152,16 @@ def _frontend_rate(coef: Coefficients) -> float:
 
 def _unit_terms(
     hw: Hardware, coef: Coefficients, *, i: Array, ctx: Array, pairs_one: Array, ex: Extras = NO_EXTRAS
-) -> tuple[Array, Array, Array]:
-    """Step terms of an empty step, and what one decoding sequence and one whole prompt (with
-    its images) add. A dense model's work is affine in decode sequences, prompt tokens, prefill
-    pairs and images together, so any step's terms are ``base + B x per_decode + (P / I) x
-    per_prompt``."""
+) -> tuple[Array, Array, Array, Array]:
+    """Step terms of an empty step, and what one decoding sequence, one whole prompt and one
+    request's images add. A dense model's work is affine in decode sequences, prompt tokens,
+    prefill pairs and images together, so any step's terms are ``base + B x per_decode + (P / I)
+    x (per_prompt + per_images)``."""
     base = _terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex)[:, :1]
     per_decode = _terms(hw, coef, 1.0, ctx, 0.0, 0.0, ex) - base
-    per_prompt = _terms(hw, coef, 0.0, ctx, i, pairs_one, ex, ex.images_per_request) - base
-    return base, per_decode, per_prompt
+    per_prompt = _terms(hw, coef, 0.0, ctx, i, pairs_one, ex) - base
+    per_images = _terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex, ex.images_per_request) - base
+    return base, per_decode, per_prompt, per_images
 
 
 def _arrivals_per_step(
@@ -282,7 +283,7 @@ def closed_loop(
             dec = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a)
             chunk = (one_mb * i / chunks, one_mb * pairs_one / chunks)
             pre = lines_through(
-                partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=one_mb * n_img / chunks),
+                partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / chunks),
                 a,
             )
             if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
@@ -294,14 +295,16 @@ def closed_loop(
         dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
         only_terms = _terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex) if apart else dec_terms
         pre_terms = _terms(
-            hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, one_mb * n_img / chunks
+            hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, n_img / chunks
         )
     else:
-        base, per_decode, per_prompt = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one, ex=ex)
-        dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt)
+        base, per_decode, per_prompt, per_images = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one, ex=ex)
+        dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt + per_images)
 
         def pre_at(ch: Array, sel: Select = slice(None)) -> Lines:
-            return base + one_mb * per_prompt[:, sel] / ch, decoding[sel] * per_decode[:, sel]
+            # the chunk in one micro-batch (pp stage slots of it); the images encoded once
+            prompt = one_mb * per_prompt[:, sel] + per_images[:, sel]
+            return base + prompt / ch, decoding[sel] * per_decode[:, sel]
 
         kw = dict(r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
         pre = pre_at(chunks)

@@ -401,12 +401,12 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
         extra = np.maximum(work.encoder_flop / peak_bf16, work.encoder_bytes / bw) + (
             work.draft_linear_flop / peak_format + work.draft_attention_flop / peak_bf16 + work.draft_bytes / bw
         )
-    gemm_c = work.linear_flop / peak_format + extra / hw.layout.pp
+    gemm_c = work.linear_flop / peak_format + extra
     attn_c = work.attention_flop / peak_bf16
     comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
     overhead = coef.t_overhead_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER * hw.spec.num_layers)
     host = overhead + coef.t_seq_s * work.sequences
-    gemm_m = work.weight_bytes / bw + extra / hw.layout.pp
+    gemm_m = work.weight_bytes / bw + extra
     return np.stack(np.broadcast_arrays(gemm_c, gemm_m, attn_c, work.kv_bytes / bw, comm, host))
 
 

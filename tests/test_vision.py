@@ -171,3 +171,24 @@ def test_bad_image_inputs_are_named() -> None:
         image_work(load_model(QWEN_VL).vision, Images())
     with pytest.raises(ValueError, match="has no vision encoder"):
         estimate("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", input_len=100, output_len=100, images_per_request=1)
+
+
+def test_pipeline_stages_do_not_shorten_the_encoder() -> None:
+    """The encoder runs once per step on the first stage: eight images take the same seconds at
+    pp = 1, 2 and 4 (dividing by pp twice, as before, halved them at each doubling)."""
+    from gpucap.engine import Coefficients
+    from gpucap.estimate import hardware
+    from gpucap.step import step_time, step_work
+    from gpucap.vision import Images
+
+    coef = Coefficients.for_engine("vllm")
+    seconds = []
+    for pp in (1, 2, 4):
+        hw = hardware("google/gemma-3-27b-it", "H100-SXM-80GB", pp=pp)
+
+        def t(n: float, hw=hw) -> float:
+            work = step_work(hw, decode_tokens=0.0, decode_context=0.0, images=n, image=Images(per_request=1))
+            return float(step_time(hw, work, coef).total_s)
+
+        seconds.append(t(8.0) - t(0.0))
+    assert seconds[0] > 0 and seconds[1] == pytest.approx(seconds[0]) and seconds[2] == pytest.approx(seconds[0])
