@@ -208,6 +208,7 @@ def simulate(
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     budget_tokens = int(max_num_batched_tokens or hw.engine.max_num_batched_tokens or 8192)
     slots = min(int(np.floor(max_running)) if np.isfinite(max_running) else n, budget_tokens)
+    pp = hw.layout.pp
     kv_cap = float(kv_capacity_tokens)
     base_in, base_out = _lengths(input_len, n, "input_len"), _lengths(output_len, n, "output_len")
     if (base_in + base_out).max() > kv_cap:
@@ -310,7 +311,11 @@ def simulate(
         else:
             start = prefilled[pre_ids]
             pairs = float((clock.pairs(start + chunk) - clock.pairs(start)).sum())
-            dt = clock.one(n_dec, context, prefill, pairs)
+            # each request's chunk rides in one pipeline micro-batch (as in gpucap.batching): the
+            # step code spreads a step's tokens over pp micro-batches, so charge pp / (chunks in
+            # the step) times the tokens, up to one micro-batch per chunk
+            spread = pp / min(pp, max(pre_ids.size, 1))
+            dt = clock.one(n_dec, context, int(round(prefill * spread)), pairs * spread)
             t += dt
             busy += running.size * dt
             steps += 1

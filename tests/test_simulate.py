@@ -177,3 +177,17 @@ def test_waiting_for_slots_matches_analytic() -> None:
         ratio = sim.summary["ttft_s"][stat] / float(lat.ttft_s[stat])
         assert 0.75 < ratio < 1.5, (stat, ratio)
     assert sim.summary["tpot_s"]["p99"] == pytest.approx(float(lat.tpot_s["p99"]), rel=0.05)
+
+
+def test_pipeline_stages_do_not_shorten_a_lone_prompt() -> None:
+    """A lone request's prompt chunk rides in one micro-batch: its TTFT is the same at pp 1, 2
+    and 4, up to the sends between stages (as in gpucap.batching.closed_loop)."""
+    ttft = []
+    for pp in (1, 2, 4):
+        hw = hardware("meta-llama/Llama-3.3-70B-Instruct", "H100-SXM-80GB", tp=2, pp=pp, weight_dtype="fp8")
+        sim = simulate(
+            hw, Coefficients.for_engine("vllm"), request_rate=0.01, num_requests=20, input_len=6000,
+            output_len=20, max_running=8, seed=1,
+        )  # fmt: skip
+        ttft.append(sim.summary["ttft_s"]["p50"])
+    assert ttft[1] == pytest.approx(ttft[0], rel=0.01) and ttft[2] == pytest.approx(ttft[0], rel=0.01)
