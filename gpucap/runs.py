@@ -143,6 +143,8 @@ def saturation_run(
         duration = burst(R I) + (N - R) / X_ss + drain(R)
 
     Reported TTFT is then mostly queueing: the mean wait ``(N - R) / (2 X_ss)`` plus the prefill.
+    When all N run at once, the burst's s chunk steps of t seconds hand out first tokens as they
+    finish: TTFT = (s + 1) t / 2 on average.
     """
     if lengths not in LENGTH_DISTRIBUTIONS:
         raise ValueError(f"lengths must be one of {', '.join(LENGTH_DISTRIBUTIONS)}, got {lengths!r}")
@@ -170,11 +172,14 @@ def saturation_run(
     tput = np.where(finite, n * o / np.where(finite, duration, 1.0), steady.output_tokens_per_s)
     x = tput / o
     queue_wait = waiting / (2.0 * steady.requests_per_s)
+    # nobody waits: the burst's s chunk steps of t each hand out first tokens as they finish,
+    # on average after (s + 1) / 2 steps = (s t + t) / 2 (one step when s = 1)
+    first_tokens_s = 0.5 * (burst.ttft_s + burst.prefill_step.total_s)
     return LoadPoint(
         concurrency=n,
         running=running,
         decode_batch=steady.decode_batch,
-        ttft_s=np.where(waiting > 0, steady.ttft_s + queue_wait, burst.ttft_s / 2.0),
+        ttft_s=np.where(waiting > 0, steady.ttft_s + queue_wait, first_tokens_s),
         tpot_s=steady.tpot_s,
         requests_per_s=x,
         output_tokens_per_s=tput,

@@ -96,3 +96,19 @@ def test_frontend_caps_the_request_rate() -> None:
     p = closed_loop(HW, coef, concurrency=512.0, input_len=100, output_len=4)
     assert float(p.requests_per_s) == pytest.approx(100.0)
     assert p.requests_per_s * (p.ttft_s + 3 * p.tpot_s) == pytest.approx(512.0, rel=1e-6)
+
+
+def test_all_at_once_ttft_is_at_least_one_prefill_step() -> None:
+    # one request sent alone: its first token comes after its whole prefill step, not half of it
+    from gpucap.runs import saturation_run
+
+    p = saturation_run(HW, COEF, num_prompts=1.0, input_len=1000.0, output_len=200.0, max_running=256.0)
+    alone = step_time(
+        HW,
+        step_work(
+            HW, decode_tokens=0.0, decode_context=1000.0, prefill_tokens=1000.0,
+            prefill_pairs=prefill_pairs_per_layer(HW.spec, 1000.0),
+        ),
+        COEF,
+    ).total_s  # fmt: skip
+    assert float(p.ttft_s) == pytest.approx(float(alone), rel=1e-9)
