@@ -85,6 +85,10 @@ def levels(kind: type, text: str) -> list[float]:
             raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"{text!r}: a level is repeated")
+    if kind is float and len({round(v, 3) for v in values}) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r}: request rates must differ by at least 0.001/s (file names)")
+    if kind is float and min(values) < 0.001:
+        raise argparse.ArgumentTypeError(f"{text!r}: request rates below 0.001/s are not supported")
     return sorted(values)
 
 

@@ -251,6 +251,11 @@ def closed_loop(
     if prompt_steps not in PROMPT_STEPS:
         raise ValueError(f"prompt_steps must be one of {', '.join(PROMPT_STEPS)}, got {prompt_steps!r}")
     apart = prompt_steps == "apart"
+    if apart and hw.layout.pp > 1:
+        raise ValueError(
+            "prompt_steps='apart' is not modelled with pipeline parallelism (pp > 1): micro-batches "
+            "interleave prompt and decode steps; use the default 'spread'"
+        )
     ex = Extras(images, speculative)
     c, i, o, cap = np.broadcast_arrays(
         *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running))

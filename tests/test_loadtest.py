@@ -270,3 +270,8 @@ def test_engine_knobs_and_formats_go_into_the_metadata(fake_vllm: Path, tmp_path
     assert not any(p.startswith("kv_cache_dtype=") for p in meta)  # not given: not written
     with pytest.raises(SystemExit):
         loadtest.parser().parse_args(argv(fake_vllm, tmp_path / "o2", "--engine-knob", "max_seqs=64"))
+
+
+def test_rates_that_would_share_a_file_name_are_refused(fake_vllm: Path, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        loadtest.parser().parse_args(argv(fake_vllm, tmp_path / "out", "--request-rate", "2.0001,2.0004"))

@@ -183,3 +183,6 @@ def test_prompt_steps_apart_satisfy_their_fixed_point() -> None:
     assert np.all(apart.tpot_s >= spread.tpot_s * (1 - 1e-9))
     with pytest.raises(ValueError, match="prompt_steps must be one of"):
         closed_loop(hw, coef, concurrency=1.0, input_len=i, output_len=o, prompt_steps="mixed")
+    two_stages = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", pp=2)
+    with pytest.raises(ValueError, match="not modelled with pipeline parallelism"):
+        closed_loop(two_stages, coef, concurrency=1.0, input_len=i, output_len=o, prompt_steps="apart")
