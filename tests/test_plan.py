@@ -156,6 +156,12 @@ def test_missing_price_is_a_rejection(tmp_path) -> None:
     assert p.plans.empty and p.rejected["reason"].str.contains("no price for H100-SXM-80GB").all()
 
 
+def test_longer_than_the_model_context_is_refused() -> None:
+    # Llama-3.1-8B: max_position_embeddings 131072 (config.json)
+    with pytest.raises(ValueError, match="exceeds meta-llama/Llama-3.1-8B's context of 131072"):
+        plan(MODEL, input_len=130000, output_len=2000, target_request_rate=1.0)
+
+
 def test_exactly_one_target() -> None:
     with pytest.raises(ValueError, match="exactly one target"):
         plan(MODEL, input_len=100, output_len=10, target_request_rate=1.0, target_concurrency=4.0)
