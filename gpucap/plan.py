@@ -48,6 +48,7 @@ KV_DTYPES = ("auto", "fp8")
 COMM_BOUND_SHARE = 0.5  # seed 1: more than half the step on the link
 PROGRESS_AFTER_S = 1.0  # show progress once the search has run this long
 PROGRESS_EVERY_S = 0.25
+SIMULATE_MORE = 10  # plans simulated beyond the top ones while none has passed
 PLAN_COLUMNS = [
     "gpu",
     "gpus_per_replica",
@@ -233,13 +234,17 @@ def _check_by_simulation(
     stat: str,
     burstiness: float,
 ) -> pd.DataFrame:
-    """The ``top`` cheapest plans simulated at the target spread over their serving replicas."""
+    """The ``top`` cheapest plans simulated at the target spread over their serving replicas; when
+    none of them passes, the next ones too (up to ``SIMULATE_MORE``) until one does."""
     plans = plans.copy()
     for col in ("ttft_s_simulated", "tpot_s_simulated"):
         plans[col] = np.nan
     plans["meets_slo_simulated"] = pd.Series([None] * len(plans), dtype=object)
     plans["simulation_error"] = pd.Series([None] * len(plans), dtype=object)
-    for k in range(min(top, len(plans))):
+    passed = False
+    for k in range(min(top + SIMULATE_MORE, len(plans))):
+        if k >= top and passed:
+            break  # the cheapest that passes is known
         row = plans.iloc[k]
         hw = hardware(
             spec,
@@ -270,6 +275,7 @@ def _check_by_simulation(
         plans.loc[k, ["ttft_s_simulated", "tpot_s_simulated"]] = [ttft, tpot]
         tpot_ok = tpot <= tpot_slo_s or (out.mean <= 1 and math.isnan(tpot))  # one token: no TPOT
         plans.at[k, "meets_slo_simulated"] = bool(ttft <= ttft_slo_s and tpot_ok)
+        passed = passed or bool(plans.at[k, "meets_slo_simulated"])
     return plans
 
 
@@ -335,8 +341,9 @@ def plan(
     GPU's TDP (owned hardware: give a price file of amortized cost, or none to count power only).
     ``progress``: a callback ``(done, total, started)``, or True for a bar on stderr once the
     search has run for a second. ``simulate_top``: check the N cheapest plans with the step-level
-    simulation (about a second each): columns ``ttft_s_simulated``, ``tpot_s_simulated`` and
-    ``meets_slo_simulated`` (rate and output-token targets).
+    simulation (about a second each), and further ones while none passes: columns
+    ``ttft_s_simulated``, ``tpot_s_simulated`` and ``meets_slo_simulated`` (rate and output-token
+    targets).
     """
     given = {"request_rate": target_request_rate, "concurrency": target_concurrency, "output_tps": target_output_tps}
     chosen = [(k, v) for k, v in given.items() if v is not None]

@@ -181,7 +181,7 @@ def format_plan(p: Plan, top: int = 10) -> str:
             )
         if "ttft_s_simulated" in p.plans:
             lines += ["", f"checked by simulation ({slo['stat']}, at target with the spares out):"]
-            for r in p.plans.head(top).itertuples():
+            for r in p.plans.itertuples():  # every simulated plan, also below --top
                 if isinstance(getattr(r, "simulation_error", None), str):
                     lines.append(
                         f"  {r.Index + 1:>3}. {r.gpu} tp={r.tp} pp={r.pp}: not simulated ({r.simulation_error})"
