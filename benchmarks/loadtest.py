@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from gpucap.loadtests import ENGINE_KNOBS
+from gpucap.results import ENGINE_KNOBS
 
 STATS = ("median", "mean")
 

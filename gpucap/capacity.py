@@ -18,11 +18,10 @@ from .batching import closed_loop
 from .engine import Coefficients
 from .lengths import Lengths
 from .memory import held_tokens_per_layer
-from .queueing import max_request_rate, open_loop_latency, service_curve
+from .queueing import QUANTILES, max_request_rate, open_loop_latency, service_curve
 from .simulate import simulate
 from .step import Hardware
 
-QUANTILE = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 SIMULATED_REQUESTS = 2000  # per check; the first 20% are warm-up
 
 
@@ -76,7 +75,7 @@ def ttft_extra_s(hw: Hardware, coef: Coefficients, inp: Lengths, out: Lengths, s
     mean lengths; the slowest first tokens belong to the longest prompts."""
     if inp.is_fixed or stat == "mean":
         return 0.0
-    q = QUANTILE[stat]
+    q = QUANTILES[stat]
     i_q = inp.quantile(q)
     pts = closed_loop(hw, coef, concurrency=1.0, input_len=np.array([i_q, inp.mean]), output_len=out.mean)
     return float(max(pts.ttft_s[0] - pts.ttft_s[1], 0.0))
@@ -99,7 +98,7 @@ def rate_load(
     extra = ttft_extra_s(hw, coef, inp, out, stat)
     kw: dict[str, Any] = dict(input_len=inp.mean, output_len=out.mean, max_running=cap, burstiness=burstiness)
     if extra >= ttft_slo_s:
-        q = QUANTILE[stat]
+        q = QUANTILES[stat]
         return f"misses TTFT: the {stat} prompt ({inp.quantile(q):.0f} tokens) alone takes {extra:.2f} s more than the mean one"
     curve = service_curve(hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap)
     kw["curve"] = curve

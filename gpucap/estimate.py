@@ -175,6 +175,16 @@ def memory_limit(
     return mem, limit
 
 
+def batch_slots(hw: Hardware, kv_slots: float | None = None, *, context_tokens: float | None = None) -> float:
+    """Requests one replica runs at once: the smaller of the engine's ``max_num_seqs`` and the
+    requests its KV cache holds (``kv_slots``, or found by ``memory_limit`` at ``context_tokens``)."""
+    if kv_slots is None:
+        if context_tokens is None:
+            raise ValueError("give kv_slots or context_tokens")
+        _, kv_slots = memory_limit(hw, context_tokens)
+    return float(min(float(hw.engine.max_num_seqs or np.inf), kv_slots))
+
+
 def _grid(top: float) -> np.ndarray:
     return np.unique(np.round(np.geomspace(1, max(top, 1), 600)))
 
@@ -374,7 +384,7 @@ def estimate(
             f"step; the drafter holds {mem.weights.draft / 2**30:.2f} GiB per GPU"
         )
 
-    cap = min(float(hw.engine.max_num_seqs or np.inf), mem_limit)
+    cap = batch_slots(hw, mem_limit)
     if concurrency is not None and request_rate is not None:
         raise ValueError("give concurrency (closed loop) or request_rate (open loop), not both")
     if request_rate is not None:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .gpus import get_gpu
+from .results import ENGINE_KNOBS
 
 STATS = ("mean", "median", "p90", "p99")
 
@@ -22,9 +23,6 @@ def _mode(row: pd.Series) -> str:
     if pd.notna(conc):
         return "fixed-concurrency"
     return "saturation"
-
-
-ENGINE_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "enforce_eager")
 
 
 def _given(v: object) -> bool:

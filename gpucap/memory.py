@@ -117,14 +117,14 @@ def held_tokens_per_layer(spec: ModelSpec, context_tokens: ArrayLike, block_size
     """
     ctx = np.asarray(context_tokens, dtype=float)
     total = np.zeros_like(ctx)
-    for window, count in _window_counts(spec).items():
+    for window, count in window_counts(spec).items():
         held = ctx if window is None else np.minimum(ctx, window)
         total = total + count * np.ceil(held / block_size) * block_size
     return total / spec.num_layers
 
 
 @lru_cache(maxsize=256)
-def _window_counts(spec: ModelSpec) -> dict[int | None, int]:
+def window_counts(spec: ModelSpec) -> dict[int | None, int]:
     counts: dict[int | None, int] = {}
     for w in spec.layer_window:
         counts[w] = counts.get(w, 0) + 1

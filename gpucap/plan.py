@@ -31,14 +31,13 @@ from .batching import closed_loop
 from .capacity import Headroom, concurrency_load, rate_load, replicas_needed, simulated
 from .catalog import load_model
 from .engine import Coefficients, EngineConfig
-from .estimate import DoesNotFit, hardware, memory_limit
+from .estimate import DoesNotFit, batch_slots, hardware, memory_limit
 from .gpus import GPU, get_gpu
 from .lengths import Lengths, as_lengths
 from .memory import weight_bytes_per_gpu
 from .models import ModelSpec
 from .prices import Prices, read_prices
 from .queueing import STATS
-from .step import Hardware
 from .units import COMPUTE_FORMAT, GiB
 
 TARGETS = ("request_rate", "concurrency", "output_tps")
@@ -111,15 +110,6 @@ class Candidate:
             "weight_dtype": self.weight_dtype,
             "kv_dtype": self.kv_dtype,
         }
-
-
-def batch_slots(hw: Hardware, *, input_len: float, output_len: float, kv_slots: float | None = None) -> float:
-    """Requests one replica runs at once: the smaller of the engine's ``max_num_seqs`` and the
-    requests of ``input_len + output_len`` tokens its KV cache holds (``kv_slots`` when already
-    known)."""
-    if kv_slots is None:
-        _, kv_slots = memory_limit(hw, input_len + output_len)
-    return float(min(float(hw.engine.max_num_seqs or np.inf), kv_slots))
 
 
 def supports(gpu: GPU, weight_dtype: str) -> bool:
@@ -264,7 +254,7 @@ def _check_by_simulation(
                 inp=inp,
                 out=out,
                 rate=rate / (int(row["replicas"]) - headroom.spares),
-                max_running=batch_slots(hw, input_len=inp.mean, output_len=out.mean, kv_slots=slots),
+                max_running=batch_slots(hw, slots),
                 kv_capacity_tokens=mem.kv_tokens_per_gpu * hw.layout.attn_dp,
                 stat=stat,
                 burstiness=burstiness,
@@ -424,7 +414,7 @@ def plan(
                 }
             )
             continue
-        cap = batch_slots(hw, input_len=inp.mean, output_len=out.mean, kv_slots=slots)
+        cap = batch_slots(hw, slots)
         # communication-bound is a property of the option, judged with every slot busy (not at
         # the target's load, so that a looser SLO or a lower target cannot make it pass or fail)
         full = closed_loop(hw, coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)

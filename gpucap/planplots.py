@@ -19,8 +19,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .engine import Coefficients
+from .estimate import batch_slots
 from .models import ModelSpec
-from .plan import Plan, batch_slots, plan
+from .plan import Plan, plan
 from .queueing import STATS, open_loop_latency, service_curve
 from .simulate import simulate
 from .step import Hardware
@@ -184,7 +185,7 @@ def latency_vs_rate(
     to 99.8% of the service rate, denser near it where the knee is. ``max_running`` defaults to
     ``batch_slots``. ``attrs``: ``service_rate`` (requests/s) and ``max_running``."""
     coef = coef or Coefficients.for_engine(hw.engine.engine)
-    slots = batch_slots(hw, input_len=input_len, output_len=output_len) if max_running is None else max_running
+    slots = batch_slots(hw, context_tokens=input_len + output_len) if max_running is None else max_running
     if request_rates is None:
         if points < 2:
             raise ValueError(f"points must be at least 2, got {points!r}")
@@ -230,7 +231,7 @@ def simulated_latency(
     """``gpucap.simulate.simulate`` of one replica at each rate: the same columns as
     ``latency_vs_rate`` for TTFT, TPOT and e2e, and the run's preemptions and mean running."""
     coef = coef or Coefficients.for_engine(hw.engine.engine)
-    slots = batch_slots(hw, input_len=input_len, output_len=output_len) if max_running is None else max_running
+    slots = batch_slots(hw, context_tokens=input_len + output_len) if max_running is None else max_running
     rows = []
     for k, rate in enumerate(request_rates):
         run = simulate(

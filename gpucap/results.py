@@ -73,9 +73,8 @@ COLUMNS = (
     "itl_p99_s", "e2el_mean_s", "goodput_per_s",
 )  # fmt: skip
 # What a run ran on: hardware, split, formats and the engine knobs that change a prediction.
-HARDWARE = ("gpu", "num_gpus", "tp", "pp", "ep", "engine", "model", "weight_dtype", "kv_cache_dtype",
-            "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization",
-            "enforce_eager")  # fmt: skip
+ENGINE_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "enforce_eager")
+HARDWARE = ("gpu", "num_gpus", "tp", "pp", "ep", "engine", "model", "weight_dtype", "kv_cache_dtype", *ENGINE_KNOBS)
 INT_FIELDS = ("num_gpus", "tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "block_size")
 META_KEYS = {"gpu": "gpu", "num_gpus": "num_gpus", "tp": "tp", "tensor_parallel_size": "tp", "pp": "pp",
              "pipeline_parallel_size": "pp", "ep": "ep", "engine": "engine", "model": "model",

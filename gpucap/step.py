@@ -26,11 +26,11 @@ from .gpus import GPU
 from .layout import Layout
 from .memory import (
     ArrayLike,
-    _window_counts,
     held_tokens_per_layer,
     kv_bytes_per_token_per_gpu,
     serves_images,
     weight_bytes_per_gpu,
+    window_counts,
 )
 from .models import ModelSpec
 from .speculative import Speculative, draft_layout, draft_spec
@@ -112,7 +112,7 @@ def prefill_pairs_per_layer(spec: ModelSpec, prompt_tokens: ArrayLike) -> Array:
     i = np.asarray(prompt_tokens, dtype=float)
     total = np.zeros_like(i)
     cap = spec.index_topk or None
-    for w, count in _window_counts(spec).items():  # layers grouped by window
+    for w, count in window_counts(spec).items():  # layers grouped by window
         w = min(w, cap) if (w and cap) else (w or cap)
         total = total + count * (i * i / 2 if w is None else np.where(i <= w, i * i / 2, w * i - w * w / 2))
     return total / spec.num_layers

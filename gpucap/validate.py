@@ -13,7 +13,7 @@ import pandas as pd
 
 from .batching import LoadPoint, closed_loop, open_loop
 from .engine import Coefficients, EngineConfig
-from .estimate import DoesNotFit, hardware, memory_limit
+from .estimate import DoesNotFit, batch_slots, hardware, memory_limit
 from .runs import saturation_run, static_batch
 from .step import Hardware
 
@@ -178,7 +178,7 @@ def prepare_case(row: pd.Series) -> PreparedCase:
         input_len=isl,
         output_len=osl,
         load=float(load),
-        max_running=min(float(hw.engine.max_num_seqs or np.inf), mem_cap),
+        max_running=batch_slots(hw, mem_cap),
         ttft_only=ttft_only,
         notes="; ".join(notes),
     )

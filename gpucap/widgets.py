@@ -34,7 +34,7 @@ from .appcontrols import CURVE_MAX_CHOICES, Controls, choose, engine_default_uti
 from .appfigures import constraints_svg, curves_svg, memory_svg
 from .batching import LoadPoint, closed_loop
 from .engine import Coefficients
-from .estimate import DoesNotFit, Estimate, estimate, hardware, hardware_memory
+from .estimate import DoesNotFit, Estimate, batch_slots, estimate, hardware, hardware_memory
 from .memory import MemoryBreakdown
 from .step import Hardware
 from .units import GiB
@@ -259,7 +259,7 @@ class EstimatorApp(Controls):
     @staticmethod
     def _max_running(hw: Hardware, est: Estimate) -> float:
         """Requests one replica runs at once, as in the estimate: max_num_seqs, or what memory holds."""
-        return min(float(hw.engine.max_num_seqs or np.inf), float(est.limits["memory"] or 0.0) / est.replicas)
+        return batch_slots(hw, float(est.limits["memory"] or 0.0) / est.replicas)
 
     def _curves(self, inp: Inputs, hw: Hardware, est: Estimate, curve_max: float) -> LoadPoint:
         """One closed-loop solve over concurrencies 1 .. ``curve_max`` (all replicas)."""
