@@ -31,7 +31,7 @@ from gpucap.calibrate import calibrate
 from gpucap.engine import Coefficients
 from gpucap.estimate import estimate, hardware
 from gpucap.plan import plan
-from gpucap.validate import validate
+from gpucap.validate import synthetic_cases
 
 TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3, t_seq_s=10e-6, t_request_s=0.01)
 
@@ -62,39 +62,13 @@ def configurations_per_second(model: str, tp: int, n: int, loop: int) -> tuple[f
 
 
 def synthetic_runs() -> pd.DataFrame:
-    rows = []
     setups = (
         ("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", 1),
         ("Qwen/Qwen3-32B", "H100-SXM-80GB", 2),
         ("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", 4),
         ("Qwen/Qwen3-30B-A3B", "H200-SXM-141GB", 1),
     )
-    for model, gpu, tp in setups:
-        for c in np.geomspace(1, 512, 25):
-            rows.append(
-                {
-                    "case_id": f"{model}|{c:.3g}",
-                    "model": model,
-                    "weight_dtype": "bf16",
-                    "kv_cache_dtype": "auto",
-                    "gpu": gpu,
-                    "num_gpus": tp,
-                    "tp": tp,
-                    "pp": 1,
-                    "engine": "vllm",
-                    "isl": 2000,
-                    "osl": 300,
-                    "load_mode": "fixed-concurrency",
-                    "concurrency": c,
-                    "request_rate": np.nan,
-                }
-            )
-    cases = pd.DataFrame(rows)
-    pred = validate(cases, TRUTH)
-    rng = np.random.default_rng(0)
-    for metric, col in (("output_tok_s", "output_tok_s"), ("ttft_ms", "ttft_mean_ms"), ("tpot_ms", "tpot_mean_ms")):
-        cases[col] = pred[f"{metric}_predicted"] * np.exp(rng.normal(0.0, 0.05, len(cases)))
-    return cases
+    return synthetic_cases(setups, np.geomspace(1, 512, 25), ((2000, 300),), TRUTH, noise=0.05)
 
 
 def widget_times() -> list[tuple[str, float]] | str:

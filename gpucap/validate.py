@@ -4,6 +4,7 @@ compare: one prediction per row, then error summaries by metric, model, GPU and 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -319,3 +320,46 @@ def error_summary(result: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+
+
+def synthetic_cases(
+    setups: Iterable[tuple[str, str, int]],
+    concurrencies: Iterable[float],
+    shapes: Iterable[tuple[float, float]],
+    coef: Coefficients,
+    *,
+    noise: float,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Closed-loop runs (vLLM, bf16) of every (model, GPU, tp) set-up at every concurrency and
+    (input, output) shape, "measured" as gpucap predicts them with ``coef`` times log-normal noise
+    of ``noise`` (sigma of the log): runs with a known answer, to check what a calibration
+    recovers and how long it takes."""
+    levels, lengths = [float(c) for c in concurrencies], list(shapes)
+    rows = [
+        {
+            "case_id": f"{model}|{c:.4g}|{isl:g}",
+            "model": model,
+            "weight_dtype": "bf16",
+            "kv_cache_dtype": "auto",
+            "gpu": gpu,
+            "num_gpus": tp,
+            "tp": tp,
+            "pp": 1,
+            "engine": "vllm",
+            "isl": isl,
+            "osl": osl,
+            "load_mode": "fixed-concurrency",
+            "concurrency": c,
+            "request_rate": np.nan,
+        }
+        for model, gpu, tp in setups
+        for c in levels
+        for isl, osl in lengths
+    ]
+    cases = pd.DataFrame(rows)
+    pred = validate(cases, coef)
+    rng = np.random.default_rng(seed)
+    for metric, col in (("output_tok_s", "output_tok_s"), ("ttft_ms", "ttft_mean_ms"), ("tpot_ms", "tpot_mean_ms")):
+        cases[col] = pred[f"{metric}_predicted"] * np.exp(rng.normal(0.0, noise, len(cases)))
+    return cases

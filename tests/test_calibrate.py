@@ -13,7 +13,7 @@ from gpucap.cli import main
 from gpucap.engine import Coefficients
 from gpucap.loadtests import cases_from_runs, measured_limit
 from gpucap.results import read_results
-from gpucap.validate import validate
+from gpucap.validate import synthetic_cases as make_synthetic_cases
 
 from .conftest import ROOT
 
@@ -23,38 +23,12 @@ TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3,
 def synthetic_cases(noise: float, seed: int = 1) -> pd.DataFrame:
     """Runs generated from TRUTH over three models, five concurrencies and two shapes, with
     multiplicative log-normal noise of ``noise`` on every measured value."""
-    rows = []
-    for model, gpu, tp in (
+    setups = (
         ("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", 1),
         ("Qwen/Qwen3-32B", "H100-SXM-80GB", 2),
         ("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", 4),
-    ):
-        for c in (1, 4, 16, 64, 256):
-            for isl, osl in ((1000, 200), (4000, 500)):
-                rows.append(
-                    {
-                        "case_id": f"{model}|{c}|{isl}",
-                        "model": model,
-                        "weight_dtype": "bf16",
-                        "kv_cache_dtype": "auto",
-                        "gpu": gpu,
-                        "num_gpus": tp,
-                        "tp": tp,
-                        "pp": 1,
-                        "engine": "vllm",
-                        "isl": isl,
-                        "osl": osl,
-                        "load_mode": "fixed-concurrency",
-                        "concurrency": c,
-                        "request_rate": np.nan,
-                    }
-                )
-    cases = pd.DataFrame(rows)
-    pred = validate(cases, TRUTH)
-    rng = np.random.default_rng(seed)
-    for metric, col in (("output_tok_s", "output_tok_s"), ("ttft_ms", "ttft_mean_ms"), ("tpot_ms", "tpot_mean_ms")):
-        cases[col] = pred[f"{metric}_predicted"] * np.exp(rng.normal(0.0, noise, len(cases)))
-    return cases
+    )
+    return make_synthetic_cases(setups, (1, 4, 16, 64, 256), ((1000, 200), (4000, 500)), TRUTH, noise=noise, seed=seed)
 
 
 @pytest.fixture(scope="module")
