@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from gpucap.cliargs import names, positive_float, positive_int
 from gpucap.results import ENGINE_KNOBS
 
 STATS = ("median", "mean")
@@ -54,35 +55,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _positive(kind: type, text: str) -> float:
-    try:
-        v = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-    if not v > 0 or not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive finite number")
-    return v
-
-
-def positive_int(text: str) -> int:
-    return int(_positive(int, text))
-
-
-def positive_float(text: str) -> float:
-    return float(_positive(float, text))
-
-
 def levels(kind: type, text: str) -> list[float]:
     """'1,4,16' -> [1, 4, 16]: positive, distinct, sorted increasing."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated values such as 1,4,16")
-    values = []
-    for t in items:
-        try:
-            values.append(_positive(kind, t))
-        except argparse.ArgumentTypeError as exc:
-            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    parse = positive_int if kind is int else positive_float
+    try:
+        values = [float(parse(t)) for t in names(text)]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}; give comma-separated values such as 1,4,16") from None
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"{text!r}: a level is repeated")
     if kind is float and len({round(v, 3) for v in values}) != len(values):

@@ -16,31 +16,12 @@ from typing import Any, NoReturn
 from . import __version__, cli_plan
 from .calibrate import DEFAULT_FREE
 from .catalog import load_model, model_cards
+from .cliargs import positive_float, positive_int
 from .engine import ENGINES, EngineConfig
 from .estimate import DoesNotFit, estimate
 from .gpus import load_gpus
 from .speculative import Speculative, acceptance_length
 from .units import GB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM, GiB
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
-    return v
 
 
 def _image_size(text: str) -> int | tuple[int, int]:
@@ -92,43 +73,43 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("estimate", help="memory, per-resource concurrency, recommendation, speed")
     e.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
     e.add_argument("--gpu", required=True, help="catalog key (see `gpucap gpus`)")
-    e.add_argument("--num-gpus", type=_positive_int, default=None, help="GPUs in all (default: one replica)")
-    e.add_argument("--tp", type=_positive_int, default=1)
-    e.add_argument("--pp", type=_positive_int, default=1)
-    e.add_argument("--ep", type=_positive_int, default=1)
-    e.add_argument("--attn-dp", type=_positive_int, default=1, help="attention data-parallel degree")
+    e.add_argument("--num-gpus", type=positive_int, default=None, help="GPUs in all (default: one replica)")
+    e.add_argument("--tp", type=positive_int, default=1)
+    e.add_argument("--pp", type=positive_int, default=1)
+    e.add_argument("--ep", type=positive_int, default=1)
+    e.add_argument("--attn-dp", type=positive_int, default=1, help="attention data-parallel degree")
     e.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
     e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
-    e.add_argument("--input-len", type=_positive_float, required=True, help="input tokens per request")
-    e.add_argument("--output-len", type=_positive_float, required=True, help="output tokens per request")
+    e.add_argument("--input-len", type=positive_float, required=True, help="input tokens per request")
+    e.add_argument("--output-len", type=positive_float, required=True, help="output tokens per request")
     load = e.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=_positive_float, default=None, help="requests in flight, all replicas")
+    load.add_argument("--concurrency", type=positive_float, default=None, help="requests in flight, all replicas")
     load.add_argument(
-        "--request-rate", type=_positive_float, default=None, help="arrivals per second, all replicas (open loop)"
+        "--request-rate", type=positive_float, default=None, help="arrivals per second, all replicas (open loop)"
     )
-    e.add_argument("--ttft-slo", type=_positive_float, default=2.0, help="seconds (default 2)")
-    e.add_argument("--tpot-slo", type=_positive_float, default=0.1, help="seconds (default 0.1)")
+    e.add_argument("--ttft-slo", type=positive_float, default=2.0, help="seconds (default 2)")
+    e.add_argument("--tpot-slo", type=positive_float, default=0.1, help="seconds (default 0.1)")
     e.add_argument("--engine", default="vllm", choices=list(ENGINES))
-    e.add_argument("--max-num-seqs", type=_positive_int, default=None)
-    e.add_argument("--max-num-batched-tokens", type=_positive_int, default=None)
-    e.add_argument("--gpu-memory-utilization", type=_positive_float, default=None)
-    e.add_argument("--block-size", type=_positive_int, default=None)
+    e.add_argument("--max-num-seqs", type=positive_int, default=None)
+    e.add_argument("--max-num-batched-tokens", type=positive_int, default=None)
+    e.add_argument("--gpu-memory-utilization", type=positive_float, default=None)
+    e.add_argument("--block-size", type=positive_int, default=None)
     e.add_argument("--no-cuda-graphs", action="store_true", help="as vLLM --enforce-eager")
     e.add_argument("--coefficients", default=None, help="calibration JSON")
     e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
     e.add_argument("--images-per-request", type=float, default=0.0, help="images each request carries (multimodal)")
     e.add_argument("--image-size-px", type=_image_size, default=None, help="image side, or HxW like 1080x1920")
     e.add_argument("--mm-encoder-tp-mode", default="weights", choices=["weights", "data"], help="as vLLM's option")
-    e.add_argument("--speculative-draft-tokens", type=_positive_int, default=None, help="k tokens drafted per step")
+    e.add_argument("--speculative-draft-tokens", type=positive_int, default=None, help="k tokens drafted per step")
     tau = e.add_mutually_exclusive_group()
-    tau.add_argument("--speculative-acceptance-length", type=_positive_float, default=None, help="tau, bonus included")
+    tau.add_argument("--speculative-acceptance-length", type=positive_float, default=None, help="tau, bonus included")
     tau.add_argument("--speculative-acceptance-rate", type=float, default=None, help="alpha per drafted token (i.i.d.)")
-    e.add_argument("--speculative-draft-layers", type=_positive_int, default=1, help="layers of an EAGLE/MTP head")
-    e.add_argument("--speculative-draft-vocab", type=_positive_int, default=None, help="head vocabulary (EAGLE-3)")
+    e.add_argument("--speculative-draft-layers", type=positive_int, default=1, help="layers of an EAGLE/MTP head")
+    e.add_argument("--speculative-draft-vocab", type=positive_int, default=None, help="head vocabulary (EAGLE-3)")
     e.add_argument("--speculative-draft-model", default=None, help="a separate draft model: catalog id or config.json")
     e.add_argument("--json", action="store_true")
 
-    cli_plan.add_parser(sub, _positive_float, _positive_int)
+    cli_plan.add_parser(sub)
 
     v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
     v.add_argument("cases", help="CSV in the schema of measured-public.csv")
@@ -144,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("gpu", "engine", "model"):
         c.add_argument(f"--{name}", default=None, help=f"{name} for runs whose files and manifest do not say")
     for name in ("num-gpus", "tp", "pp", "ep"):
-        c.add_argument(f"--{name}", type=_positive_int, default=None, help=f"{name} for runs that do not say")
+        c.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
     c.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
     c.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
     c.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
@@ -153,8 +134,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients to fit, comma-separated")
     c.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="hold a coefficient at a value")
-    c.add_argument("--ttft-slo", type=_positive_float, default=2.0)
-    c.add_argument("--tpot-slo", type=_positive_float, default=0.1)
+    c.add_argument("--ttft-slo", type=positive_float, default=2.0)
+    c.add_argument("--tpot-slo", type=positive_float, default=0.1)
     c.add_argument(
         "--stat", default="mean", choices=["mean", "median", "p90", "p99"], help="statistic the SLOs apply to"
     )

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from .cliargs import count, names, positive_float, positive_int, positive_ints
 from .engine import ENGINES
 from .lengths import Lengths
 from .plan import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Headroom, plan
@@ -15,34 +16,7 @@ from .queueing import STATS
 EXIT_NOTHING_FITS = 3
 
 
-def _list(text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError(f"{text!r} names nothing; give a comma-separated list")
-    return items
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(t) for t in _list(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every count must be at least 1")
-    return values
-
-
-def _count(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{v} must be 0 or more")
-    return v
-
-
-def add_parser(sub: Any, positive_float: Any, positive_int: Any) -> None:
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="GPU type, count, split, replicas and cost for a target load within SLOs")
     p.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
     target = p.add_mutually_exclusive_group(required=True)
@@ -54,10 +28,12 @@ def add_parser(sub: Any, positive_float: Any, positive_int: Any) -> None:
     p.add_argument("--ttft-slo", type=positive_float, default=2.0, help="seconds (default 2)")
     p.add_argument("--tpot-slo", type=positive_float, default=0.1, help="seconds (default 0.1)")
     p.add_argument("--stat", default="p99", choices=list(STATS), help="statistic both SLOs apply to (default p99)")
-    p.add_argument("--gpus", type=_list, default=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"])
-    p.add_argument("--gpu-counts", type=_ints, default=list(GPU_COUNTS), help="GPUs per replica to try (1,2,4,8)")
-    p.add_argument("--weight-dtypes", type=_list, default=list(WEIGHT_DTYPES))
-    p.add_argument("--kv-dtypes", type=_list, default=list(KV_DTYPES))
+    p.add_argument("--gpus", type=names, default=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"])
+    p.add_argument(
+        "--gpu-counts", type=positive_ints, default=list(GPU_COUNTS), help="GPUs per replica to try (1,2,4,8)"
+    )
+    p.add_argument("--weight-dtypes", type=names, default=list(WEIGHT_DTYPES))
+    p.add_argument("--kv-dtypes", type=names, default=list(KV_DTYPES))
     p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
     p.add_argument(
         "--usd-per-kwh",
@@ -65,15 +41,15 @@ def add_parser(sub: Any, positive_float: Any, positive_int: Any) -> None:
         default=None,
         help="owned hardware: count power at each GPU's TDP (plus --price, read as amortized cost, if given)",
     )
-    p.add_argument("--failure-spares", type=_count, default=1, help="N+k replicas for failures (default 1)")
-    p.add_argument("--upgrade-spares", type=_count, default=0, help="replicas out during a rolling upgrade (default 0)")
+    p.add_argument("--failure-spares", type=count, default=1, help="N+k replicas for failures (default 1)")
+    p.add_argument("--upgrade-spares", type=count, default=0, help="replicas out during a rolling upgrade (default 0)")
     p.add_argument("--burst-margin", type=float, default=0.2, help="capacity above the target, 0.2 = 20%% (default)")
     p.add_argument("--burstiness", type=positive_float, default=1.0, help="gamma arrivals; 1 = Poisson, < 1 burstier")
     p.add_argument("--engine", default="vllm", choices=list(ENGINES))
     p.add_argument("--coefficients", default=None, help="calibration JSON")
     p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
     p.add_argument(
-        "--simulate-top", type=_count, default=3, help="check the N cheapest plans by simulation (default 3, 0 = off)"
+        "--simulate-top", type=count, default=3, help="check the N cheapest plans by simulation (default 3, 0 = off)"
     )
     p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10; --json prints all)")
     p.add_argument("--json", action="store_true", help='{"plans": [...], "rejected": [...]}, cheapest first')

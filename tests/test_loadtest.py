@@ -203,8 +203,8 @@ def test_failed_level_is_one_line(
     ("extra", "message"),
     [
         ((), "give --concurrency"),
-        (("--concurrency", "1,x"), "'1,x': 'x' is not an integer"),
-        (("--concurrency", "0,4"), "must be a positive"),
+        (("--concurrency", "1,x"), "'1,x': 'x' is not a whole number"),
+        (("--concurrency", "0,4"), "0 must be at least 1"),
         (("--concurrency", "4,4"), "a level is repeated"),
         (("--request-rate", "inf"), "must be a positive finite number"),
         (("--concurrency", "1", "--num-gpus", "3"), "--num-gpus 3 is not a multiple of --tp x --pp = 2"),
