@@ -351,6 +351,13 @@ def _qwen2_5_vl(v: Mapping[str, Any], text_hidden: int) -> VisionEncoder:
     )
 
 
+def vit_layer_params(hidden: int, intermediate: int) -> float:
+    """Parameters of one ViT encoder layer (SigLIP, Llama 4 vision): two LayerNorms (``4 h``),
+    q, k, v, o with bias (``4 (h^2 + h)``), and a two-matrix MLP with bias (``2 h i + i + h``)."""
+    h, i = hidden, intermediate
+    return float(4 * h + 4 * (h * h + h) + 2 * h * i + i + h)
+
+
 def _siglip(v: Mapping[str, Any], top: Mapping[str, Any], text_hidden: int) -> VisionEncoder:
     """SigLIP layer: LayerNorm x 2, q, k, v, o (h -> h) with bias, MLP fc1 / fc2 with bias.
     Patch projection: Conv2d 3 x 14 x 14 -> h with bias; position embedding per patch; final
@@ -359,7 +366,7 @@ def _siglip(v: Mapping[str, Any], top: Mapping[str, Any], text_hidden: int) -> V
     p, size = int(v["patch_size"]), int(v["image_size"])
     tokens = int(top.get("mm_tokens_per_image", 256))
     patches = (size // p) ** 2
-    layer = 4 * h + 4 * (h * h + h) + 2 * h * i + i + h
+    layer = vit_layer_params(h, i)
     return VisionEncoder(
         kind="siglip",
         num_layers=int(v["num_hidden_layers"]),
@@ -392,7 +399,7 @@ def _llama4(v: Mapping[str, Any], text_hidden: int) -> VisionEncoder:
     proj_out = int(v.get("projector_output_dim", 4096))
     vision_out = int(v.get("vision_output_dim", proj_out))
     patches = (size // p) ** 2
-    layer = 4 * h + 4 * (h * h + h) + 2 * h * i + i + h
+    layer = vit_layer_params(h, i)
     return VisionEncoder(
         kind="llama4",
         num_layers=int(v["num_hidden_layers"]),
