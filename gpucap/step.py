@@ -120,9 +120,9 @@ def prefill_pairs_per_layer(spec: ModelSpec, prompt_tokens: ArrayLike) -> Array:
 
 def experts_touched(spec: ModelSpec, tokens: ArrayLike) -> Array:
     """Expected fraction of a MoE layer's routed experts that a step of T tokens reads:
-    ``1 - (1 - k / E)^T`` (each token picks k of E experts; taken as independent and uniform,
-    so real routing, which is skewed, touches somewhat fewer). One token reads k / E; a few
-    hundred tokens read nearly all, which is why MoE decode turns compute-bound late."""
+    ``1 - (1 - k / E)^T`` (each token picks k of E experts, taken as independent and uniform:
+    an assumption; routing that favours some experts would touch fewer). One token reads k / E;
+    a few hundred tokens read nearly all."""
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
     return 1.0 - (1.0 - spec.experts_per_token / spec.num_experts) ** t
 
