@@ -8,10 +8,10 @@ APP_PORT ?= 8866
 CHROMIUM ?= /usr/bin/chromium
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lab app test lint typecheck unit notebooks browser chromium accuracy speed peers golden e2e clean
+.PHONY: help venv lab app test lint typecheck unit notebooks browser chromium accuracy speed peers golden e2e e2e-suite clean
 
 help: ## list the targets
-	@grep -E '^[a-z0-9]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,9 @@ accuracy: $(STAMP) ## error table on ../shared/data/measured-public.csv (benchma
 
 e2e: $(STAMP) ## real vLLM on this CPU: load test, calibrate on the measured CPU (own venv; ~10 min)
 	MAIN_PYTHON=$(BIN)/python PYTHON=$(PYTHON) bash benchmarks/e2e/run.sh
+
+e2e-suite: $(STAMP) ## real vLLM on this CPU in every load mode: fit once, predict the rest (~25 min; not in test)
+	PYTHON=$(PYTHON) $(BIN)/python benchmarks/e2e/suite.py
 
 speed: $(STAMP) ## gpucap's own speed: configurations/s, planner search, widget update, fit time
 	$(BIN)/python benchmarks/speed.py

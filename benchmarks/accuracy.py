@@ -25,7 +25,7 @@ from gpucap.analysis import size_bucket  # noqa: E402
 from gpucap.catalog import load_model  # noqa: E402
 from gpucap.gpus import get_gpu  # noqa: E402
 from gpucap.units import COMPUTE_FORMAT  # noqa: E402
-from gpucap.validate import abs_error, error_summary, read_cases, validate  # noqa: E402
+from gpucap.validate import abs_error, error_summary, read_cases, source_speeds, validate  # noqa: E402
 
 DEFAULT_CASES = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured-public.csv"
 SEED_UTILIZATION = 0.35  # seed 1's compute utilization
@@ -50,6 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="?", default=str(DEFAULT_CASES))
     ap.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "out"))
+    ap.add_argument("--no-speeds", action="store_true", help="skip the per-source testbed factor (saves minutes)")
     args = ap.parse_args()
 
     cases = read_cases(args.cases)
@@ -66,11 +67,31 @@ def main() -> None:
     print(error_summary(result).to_string(index=False, formatters=fmt))
 
     result["size"] = [size_bucket(m) for m in result["model"]]
+    if "source_id" in result:
+        result["source_mode"] = result["source_id"].astype(str) + " / " + result["load_mode"].astype(str)
+        print("\nevery metric by source and load mode:")
+        print(error_summary(result, "source_mode").to_string(index=False, formatters=fmt))
     for by in ("engine", "gpu", "size", "load_mode", "model"):
         s = error_summary(result, by)
         s = s[s["metric"] == "output_tok_s"].drop(columns="metric")
         print(f"\noutput tokens/s by {by}:")
         print(s.to_string(index=False, formatters=fmt))
+
+    if "source_id" in cases and not args.no_speeds:
+        t1 = time.perf_counter()
+        speeds = source_speeds(cases)
+        scaled_result = validate(cases, speed=speeds)
+        print(
+            f"\nwith one testbed speed factor per source, fitted on that source's throughput only "
+            f"({time.perf_counter() - t1:.0f} s):"
+        )
+        for source, k in speeds.items():
+            print(f"  {source}: x{k:.2f}")
+        print(error_summary(scaled_result).to_string(index=False, formatters=fmt))
+        scaled_result["source_mode"] = (
+            scaled_result["source_id"].astype(str) + " / " + scaled_result["load_mode"].astype(str)
+        )
+        print(error_summary(scaled_result, "source_mode").to_string(index=False, formatters=fmt))
 
     tput = result[result["output_tok_s_ratio"].notna()].copy()
     rows = cases.set_index("case_id").loc[tput["case_id"]]

@@ -5,10 +5,13 @@ folder that ``gpucap calibrate`` and ``gpucap.results.read_results`` read as it 
         --gpu H100-SXM-80GB --tp 1 --input-len 1024 --output-len 256 --concurrency 1,4,16,64 \\
         --ttft-slo 2 --tpot-slo 0.1 --out benchmarks/out/loadtest
 
-Each level is one ``vllm bench serve`` run on the random dataset with fixed lengths
-(``--random-range-ratio 0``) and ``--ignore-eos``, so that every request reads ``--input-len``
-tokens and writes ``--output-len``. Levels run in increasing load: every ``--concurrency`` (closed
-loop, requests sent as fast as the cap allows), then every ``--request-rate`` (Poisson arrivals).
+Each level is one ``vllm bench serve`` run on the random dataset with ``--ignore-eos``: fixed
+lengths by default, so that every request reads ``--input-len`` tokens and writes
+``--output-len``, or lengths uniform within +/- ``--range-ratio`` of them
+(``--random-range-ratio``, written to the metadata). Levels run in increasing load: every
+``--concurrency`` (closed loop, requests sent as fast as the cap allows), every ``--all-at-once``
+(that many prompts sent at once, no cap: ``--request-rate inf``), then every ``--request-rate``
+(Poisson arrivals).
 A sweep stops by itself after a level whose median (``--stat``) TTFT or TPOT exceeds
 ``--stop-factor`` times its SLO: higher loads would only queue. Results land in
 ``<out>/<YYYYmmdd-HHMMSS>/`` (a new folder; an existing file is never overwritten), one
@@ -104,6 +107,10 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--output-len", type=positive_int, required=True, help="output tokens per request")
     w.add_argument("--concurrency", type=lambda t: levels(int, t), default=None, help="levels, e.g. 1,4,16")
     w.add_argument("--request-rate", type=lambda t: levels(float, t), default=None, help="requests/s, e.g. 2,4")
+    w.add_argument(
+        "--all-at-once", type=lambda t: levels(int, t), default=None, help="prompts sent at once per level, e.g. 64,256"
+    )
+    w.add_argument("--range-ratio", type=range_ratio, default=0.0, help="lengths within +/- this share (default 0)")
     w.add_argument("--num-prompts", type=positive_int, default=32, help="least prompts per level (default 32)")
     w.add_argument("--prompts-per-concurrency", type=positive_int, default=4, help="prompts per request slot")
     w.add_argument("--rate-seconds", type=positive_float, default=60.0, help="seconds of arrivals per rate level")
@@ -123,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
 
 @dataclass(frozen=True)
 class Level:
-    kind: str  # "concurrency" or "rate"
+    kind: str  # "concurrency", "prompts" (all at once) or "rate"
     value: float
     num_prompts: int
     seed: int = 0
@@ -133,10 +140,25 @@ class Level:
         """File stem; zero-padded so that a folder listing is in load order."""
         if self.kind == "concurrency":
             return f"concurrency-{int(self.value):04d}"
+        if self.kind == "prompts":
+            return f"at-once-{int(self.value):05d}"
         return f"rate-{self.value:09.3f}".replace(".", "p")
 
     def describe(self) -> str:
+        if self.kind == "prompts":
+            return f"{int(self.value)} prompts at once"
         return f"concurrency {int(self.value)}" if self.kind == "concurrency" else f"request rate {self.value:g}/s"
+
+
+def range_ratio(text: str) -> float:
+    """``--random-range-ratio`` of vLLM: a share in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a share such as 0.5") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a range ratio must be in [0, 1)")
+    return value
 
 
 def plan_levels(args: argparse.Namespace) -> list[Level]:
@@ -145,14 +167,17 @@ def plan_levels(args: argparse.Namespace) -> list[Level]:
         Level("concurrency", c, max(args.num_prompts, args.prompts_per_concurrency * int(c)))
         for c in args.concurrency or []
     ]
+    out += [Level("prompts", n, int(n)) for n in args.all_at_once or []]
     out += [Level("rate", r, max(args.num_prompts, math.ceil(r * args.rate_seconds))) for r in args.request_rate or []]
     return [dataclasses.replace(level, seed=args.seed + k) for k, level in enumerate(out)]
 
 
 def check(args: argparse.Namespace) -> None:
     """Argument checks argparse cannot make; raises LoadTestError naming the option."""
-    if not args.concurrency and not args.request_rate:
-        raise LoadTestError("give --concurrency (e.g. 1,4,16) or --request-rate (e.g. 2,4), or both")
+    if not args.concurrency and not args.request_rate and not args.all_at_once:
+        raise LoadTestError(
+            "give --concurrency (e.g. 1,4,16), --all-at-once (e.g. 64,256) or --request-rate (e.g. 2,4)"
+        )
     if not args.base_url.startswith(("http://", "https://")):
         raise LoadTestError(f"--base-url {args.base_url!r} must start with http:// or https://")
     if args.num_gpus is not None and args.num_gpus % (args.tp * args.pp):
@@ -187,6 +212,7 @@ def metadata(args: argparse.Namespace) -> list[str]:
         "weight_dtype": args.weight_dtype,
         "kv_cache_dtype": args.kv_dtype,
         **dict(args.engine_knob),
+        "range_ratio": args.range_ratio or None,
     }
     return [f"{k}={v}" for k, v in pairs.items() if v is not None]
 
@@ -205,11 +231,19 @@ def bench_command(vllm: str, args: argparse.Namespace, level: Level, result_dir:
     cmd = [vllm, "bench", "serve", "--backend", "vllm", "--base-url", args.base_url, "--endpoint", "/v1/completions"]
     cmd += ["--model", args.model] + (["--tokenizer", args.tokenizer] if args.tokenizer else [])
     cmd += ["--dataset-name", "random", "--random-input-len", str(args.input_len)]
-    cmd += ["--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--ignore-eos"]
+    cmd += [
+        "--random-output-len",
+        str(args.output_len),
+        "--random-range-ratio",
+        f"{args.range_ratio:g}",
+        "--ignore-eos",
+    ]
     cmd += ["--num-prompts", str(level.num_prompts), "--seed", str(level.seed)]
     cmd += ["--num-warmups", str(args.num_warmups)] if args.num_warmups else []
     if level.kind == "concurrency":
         cmd += ["--max-concurrency", str(int(level.value)), "--request-rate", "inf"]
+    elif level.kind == "prompts":
+        cmd += ["--request-rate", "inf"]
     else:
         cmd += ["--request-rate", f"{level.value:g}"]
     cmd += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "90,99", "--disable-tqdm"]
@@ -304,7 +338,7 @@ def run(args: argparse.Namespace) -> Path | None:
         why = stop_reason(
             ttft, tpot, ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo, factor=args.stop_factor, stat=args.stat
         )
-        if why:
+        if why and level.kind != "prompts":  # all at once is no sweep toward the SLO: its TTFT is the queue
             stopped.add(level.kind)
             message = f"loadtest: stopping the {level.kind} sweep after {level.describe()}: {why}"
             print(message)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .engine import Coefficients
+from .engine import Coefficients, front_end
 from .memory import ArrayLike, serves_images
 from .speculative import Speculative
 from .steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
@@ -37,11 +37,12 @@ DENSE_PASSES = 2  # the second pass takes the chunk count at the first solution
 MOE_PASSES = 4  # Newton passes on the concave expert traffic (converged to 1e-11 in tests)
 OPEN_LOOP_GRID = 96  # concurrencies per rate, log-spaced up to max_running
 OPEN_LOOP_LOWEST = 1e-3
-# How prompt tokens share steps with decodes: "spread" puts the average prompt tokens into every
-# step (the default: closer to the published throughputs, see benchmarks/README.md); "apart"
-# runs each prompt chunk in its own step beside the decodes, as a scheduler does with whole
-# chunks (closer to gpucap.simulate; gpucap.steady, "Prompt steps apart").
-PROMPT_STEPS = ("spread", "apart")
+# How prompt tokens share steps with decodes: "apart" runs each prompt chunk in its own step
+# beside the decodes, as a scheduler does with whole chunks (gpucap.steady, "Prompt steps
+# apart"; checked against the step-level simulation, benchmarks/README.md); "spread" puts the
+# average prompt tokens into every step. "auto" is apart, or spread under pipeline parallelism
+# (micro-batches interleave prompt and decode steps, which apart does not model).
+PROMPT_STEPS = ("auto", "spread", "apart")
 Select = slice | npt.NDArray[np.intp]  # all elements, or some by index
 
 
@@ -58,6 +59,7 @@ class LoadPoint:
     output_tokens_per_s: Array
     decode_step: StepTime  # the average step a decoding sequence waits for
     prefill_step: StepTime  # a step carrying a new request's prefill chunk
+    step_wait_s: Array | float = 0.0  # of TTFT: the rest of the step in progress at arrival
 
 
 @dataclass(frozen=True)
@@ -145,9 +147,16 @@ def _prefill_terms(
     return _terms(hw, coef, a * decoding, ctx, chunk, chunk_pairs, ex, chunk_images)
 
 
-def _frontend_rate(coef: Coefficients) -> float:
-    """Requests/s the serving front end can pass: ``1 / t_request_s`` (no limit at 0)."""
-    return 1.0 / coef.t_request_s if coef.t_request_s > 0 else np.inf
+def _frontend_rate(hw: Hardware, coef: Coefficients) -> float:
+    """Requests/s the serving front end can pass: ``1 / t_request_s`` (no limit at 0 or offline)."""
+    return front_end(hw.engine, coef).max_rate_per_s
+
+
+def _frontend_latency(hw: Hardware, coef: Coefficients) -> float:
+    """What the front end adds to a request's TTFT when it is alone: its latency and its own
+    serial time, ``t_frontend_s + t_request_s`` (zero offline)."""
+    fe = front_end(hw.engine, coef)
+    return fe.latency_s + fe.serial_s
 
 
 def _unit_terms(
@@ -174,24 +183,37 @@ def _arrivals_per_step(
     chunks: Array,
     decoding: Array,
     a_budget: Array,
+    latency: Array,
 ) -> Array:
-    """``a`` of the closed loop, capped by the prompt-token budget and the front end."""
-    pp = hw.layout.pp
-    root = closed_loop_root(dec, pre, pp=pp, running=r, chunks=chunks, decoding=decoding, t_request_s=coef.t_request_s)
-    return np.minimum(np.minimum(root, a_budget), rate_cap_root(dec, pp=pp, rate_per_s=_frontend_rate(coef)))
+    """``a`` of the closed loop, capped by the prompt-token budget and the front end;
+    ``latency``: what a request spends before its prefill besides queueing (front end, step wait)."""
+    pp, overlap = hw.layout.pp, bool(hw.engine.overlap_host)
+    root = closed_loop_root(
+        dec,
+        pre,
+        pp=pp,
+        running=r,
+        chunks=chunks,
+        decoding=decoding,
+        t_request_s=latency,  # type: ignore[arg-type]
+        overlap=overlap,
+    )
+    cap = rate_cap_root(dec, pp=pp, rate_per_s=_frontend_rate(hw, coef), overlap=overlap)
+    return np.minimum(np.minimum(root, a_budget), cap)
 
 
 def _apart_args(
-    hw: Hardware, coef: Coefficients, *, r: Array, chunks: Array, decoding: Array, a_budget: Array
+    hw: Hardware, coef: Coefficients, *, r: Array, chunks: Array, decoding: Array, a_budget: Array, latency: Array
 ) -> dict[str, Any]:
     return dict(
         pp=hw.layout.pp,
         running=r,
         chunks=chunks,
         decoding=decoding,
-        t_request_s=coef.t_request_s,
-        rate_per_s=_frontend_rate(coef),
+        t_request_s=latency,
+        rate_per_s=_frontend_rate(hw, coef),
         a_budget=a_budget,
+        overlap=bool(hw.engine.overlap_host),
     )
 
 
@@ -216,7 +238,7 @@ def closed_loop(
     max_running: ArrayLike = np.inf,
     images: Images | None = None,
     speculative: Speculative | None = None,
-    prompt_steps: str = "spread",
+    prompt_steps: str = "auto",
 ) -> LoadPoint:
     """Steady state with ``concurrency`` requests always in the system (each finished request is
     replaced at once, as ``vllm bench serve --max-concurrency`` does).
@@ -250,6 +272,8 @@ def closed_loop(
     """
     if prompt_steps not in PROMPT_STEPS:
         raise ValueError(f"prompt_steps must be one of {', '.join(PROMPT_STEPS)}, got {prompt_steps!r}")
+    if prompt_steps == "auto":
+        prompt_steps = "spread" if hw.layout.pp > 1 else "apart"
     apart = prompt_steps == "apart"
     if apart and hw.layout.pp > 1:
         raise ValueError(
@@ -276,77 +300,135 @@ def closed_loop(
         return np.maximum(1.0, np.ceil(i[sel] / np.maximum(m - a * verify * decoding[sel], 1.0)))
 
     # a: arrivals per step, so B = a (O - 1) decode and P = a I prompt tokens
-    chunks = chunks_at(np.zeros_like(r))
     # a request's prompt chunk rides in one pipeline micro-batch (the step code splits the tokens
     # of a step over pp micro-batches, right for many requests' prompts but not for one), so its
     # step is charged pp chunks: pp stage slots of one chunk each
     one_mb = float(hw.layout.pp)
-    if hw.spec.is_moe:
-        a = np.zeros_like(r)
-        for k in range(MOE_PASSES):
-            chunks = chunks_at(a)
-            dec = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a)
-            chunk = (one_mb * i / chunks, one_mb * pairs_one / chunks)
-            pre = lines_through(
-                partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / chunks),
-                a,
+
+    def solve(latency: Array) -> tuple[Array, Array, Array, Array, Array]:
+        chunks = chunks_at(np.zeros_like(r))
+        if hw.spec.is_moe:
+            a = np.zeros_like(r)
+            for k in range(MOE_PASSES):
+                chunks = chunks_at(a)
+                dec = lines_through(
+                    lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a
+                )
+                chunk = (one_mb * i / chunks, one_mb * pairs_one / chunks)
+                pre = lines_through(
+                    partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / chunks),
+                    a,
+                )
+                if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
+                    a = _arrivals_per_step(
+                        hw, coef, dec, pre, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget, latency=latency
+                    )
+                if apart:
+                    decode_only = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, 0.0 * x, 0.0 * x, ex), a)
+                    args = _apart_args(
+                        hw, coef, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget, latency=latency
+                    )
+                    a = separated_root(decode_only, pre, dec, start=a, **args)
+            dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
+            only_terms = _terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex) if apart else dec_terms
+            pre_terms = _terms(
+                hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, n_img / chunks
             )
-            if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
-                a = _arrivals_per_step(hw, coef, dec, pre, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
+        else:
+            base, per_decode, per_prompt, per_images = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one, ex=ex)
+            dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt + per_images)
+
+            def pre_at(ch: Array, sel: Select = slice(None)) -> Lines:
+                # the chunk in one micro-batch (pp stage slots of it); the images encoded once
+                prompt = one_mb * per_prompt[:, sel] + per_images[:, sel]
+                return base + prompt / ch, decoding[sel] * per_decode[:, sel]
+
+            kw = dict(r=r, chunks=chunks, decoding=decoding, a_budget=a_budget, latency=latency)
+            pre = pre_at(chunks)
+            a = _arrivals_per_step(hw, coef, dec, pre, **kw)
+            # a larger decode batch leaves fewer prompt tokens per step: take the chunk count at the
+            # solution and solve again where it changed
+            redo = np.flatnonzero(chunks_at(a) != chunks)
+            if redo.size:
+                chunks[redo] = chunks_at(a[redo], redo)
+                sub = (dec[0][:, redo], dec[1][:, redo])
+                pre_redo = pre_at(chunks[redo], redo)
+                kw = dict(
+                    r=r[redo],
+                    chunks=chunks[redo],
+                    decoding=decoding[redo],
+                    a_budget=a_budget[redo],
+                    latency=latency[redo],
+                )
+                a[redo] = _arrivals_per_step(hw, coef, sub, pre_redo, **kw)
+                pre[0][:, redo], pre[1][:, redo] = pre_redo
+            decode_only = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode)
             if apart:
-                decode_only = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, 0.0 * x, 0.0 * x, ex), a)
-                args = _apart_args(hw, coef, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
+                args = _apart_args(hw, coef, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget, latency=latency)
                 a = separated_root(decode_only, pre, dec, start=a, **args)
-        dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
-        only_terms = _terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex) if apart else dec_terms
-        pre_terms = _terms(
-            hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, n_img / chunks
-        )
-    else:
-        base, per_decode, per_prompt, per_images = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one, ex=ex)
-        dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt + per_images)
+            dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
+            only_terms = decode_only[0] + decode_only[1] * a if apart else dec_terms
+        return a, chunks, pre_terms, dec_terms, only_terms
 
-        def pre_at(ch: Array, sel: Select = slice(None)) -> Lines:
-            # the chunk in one micro-batch (pp stage slots of it); the images encoded once
-            prompt = one_mb * per_prompt[:, sel] + per_images[:, sel]
-            return base + prompt / ch, decoding[sel] * per_decode[:, sel]
+    lead = _frontend_latency(hw, coef)
 
-        kw = dict(r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
-        pre = pre_at(chunks)
-        a = _arrivals_per_step(hw, coef, dec, pre, **kw)
-        # a larger decode batch leaves fewer prompt tokens per step: take the chunk count at the
-        # solution and solve again where it changed
-        redo = np.flatnonzero(chunks_at(a) != chunks)
-        if redo.size:
-            chunks[redo] = chunks_at(a[redo], redo)
-            sub = (dec[0][:, redo], dec[1][:, redo])
-            pre_redo = pre_at(chunks[redo], redo)
-            kw = dict(r=r[redo], chunks=chunks[redo], decoding=decoding[redo], a_budget=a_budget[redo])
-            a[redo] = _arrivals_per_step(hw, coef, sub, pre_redo, **kw)
-            pre[0][:, redo], pre[1][:, redo] = pre_redo
-        decode_only = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode)
+    def steps(
+        a: Array, chunks: Array, pre_terms: Array, dec_terms: Array, only_terms: Array
+    ) -> tuple[StepTime, StepTime, Array]:
+        """The step a prompt rides in, the step a decoding sequence waits for, and how long a new
+        request waits for the step in progress: the mean rest of a step drawn by length,
+        ``E[t^2] / (2 E[t])``, over decode-only and prompt steps (apart, ``u`` of them) or the
+        average step. A request leaves the front end at a time unrelated to the engine's steps;
+        without a front end it is sent as another finishes, at a step's start, and waits for
+        nothing."""
+        pre_step, avg_step = (combine(hw, t.reshape(6, *shape)) for t in (pre_terms, dec_terms))
+        rest = 0.5 * avg_step.total_s
+        dec_step = avg_step
         if apart:
-            args = _apart_args(hw, coef, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget)
-            a = separated_root(decode_only, pre, dec, start=a, **args)
-        dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
-        only_terms = decode_only[0] + decode_only[1] * a if apart else dec_terms
-    pre_step, avg_step = (combine(hw, t.reshape(6, *shape)) for t in (pre_terms, dec_terms))
-    dec_step = avg_step
-    if apart:  # decode and prompt steps apart while fewer than one chunk arrives per step
-        only_step = combine(hw, only_terms.reshape(6, *shape))
-        dec_step = _separated(only_step, pre_step, avg_step, np.minimum(a * chunks, 1.0).reshape(shape))
-    c, r, i, o, a, decoding, chunks = (v.reshape(shape) for v in (c, r, i, o, a, decoding, chunks))
+            only_step = combine(hw, only_terms.reshape(6, *shape))
+            u = np.minimum(a * chunks, 1.0).reshape(shape)
+            t_d, t_p = only_step.total_s, pre_step.total_s
+            with np.errstate(divide="ignore", invalid="ignore"):
+                mixed = ((1.0 - u) * t_d**2 + u * t_p**2) / (2.0 * ((1.0 - u) * t_d + u * t_p))
+            rest = np.where(u < 1.0, mixed, rest)
+            dec_step = _separated(only_step, pre_step, avg_step, u)
+        return pre_step, dec_step, rest if lead > 0 else 0.0 * rest
+
+    def front_end_s(a: Array, dec_step: StepTime) -> Array:
+        """The front end's latency and its shared core's sojourn ``t_request / (1 - rho)`` at the
+        load ``rho = X t_request`` (processor sharing, ``gpucap.frontend``; rho capped at 0.9,
+        where the request-rate cap takes over)."""
+        fe = front_end(hw.engine, coef)
+        rho = np.minimum(a / np.ravel(dec_step.total_s) * fe.serial_s, 0.9)
+        return fe.latency_s + fe.serial_s / (1.0 - rho)
+
+    # a request that arrives while others run (probability 1 - 1/R) waits for the step in progress
+    # before its prefill, and the front end's core is shared with the others passing it: solve once
+    # with the front end alone, then again with both, so that Little's law holds with the TTFT
+    # reported
+    busy = np.where(r > 1.0, 1.0 - 1.0 / np.maximum(r, 1.0), 0.0)
+    first = solve(np.full_like(r, lead))
+    _, dec_first, rest = steps(*first)
+    latency = front_end_s(first[0], dec_first) + busy * np.ravel(rest)
+    a, chunks, pre_terms, dec_terms, only_terms = solve(latency)
+    pre_step, dec_step, _ = steps(a, chunks, pre_terms, dec_terms, only_terms)
+    c, r, i, o, a, decoding, chunks, latency = (v.reshape(shape) for v in (c, r, i, o, a, decoding, chunks, latency))
     t_step = dec_step.total_s
     x = a / t_step
-    # time a running request spends before its first token: its prefill, or longer when the
-    # front end or the prompt-token budget admits requests more slowly than they finish
+    # time a running request spends before its first token: its prefill after the front end and
+    # the step in progress, or longer when the front end or the prompt-token budget admits
+    # requests more slowly than they finish
     with np.errstate(divide="ignore", invalid="ignore"):
-        ttft_run = np.maximum(chunks * pre_step.total_s + coef.t_request_s, r / x - decoding * t_step)
+        own = chunks * pre_step.total_s + latency
+        queued = r / x - decoding * t_step
+        ttft_run = np.maximum(own, queued)
         wait = np.where(c > r, (c - r) / x, 0.0)
+    step_wait = np.where(own >= queued, latency - _frontend_latency(hw, coef), 0.0)
     return LoadPoint(
         concurrency=c,
         running=r,
         decode_batch=a * decoding,
+        step_wait_s=step_wait,
         ttft_s=ttft_run + wait,
         tpot_s=t_step / ex.tokens_per_step,
         requests_per_s=x,

@@ -166,14 +166,15 @@ class FitResult:
 
         col = f"{metric}_predicted"
         base = self.coefficients.as_dict()
-        mid = float(predict_prepared([case], self.coefficients)[col].iloc[0])
+        method = str(self.provenance.get("method", "closed-form"))
+        mid = float(predict_prepared([case], self.coefficients, method)[col].iloc[0])
         g = np.zeros(len(self.free))
         for j, name in enumerate(self.free):
             info = COEFFICIENT_INFO[name]
             h = max(abs(base[name]) * DIFF_STEP, 1e-9)
             up = min(base[name] + h, info.upper)
             shifted = Coefficients(**{**base, name: up})
-            val = float(predict_prepared([case], shifted)[col].iloc[0])
+            val = float(predict_prepared([case], shifted, method)[col].iloc[0])
             g[j] = (np.log(val) - np.log(mid)) / (up - base[name]) if up != base[name] else 0.0
         sd = float(np.sqrt(max(g @ self.covariance @ g, 0.0)))
         z = float(norm.ppf(0.5 + level / 2))
@@ -202,6 +203,7 @@ def calibrate(
     metrics: tuple[str, ...] = METRICS,
     loss: str = "soft_l1",
     sources: list[str] | None = None,
+    method: str = "closed-form",
 ) -> FitResult:
     """Fit ``free`` coefficients to the measured ``cases`` (the schema of measured-public.csv,
     or ``cases_from_runs`` of load-test results); the others stay at ``start`` or ``fixed``.
@@ -212,6 +214,10 @@ def calibrate(
     coefficient (errors beyond ~30% count linearly, not squared); ``"linear"`` is plain least
     squares. A coefficient that does not change any prediction (overlap on runs without
     communication) is reported as undetermined, with an infinite standard error.
+    ``method``: how each run is predicted (``gpucap.validate.predict_prepared``):
+    ``closed-form`` (the default: fast, for many runs; a fixed-length closed-loop sweep runs in
+    waves, ``gpucap.waves``) or ``simulate`` (each benchmark run step by step, as it ran: seconds
+    per evaluation for a sweep of a few small runs, minutes for large ones).
     """
     free = tuple(free)
     unknown = [n for n in (*free, *(fixed or {})) if n not in COEFFICIENT_INFO]
@@ -243,7 +249,7 @@ def calibrate(
         return Coefficients(**{**base, **dict(zip(free, map(float, x), strict=True))})
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return _log_residuals(predict_prepared(prepared, coefs(x)), measured, metrics)
+        return _log_residuals(predict_prepared(prepared, coefs(x), method), measured, metrics)
 
     lower = np.array([COEFFICIENT_INFO[n].lower for n in free])
     upper = np.array([COEFFICIENT_INFO[n].upper for n in free])
@@ -284,6 +290,7 @@ def calibrate(
         "rows_used": len(prepared),
         "rows_skipped": {str(cases.iloc[pos].get("case_id", pos)): why for pos, why in errors.items()},
         "metrics": list(metrics),
+        "method": method,
         "objective": "sum of log(predicted / measured)^2 over runs and metrics",
     }
     return FitResult(

@@ -18,6 +18,10 @@ from .gpus import GPU
 from .units import MS, GiB
 
 ENGINES = ("vllm", "sglang", "trtllm")
+# How requests reach the engine: through its OpenAI-compatible HTTP server ("http": vllm serve,
+# SGLang's launch_server, trtllm-serve), or handed to it in-process ("offline": trtllm-bench,
+# vllm bench throughput), with no front end at all.
+FRONT_ENDS = ("http", "offline")
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,14 @@ class EngineConfig:
     memory_basis: "total" when the fraction applies to the whole GPU (vLLM
     ``gpu_memory_utilization``, SGLang ``mem_fraction_static``), "free" when it applies to what
     is left after weights and activations (TensorRT-LLM ``free_gpu_memory_fraction``).
+
+    overlap_host: the host's per-step work (scheduling, sampling, detokenizing) runs while the GPU
+    computes the step before, so a step lasts ``max(GPU, host)`` instead of their sum
+    (``gpucap.step.combine``): vLLM's async scheduling (default since PR #27614, late 2025; off in
+    vLLM 0.11 and earlier), SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler. ``None``
+    is on, as today's versions of all three run.
+    front_end: "http" or "offline" (``FRONT_ENDS``): whether requests pass the engine's HTTP
+    server, whose per-request costs (``Coefficients.t_frontend_s``, ``t_request_s``) apply.
     """
 
     engine: str = "vllm"
@@ -37,10 +49,14 @@ class EngineConfig:
     cuda_graphs: bool = True
     runtime_overhead_bytes: float = 1.0 * GiB  # CUDA context, NCCL buffers, allocator slack
     cuda_graph_bytes: float = 1.0 * GiB  # CUDA-graph pools (vLLM logs 0.5-2 GiB)
+    overlap_host: bool | None = None
+    front_end: str = "http"
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINES)}")
+        if self.front_end not in FRONT_ENDS:
+            raise ValueError(f"unknown front end {self.front_end!r}; use one of {', '.join(FRONT_ENDS)}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -80,6 +96,7 @@ class EngineConfig:
             max_num_batched_tokens=self.max_num_batched_tokens or tokens,
             gpu_memory_utilization=self.gpu_memory_utilization or util,
             block_size=self.block_size or block,
+            overlap_host=True if self.overlap_host is None else self.overlap_host,
         )
 
 
@@ -132,8 +149,16 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
         0.0,
         0.0,
         0.1,
-        "serial front-end time per request (HTTP, tokenization, detokenization, output processing "
-        "in the API server process); caps the request rate at 1 / t_request_s and adds to TTFT",
+        "serial CPU time per request in the HTTP server (parsing, tokenizing, detokenizing and "
+        "streaming its output): the server shares one core among the requests it holds, so it "
+        "passes at most 1 / t_request_s requests/s (the 'host' limit)",
+    ),
+    "t_frontend_s": Coefficient(
+        0.0,
+        0.0,
+        0.5,
+        "latency per request outside the engine that holds no shared resource (HTTP round trip, "
+        "request set-up, first streamed chunk): added to TTFT and end-to-end latency",
     ),
     "t_overhead_s": Coefficient(
         2.0 * MS,
@@ -143,18 +168,19 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
     ),
 }
 
-# Per-engine starting points, round numbers within each coefficient's physical range (checked
-# against the public measurements in benchmarks/accuracy.py, not fitted to them):
-# - TensorRT-LLM runs fused kernels under a C++ runtime and overlaps scheduling with the GPU:
-#   the smallest per-step and per-sequence host time, no front-end limit in trtllm-bench.
-# - vLLM V1 and SGLang schedule in Python between steps and serve over HTTP: a few ms per step,
-#   ~10 us per running sequence, and 5-10 ms of API-server time per request (vLLM's single
-#   API-server process tokenizes and detokenizes serially). TensorRT-LLM's decode kernels reach
-#   a higher share of HBM bandwidth.
+# Per-engine starting points. The HTTP server's terms were measured on vLLM 0.32's own server
+# (benchmarks/README.md, "The host beside the engine"): 512 requests of one prompt token and
+# one output token sent at once take 4.3 ms each of serial server time (t_request_s 4 ms), and
+# a lone request's TTFT exceeds its engine step by ~10 ms (t_frontend_s 10 ms). SGLang's and
+# trtllm-serve's servers are also Python HTTP servers and are given the same two numbers (an
+# assumption); trtllm-bench and other offline runs have no server (EngineConfig.front_end).
+# Per-step host time: a few ms of scheduling and sampling per step in vLLM and SGLang, 0.5 ms in
+# TensorRT-LLM's C++ runtime, ~10 us per running sequence (5 us in TensorRT-LLM).
+HTTP_FRONT_END = {"t_request_s": 4.0 * MS, "t_frontend_s": 10.0 * MS}
 ENGINE_COEFFICIENTS: dict[str, dict[str, float]] = {
-    "vllm": {"t_overhead_s": 2.0 * MS, "t_seq_s": 10e-6, "t_request_s": 10.0 * MS},
-    "sglang": {"t_overhead_s": 1.5 * MS, "t_seq_s": 10e-6, "t_request_s": 5.0 * MS},
-    "trtllm": {"u_hbm": 0.85, "t_overhead_s": 0.5 * MS, "t_seq_s": 5e-6},
+    "vllm": {"t_overhead_s": 2.0 * MS, "t_seq_s": 10e-6, **HTTP_FRONT_END},
+    "sglang": {"t_overhead_s": 1.5 * MS, "t_seq_s": 10e-6, **HTTP_FRONT_END},
+    "trtllm": {"u_hbm": 0.85, "t_overhead_s": 0.5 * MS, "t_seq_s": 5e-6, **HTTP_FRONT_END},
 }
 
 # Extra launch time per layer per step when CUDA graphs are off (enforce_eager): ~10 kernels a
@@ -172,6 +198,7 @@ class Coefficients:
     overlap: float = COEFFICIENT_INFO["overlap"].value
     t_overhead_s: float = COEFFICIENT_INFO["t_overhead_s"].value
     t_request_s: float = COEFFICIENT_INFO["t_request_s"].value
+    t_frontend_s: float = COEFFICIENT_INFO["t_frontend_s"].value
     t_seq_s: float = COEFFICIENT_INFO["t_seq_s"].value
 
     def __post_init__(self) -> None:
@@ -214,3 +241,25 @@ class Coefficients:
                 raise ValueError(f"coefficients file {path}: {name} is {v!r}, not a number")
             values[name] = float(v)
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """What the HTTP server adds to every request (zero for offline runs): a pure latency, and
+    serial CPU time that the server's one core shares among the requests it holds."""
+
+    latency_s: float
+    serial_s: float
+
+    @property
+    def max_rate_per_s(self) -> float:
+        """Requests/s the server passes at most: ``1 / serial_s`` (inf without a front end)."""
+        return 1.0 / self.serial_s if self.serial_s > 0 else float("inf")
+
+
+def front_end(engine: EngineConfig, coef: Coefficients) -> FrontEnd:
+    """The front end of ``engine`` with ``coef``'s ``t_frontend_s`` and ``t_request_s``; none when
+    requests are handed to the engine in-process (``front_end="offline"``)."""
+    if engine.front_end == "offline":
+        return FrontEnd(0.0, 0.0)
+    return FrontEnd(coef.t_frontend_s, coef.t_request_s)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .batching import Extras, LoadPoint, closed_loop, open_loop
 from .catalog import load_model
-from .engine import Coefficients, EngineConfig
+from .engine import Coefficients, EngineConfig, front_end
 from .gpus import GPU, get_gpu
 from .layout import Layout
 from .memory import MemoryBreakdown, concurrency_by_memory, does_not_fit_message, memory_breakdown
@@ -26,8 +26,14 @@ from .runs import saturation_run
 from .speculative import Speculative
 from .step import Hardware
 from .vision import Images
+from .waves import wave_loop
 
-RESOURCES = ("memory", "compute", "hbm_bandwidth", "interconnect")
+RESOURCES = ("memory", "compute", "hbm_bandwidth", "interconnect", "host")
+# Request lengths of the load: "varied" (desynchronized traffic: the steady state of
+# gpucap.batching.closed_loop) or "fixed" (a load test with one length for all, whose closed loop
+# runs in waves: gpucap.waves.wave_loop).
+LENGTHS = ("varied", "fixed")
+FRONT_END_SATURATED = 0.95  # share of the HTTP server's core at which it is taken as full
 COMM_SHARE_WARNING = 0.5  # seed 1's rule of thumb
 MAX_SEARCH_CONCURRENCY = 1 << 16  # per replica
 
@@ -42,7 +48,9 @@ class Workload:
 
     ``input_len`` counts text tokens; images add their tokens on top (``gpucap.vision``).
     ``image_size_px``: side of a square image or (height, width); None = the encoder's native
-    size (Qwen2.5-VL reads images at their own size and needs one).
+    size (Qwen2.5-VL reads images at their own size and needs one). ``lengths``: "varied"
+    (traffic whose requests differ in length: steady state) or "fixed" (a load test with one
+    length for all requests: the closed loop runs in waves, ``gpucap.waves``).
     """
 
     input_len: float
@@ -51,8 +59,11 @@ class Workload:
     tpot_slo_s: float = 0.1
     images_per_request: float = 0.0
     image_size_px: int | tuple[int, int] | None = None
+    lengths: str = "varied"
 
     def __post_init__(self) -> None:
+        if self.lengths not in LENGTHS:
+            raise ValueError(f"lengths must be one of {', '.join(LENGTHS)}, got {self.lengths!r}")
         for name in ("input_len", "output_len", "ttft_slo_s", "tpot_slo_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
@@ -197,6 +208,41 @@ def _largest_ok(grid: np.ndarray, ok: np.ndarray) -> float | None:
     return None if bad.size == 0 else float(grid[bad[0] - 1])
 
 
+def loop_point(
+    hw: Hardware,
+    coef: Coefficients,
+    wl: Workload,
+    concurrency: np.ndarray | float,
+    *,
+    max_running: float = np.inf,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
+) -> LoadPoint:
+    """One replica at ``concurrency`` requests kept in flight: the waves of a fixed-length load
+    test (``gpucap.waves.wave_loop``) or the steady state of varied traffic
+    (``gpucap.batching.closed_loop``). Images and speculative decoding are modelled in the
+    steady state only."""
+    if wl.lengths == "fixed" and images is None and speculative is None:
+        return wave_loop(
+            hw, coef, concurrency=concurrency, input_len=wl.input_len, output_len=wl.output_len, max_running=max_running
+        )
+    return closed_loop(
+        hw,
+        coef,
+        concurrency=concurrency,
+        input_len=wl.input_len,
+        output_len=wl.output_len,
+        max_running=max_running,
+        images=images,
+        speculative=speculative,
+    )
+
+
+def front_end_share(hw: Hardware, coef: Coefficients, point: LoadPoint) -> np.ndarray:
+    """Share of the HTTP server's core the load takes: requests/s x ``t_request_s``."""
+    return np.asarray(point.requests_per_s * front_end(hw.engine, coef).serial_s, dtype=float)
+
+
 def resource_limits(
     hw: Hardware,
     coef: Coefficients,
@@ -214,23 +260,21 @@ def resource_limits(
     resource by its share of the step that carries the prefill. The combined recommendation can sit
     below every bar, since the terms add. With speculation a decode step yields tau tokens, so
     its terms are compared per token (``/ tau``).
+
+    The host is the fifth resource: its per-step time (scheduling, sampling) alone must stay
+    within the TPOT SLO, and its HTTP server must pass the requests: the limit is where the
+    server's core is full (``requests/s x t_request_s`` reaches ``FRONT_END_SATURATED``).
     """
     grid = _grid(top)
-    pt = closed_loop(
-        hw,
-        coef,
-        concurrency=grid,
-        input_len=wl.input_len,
-        output_len=wl.output_len,
-        images=images,
-        speculative=speculative,
-    )
+    pt = loop_point(hw, coef, wl, grid, images=images, speculative=speculative)
     tau = speculative.acceptance_length if speculative else 1.0
     out: dict[str, float | None] = {}
     for name, attr in (("compute", "compute_s"), ("hbm_bandwidth", "memory_s"), ("interconnect", "comm_s")):
         dec = getattr(pt.decode_step, attr) / tau
         pre = pt.ttft_s * getattr(pt.prefill_step, attr) / pt.prefill_step.total_s
         out[name] = _largest_ok(grid, (dec <= wl.tpot_slo_s) & (pre <= wl.ttft_slo_s))
+    host_ok = (pt.decode_step.overhead_s / tau <= wl.tpot_slo_s) & (front_end_share(hw, coef, pt) < FRONT_END_SATURATED)
+    out["host"] = _largest_ok(grid, host_ok)
     return out
 
 
@@ -246,16 +290,7 @@ def slo_limit(
     """Largest concurrency per replica with TTFT <= SLO and TPOT <= SLO, at most ``top``."""
     grid = _grid(top)
     cap = float(hw.engine.max_num_seqs or np.inf)
-    pt = closed_loop(
-        hw,
-        coef,
-        concurrency=grid,
-        input_len=wl.input_len,
-        output_len=wl.output_len,
-        max_running=cap,
-        images=images,
-        speculative=speculative,
-    )
+    pt = loop_point(hw, coef, wl, grid, max_running=cap, images=images, speculative=speculative)
     ok = (pt.ttft_s <= wl.ttft_slo_s) & (pt.tpot_s <= wl.tpot_slo_s)
     best = _largest_ok(grid, ok)
     return float(top if best is None else best)
@@ -285,6 +320,7 @@ def estimate(
     image_size_px: int | tuple[int, int] | None = None,
     encoder_tp_mode: str = "weights",
     speculative: Speculative | None = None,
+    lengths: str = "varied",
 ) -> Estimate:
     """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``.
 
@@ -299,6 +335,8 @@ def estimate(
     prefill, and its weights and cache to memory. ``encoder_tp_mode`` is vLLM's
     ``--mm-encoder-tp-mode`` ("weights": split by tp; "data": whole on every GPU).
     ``speculative``: draft tokens, acceptance length and drafter (``gpucap.speculative``).
+    ``lengths``: "varied" (traffic; steady state) or "fixed" (a fixed-length load test, whose
+    closed loop runs in waves and whose TTFT grows with the concurrency; ``gpucap.waves``).
     """
     hw = hardware(
         model,
@@ -319,6 +357,7 @@ def estimate(
         float(tpot_slo_s),
         images_per_request=images_per_request,
         image_size_px=image_size_px,
+        lengths=lengths,
     )
     images = wl.images(encoder_tp_mode)
     per_replica = hw.layout.gpus_per_replica
@@ -348,22 +387,35 @@ def estimate(
         limits[k] = None if v is None else v * replicas
 
     notes: list[str] = []
-    probe = closed_loop(
+    probe = loop_point(
         hw,
         coef,
-        concurrency=max(rec_r, 1.0),
-        input_len=wl.input_len,
-        output_len=wl.output_len,
+        wl,
+        max(rec_r, 1.0),
         max_running=float(hw.engine.max_num_seqs or np.inf),
         images=images,
         speculative=speculative,
     )
     if rec_r >= mem_limit:
         bottleneck = "memory"
+    elif float(front_end_share(hw, coef, probe)) >= FRONT_END_SATURATED:
+        bottleneck = "host"
     elif hw.engine.max_num_seqs and rec_r >= hw.engine.max_num_seqs and float(probe.ttft_s) <= wl.ttft_slo_s:
         bottleneck = "max_num_seqs"
     else:
-        step = probe.decode_step
+        # the resource whose step fails first beyond the recommendation: the prompt's step when
+        # TTFT is what fails there, the decode step when TPOT is
+        beyond = loop_point(
+            hw,
+            coef,
+            wl,
+            max(rec_r, 1.0) + 1.0,
+            max_running=float(hw.engine.max_num_seqs or np.inf),
+            images=images,
+            speculative=speculative,
+        )
+        ttft_fails = float(beyond.ttft_s) > wl.ttft_slo_s and float(beyond.tpot_s) <= wl.tpot_slo_s
+        step = probe.prefill_step if ttft_fails else probe.decode_step
         shares = {
             "compute": float(step.compute_s),
             "hbm_bandwidth": float(step.memory_s),
@@ -410,16 +462,7 @@ def estimate(
         c_total = float(concurrency) if concurrency is not None else max(rec_r, 1.0) * replicas
         if c_total <= 0:
             raise ValueError(f"concurrency must be positive, got {concurrency}")
-        at = closed_loop(
-            hw,
-            coef,
-            concurrency=c_total / replicas,
-            input_len=wl.input_len,
-            output_len=wl.output_len,
-            max_running=cap,
-            images=images,
-            speculative=speculative,
-        )
+        at = loop_point(hw, coef, wl, c_total / replicas, max_running=cap, images=images, speculative=speculative)
     sat = saturation_run(
         hw,
         coef,

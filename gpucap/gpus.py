@@ -7,6 +7,7 @@ Users add or override GPUs with a CSV of the same columns (``load_gpus(extra=...
 from __future__ import annotations
 
 import csv
+import dataclasses
 import difflib
 import math
 import os
@@ -47,11 +48,42 @@ class GPU:
     def peak_flops_per_s(self, fmt: str) -> float:
         """Dense peak for a compute format, falling back to the next wider format the chip has
         (fp4 -> fp8 -> bf16): a chip without fp4 tensor cores runs an fp4 model's matmuls in fp8
-        or bf16 after dequantizing."""
-        for f in {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "int8": ("int8", "bf16")}.get(fmt, (fmt,)):
+        or bf16 after dequantizing. MXFP4 checkpoints (gpt-oss) run as weight-only W4A16 where
+        there are no fp4 tensor cores: the weights are upcast and multiplied by bf16 activations
+        (Marlin on Ampere, Triton ``matmul_ogs`` on Hopper; vLLM's GPT-OSS recipe), so at the bf16
+        rate, not fp8's."""
+        chains = {
+            "fp4": ("fp4", "fp8", "bf16"),
+            "mxfp4": ("fp4", "bf16"),
+            "fp8": ("fp8", "bf16"),
+            "int8": ("int8", "bf16"),
+        }
+        for f in chains.get(fmt, (fmt,)):
             if self.flops_per_s.get(f):
                 return self.flops_per_s[f]
         return self.flops_per_s["bf16"]
+
+
+SPEED_PARTS = ("compute", "all")
+
+
+def scaled(gpu: GPU, speed: float, part: str = "compute") -> GPU:
+    """``gpu`` with its rates times ``speed``: a testbed that runs the same kernels ``speed`` times
+    as fast as the datasheet and the default efficiencies say. ``part="compute"`` scales the
+    tensor-core FLOP/s only (clocks held down by a power cap slow compute-bound kernels and leave
+    memory-bound ones as they are); ``"all"`` also memory and link bandwidth. Host times are not
+    scaled."""
+    if not (math.isfinite(speed) and speed > 0):
+        raise ValueError(f"speed must be a positive number, got {speed!r}")
+    if part not in SPEED_PARTS:
+        raise ValueError(f"part must be one of {', '.join(SPEED_PARTS)}, got {part!r}")
+    bw = speed if part == "all" else 1.0
+    return dataclasses.replace(
+        gpu,
+        flops_per_s={k: v * speed for k, v in gpu.flops_per_s.items()},
+        hbm_bytes_per_s=gpu.hbm_bytes_per_s * bw,
+        link_bytes_per_s=gpu.link_bytes_per_s * bw,
+    )
 
 
 def _num(row: dict[str, str], col: str, where: str, required: bool = False) -> float:

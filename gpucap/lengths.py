@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 PERCENTILE_POINTS = 8  # points per interval between given percentiles
+EXPONENTIAL_POINTS = 256  # quantile midpoints that stand for an exponential distribution
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,42 @@ class Lengths:
     @classmethod
     def fixed(cls, tokens: float, label: str = "") -> Lengths:
         return cls((float(tokens),), (1.0,), label or f"{tokens:g}")
+
+    @classmethod
+    def uniform(cls, low: float, high: float, label: str = "") -> Lengths:
+        """Every whole token count in ``[low, high]`` equally likely (a closed integer range, as
+        ``numpy.random.Generator.integers(low, high + 1)`` draws it)."""
+        lo, hi = int(np.floor(low)), int(np.ceil(high))
+        if lo < 1 or hi < lo:
+            raise ValueError(f"lengths {label!r}: a uniform range needs 1 <= low <= high, got [{low:g}, {high:g}]")
+        values = np.arange(lo, hi + 1, dtype=float)
+        return cls(tuple(values), tuple(np.full(values.size, 1.0 / values.size)), label or f"U[{lo}, {hi}]")
+
+    @classmethod
+    def range_ratio(cls, tokens: float, ratio: float, label: str = "") -> Lengths:
+        """``vllm bench serve --random-range-ratio r`` around ``tokens`` (L): whole counts uniform on
+        ``[floor(L (1 - r)), ceil(L (1 + r))]``, at least 1 (``vllm/benchmarks/datasets``,
+        ``get_sampling_params``); r = 0 is the fixed length L."""
+        if not (np.isfinite(ratio) and 0 <= ratio < 1):
+            raise ValueError(f"range ratio must be in [0, 1) (vllm bench serve --random-range-ratio), got {ratio!r}")
+        if ratio == 0:
+            return cls.fixed(float(tokens), label)
+        lo = max(int(np.floor(tokens * (1 - ratio))), 1)
+        return cls.uniform(lo, max(int(np.ceil(tokens * (1 + ratio))), lo), label or f"{tokens:g} +/- {ratio:.0%}")
+
+    @classmethod
+    def exponential(cls, mean: float, label: str = "") -> Lengths:
+        """A long-tailed, dataset-like length with mean ``mean`` (an assumption for ShareGPT-style
+        runs: exponential, so the median is ``mean x ln 2`` and the mean/median ratio 1.44).
+        Stands for ``Exp(mean)`` by ``EXPONENTIAL_POINTS`` equally likely quantile midpoints,
+        ``-mean x ln(1 - (k + 1/2) / n)``, shifted so that their mean is exactly ``mean``; at
+        least 1 token."""
+        if not (np.isfinite(mean) and mean >= 1):
+            raise ValueError(f"lengths {label!r}: an exponential length needs a mean >= 1 token, got {mean!r}")
+        u = (np.arange(EXPONENTIAL_POINTS) + 0.5) / EXPONENTIAL_POINTS
+        x = np.maximum(-mean * np.log1p(-u), 1.0)
+        x = np.maximum(x * mean / x.mean(), 1.0)
+        return cls(tuple(x), tuple(np.full(x.size, 1.0 / x.size)), label or f"Exp(mean {mean:g})")
 
     @classmethod
     def histogram(cls, edges: Sequence[float], counts: Sequence[float], label: str = "histogram") -> Lengths:
@@ -122,6 +159,17 @@ class Lengths:
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` lengths drawn with the distribution's probabilities (whole tokens)."""
         return np.round(rng.choice(np.asarray(self.values), size=n, p=np.asarray(self.weights)))
+
+    def draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` whole-token lengths in random order whose empirical distribution follows this one
+        as closely as ``n`` draws can: the inverse CDF at the stratified points ``(k + 1/2) / n``,
+        shuffled. Less noisy than ``sample`` (the mean is right to a token), for simulations that
+        stand for one benchmark run."""
+        order = np.argsort(self.values)
+        v = np.asarray(self.values, dtype=float)[order]
+        cdf = np.cumsum(np.asarray(self.weights, dtype=float)[order])
+        idx = np.minimum(np.searchsorted(cdf, (np.arange(n) + 0.5) / n), v.size - 1)
+        return np.asarray(rng.permutation(np.maximum(np.round(v[idx]), 1.0)), dtype=float)
 
     @property
     def is_fixed(self) -> bool:

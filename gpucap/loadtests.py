@@ -67,6 +67,7 @@ def cases_from_runs(
                 "isl": r.get("input_len_mean"),
                 "osl": r.get("output_len_mean"),
                 "length_dist": length_dist,
+                "range_ratio": r.get("range_ratio") if _given(r.get("range_ratio")) else 0.0,
                 "load_mode": _mode(r),
                 "concurrency": r.get("concurrency"),
                 "request_rate": r.get("request_rate"),

@@ -114,9 +114,9 @@ class Candidate:
 
 def supports(gpu: GPU, weight_dtype: str) -> bool:
     """A weight format is searched on a GPU with tensor cores for it (fp8 on Hopper and later,
-    fp4 on Blackwell); 16-bit and weight-only int4 everywhere."""
+    fp4 on Blackwell); 16-bit and the weight-only formats (int4, MXFP4 as W4A16) everywhere."""
     fmt = COMPUTE_FORMAT.get(weight_dtype, "bf16")
-    return fmt == "bf16" or bool(gpu.flops_per_s.get(fmt))
+    return fmt in ("bf16", "mxfp4") or bool(gpu.flops_per_s.get(fmt))
 
 
 def candidates(

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .batching import closed_loop
+from .batching import _frontend_latency, closed_loop
 from .engine import Coefficients
 from .memory import ArrayLike
 from .step import Array, Hardware
@@ -165,9 +165,9 @@ def service_curve(
     return ServiceCurve(
         slots=slots,
         output_len=float(output_len),
-        front_end_s=float(coef.t_request_s),
+        front_end_s=_frontend_latency(hw, coef),
         requests_per_s=interp(pt.requests_per_s),
-        ttft_s=np.maximum.accumulate(interp(pt.ttft_s)),
+        ttft_s=np.maximum.accumulate(interp(pt.ttft_s - pt.step_wait_s)),  # the step in progress: below
         tpot_s=np.maximum.accumulate(interp(pt.tpot_s)),
         prefill_step_s=interp(pt.prefill_step.total_s),
     )

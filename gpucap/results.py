@@ -65,7 +65,7 @@ from .units import MS
 COLUMNS = (
     "source_file", "run_index", "engine", "model", "gpu", "num_gpus", "tp", "pp", "ep",
     "weight_dtype", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "block_size",
-    "gpu_memory_utilization", "enforce_eager",
+    "gpu_memory_utilization", "enforce_eager", "overlap_host", "range_ratio",
     "concurrency", "request_rate", "num_prompts", "completed", "failed", "input_len_mean",
     "output_len_mean", "duration_s", "request_throughput_per_s", "output_tokens_per_s",
     "total_tokens_per_s", "ttft_mean_s", "ttft_median_s", "ttft_p90_s", "ttft_p99_s",
@@ -73,17 +73,24 @@ COLUMNS = (
     "itl_p99_s", "e2el_mean_s", "goodput_per_s",
 )  # fmt: skip
 # What a run ran on: hardware, split, formats and the engine knobs that change a prediction.
-ENGINE_KNOBS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "enforce_eager")
-HARDWARE = ("gpu", "num_gpus", "tp", "pp", "ep", "engine", "model", "weight_dtype", "kv_cache_dtype", *ENGINE_KNOBS)
+ENGINE_KNOBS = (
+    "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "enforce_eager", "overlap_host",
+)  # fmt: skip
+# ... and the load test's --random-range-ratio, which decides how its request lengths spread.
+HARDWARE = (
+    "gpu", "num_gpus", "tp", "pp", "ep", "engine", "model", "weight_dtype", "kv_cache_dtype", *ENGINE_KNOBS,
+    "range_ratio",
+)  # fmt: skip
 INT_FIELDS = ("num_gpus", "tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "block_size")
 META_KEYS = {"gpu": "gpu", "num_gpus": "num_gpus", "tp": "tp", "tensor_parallel_size": "tp", "pp": "pp",
              "pipeline_parallel_size": "pp", "ep": "ep", "engine": "engine", "model": "model",
              "weight_dtype": "weight_dtype", "kv_cache_dtype": "kv_cache_dtype", "kv_dtype": "kv_cache_dtype",
              "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
              "block_size": "block_size", "gpu_memory_utilization": "gpu_memory_utilization",
-             "enforce_eager": "enforce_eager"}  # fmt: skip
+             "enforce_eager": "enforce_eager", "overlap_host": "overlap_host", "async_scheduling": "overlap_host",
+             "range_ratio": "range_ratio", "random_range_ratio": "range_ratio"}  # fmt: skip
 TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
-TEXT_FIELDS = ("weight_dtype", "kv_cache_dtype", "enforce_eager")  # not numbers (enforce_eager: bool)
+TEXT_FIELDS = ("weight_dtype", "kv_cache_dtype", "enforce_eager", "overlap_host")  # not numbers (the last two: bool)
 BACKEND_ENGINES = {"vllm": "vllm", "sglang": "sglang", "sglang-oai": "sglang", "trt": "trtllm"}
 # What the calibration fit needs of each run; "a|b" means either will do.
 FIT_FIELDS = ("gpu", "tp", "model", "concurrency|request_rate", "input_len_mean", "output_len_mean")
@@ -162,7 +169,15 @@ def _hardware(d: Mapping[str, Any], where: str, strict: bool = False) -> dict[st
             except (TypeError, ValueError):
                 raise ValueError(f"{where}: {key} = {v!r} is not a fraction in (0, 1]") from None
             out[name] = u
-        elif name == "enforce_eager":
+        elif name == "range_ratio":
+            try:
+                rr = float(v)
+                if isinstance(v, bool) or not 0 <= rr < 1:
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}: {key} = {v!r} is not a range ratio in [0, 1)") from None
+            out[name] = rr
+        elif name in ("enforce_eager", "overlap_host"):
             text = str(v).strip().lower()
             if text not in TRUE + FALSE:
                 raise ValueError(f"{where}: {key} = {v!r} is not true or false")

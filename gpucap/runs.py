@@ -167,7 +167,7 @@ def saturation_run(
         waiting > 0, drain_time(hw, coef, staggered=True, **kw), drain_time(hw, coef, staggered=False, **kw)
     )
     with np.errstate(invalid="ignore"):
-        duration = np.maximum(burst.ttft_s + admit + drain, n / _frontend_rate(coef))
+        duration = np.maximum(burst.ttft_s + admit + drain, n / _frontend_rate(hw, coef))
     finite = np.isfinite(n)
     tput = np.where(finite, n * o / np.where(finite, duration, 1.0), steady.output_tokens_per_s)
     x = tput / o

@@ -43,41 +43,57 @@ def lines_through(terms_at: TermsAt, a: Array) -> Lines:
     return lo - slope * a, slope
 
 
-def _kinks(lines: Lines) -> Array:
-    """Where the two rooflines of each max cross, shape (2, ...); inf where they do not in a > 0."""
+def _crossing(k0: Array, k1: Array, c0: Array, c1: Array) -> Array:
+    """Where the line ``k0 + k1 a`` crosses ``c0 + c1 a``; inf where it does not in a > 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = (c0 - k0) / (k1 - c1)
+    return np.where(np.isfinite(x) & (x > 0), x, np.inf)
+
+
+def _kinks(lines: Lines, pp: int = 1, overlap: bool = False) -> Array:
+    """Where the two rooflines of each max cross, shape (2, ...), and, when the host overlaps the
+    GPU, where the host line crosses each of the four GPU lines (``max(G, H)``): shape (6, ...);
+    inf where they do not cross in a > 0."""
     k0, k1 = lines
-    out = []
-    for c, m in ((GEMM_COMPUTE, GEMM_MEMORY), (ATTN_COMPUTE, ATTN_MEMORY)):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            x = (k0[m] - k0[c]) / (k1[c] - k1[m])
-        out.append(np.where(np.isfinite(x) & (x > 0), x, np.inf))
+    out = [_crossing(k0[c], k1[c], k0[m], k1[m]) for c, m in ((GEMM_COMPUTE, GEMM_MEMORY), (ATTN_COMPUTE, ATTN_MEMORY))]
+    if overlap:
+        for g in (GEMM_COMPUTE, GEMM_MEMORY):
+            for t in (ATTN_COMPUTE, ATTN_MEMORY):
+                gpu0 = pp * (k0[g] + k0[t] + k0[COMM])
+                gpu1 = pp * (k1[g] + k1[t] + k1[COMM])
+                out.append(_crossing(gpu0, gpu1, k0[OVERHEAD], k1[OVERHEAD]))
     return np.stack(out)
 
 
-def step_seconds(lines: Lines, a: Array, pp: int) -> Array:
-    """``t(a)`` from the lines of its terms (row by row: no stacked temporaries)."""
+def step_seconds(lines: Lines, a: Array, pp: int, overlap: bool = False) -> Array:
+    """``t(a)`` from the lines of its terms (row by row: no stacked temporaries); the host's line
+    in ``max`` with the GPU's instead of added when ``overlap`` (``gpucap.step.combine``)."""
     k0, k1 = lines
 
     def v(row: int) -> Array:
         return k0[row] + k1[row] * a
 
     rooflines = np.maximum(v(GEMM_COMPUTE), v(GEMM_MEMORY)) + np.maximum(v(ATTN_COMPUTE), v(ATTN_MEMORY))
-    return pp * (rooflines + v(COMM)) + v(OVERHEAD)
+    gpu = pp * (rooflines + v(COMM))
+    return np.maximum(gpu, v(OVERHEAD)) if overlap else gpu + v(OVERHEAD)
 
 
-def active_line(lines: Lines, a: Array, pp: int) -> tuple[Array, Array]:
+def active_line(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array]:
     """Intercept and slope of ``t`` on the linear piece that holds ``a``."""
     k0, k1 = lines
     v = k0 + k1 * a
     gemm = np.where(v[GEMM_COMPUTE] >= v[GEMM_MEMORY], GEMM_COMPUTE, GEMM_MEMORY)
     attn = np.where(v[ATTN_COMPUTE] >= v[ATTN_MEMORY], ATTN_COMPUTE, ATTN_MEMORY)
 
-    def pick(k: Array) -> Array:
+    def gpu(k: Array) -> Array:
         g = np.where(gemm == GEMM_COMPUTE, k[GEMM_COMPUTE], k[GEMM_MEMORY])
         t = np.where(attn == ATTN_COMPUTE, k[ATTN_COMPUTE], k[ATTN_MEMORY])
-        return pp * (g + t + k[COMM]) + k[OVERHEAD]
+        return pp * (g + t + k[COMM])
 
-    return pick(k0), pick(k1)
+    if not overlap:
+        return gpu(k0) + k0[OVERHEAD], gpu(k1) + k1[OVERHEAD]
+    host = v[OVERHEAD] > gpu(k0) + gpu(k1) * a
+    return np.where(host, k0[OVERHEAD], gpu(k0)), np.where(host, k1[OVERHEAD], gpu(k1))
 
 
 def _at_each(lines: Lines) -> Lines:
@@ -95,18 +111,26 @@ def _piece(breaks: Array, positive: npt.NDArray[np.bool_]) -> Array:
 
 
 def closed_loop_root(
-    dec: Lines, pre: Lines, *, pp: int, running: Array, chunks: Array, decoding: Array, t_request_s: float
+    dec: Lines,
+    pre: Lines,
+    *,
+    pp: int,
+    running: Array,
+    chunks: Array,
+    decoding: Array,
+    t_request_s: float,
+    overlap: bool = False,
 ) -> Array:
     """Arrivals per step ``a`` solving ``F(a) = 0`` (module docstring); inf where F never turns
     positive (the loop is limited elsewhere: the prompt-token budget or the front end)."""
-    breaks = np.concatenate([_kinks(dec), _kinks(pre)])
+    breaks = np.concatenate([_kinks(dec, pp, overlap), _kinks(pre, pp, overlap)])
     breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]  # kinks no element has
     safe = np.where(np.isfinite(breaks), breaks, 0.0)
-    t, tp = step_seconds(_at_each(dec), safe, pp), step_seconds(_at_each(pre), safe, pp)
+    t, tp = step_seconds(_at_each(dec), safe, pp, overlap), step_seconds(_at_each(pre), safe, pp, overlap)
     f = safe * (chunks * tp + t_request_s) + safe * decoding * t - running * t
     mid = _piece(breaks, np.isfinite(breaks) & (f > 0))
-    t0, t1 = active_line(dec, mid, pp)
-    p0, p1 = active_line(pre, mid, pp)
+    t0, t1 = active_line(dec, mid, pp, overlap)
+    p0, p1 = active_line(pre, mid, pp, overlap)
     qa = chunks * p1 + decoding * t1
     qb = chunks * p0 + t_request_s + decoding * t0 - running * t1
     qc = -running * t0
@@ -116,16 +140,16 @@ def closed_loop_root(
     return np.where(np.isnan(root), np.inf, np.maximum(root, 0.0))
 
 
-def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float) -> Array:
+def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float, overlap: bool = False) -> Array:
     """Largest ``a`` with ``a / t(a) <= rate`` (the front end passes at most ``rate`` requests/s);
     ``a / t(a)`` rises with ``a``. inf when there is no cap."""
     if not np.isfinite(rate_per_s):
         return np.full_like(dec[0][0], np.inf)
-    breaks = _kinks(dec)
+    breaks = _kinks(dec, pp, overlap)
     breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]
     safe = np.where(np.isfinite(breaks), breaks, 0.0)
-    positive = np.isfinite(breaks) & (safe - rate_per_s * step_seconds(_at_each(dec), safe, pp) > 0)
-    t0, t1 = active_line(dec, _piece(breaks, positive), pp)
+    positive = np.isfinite(breaks) & (safe - rate_per_s * step_seconds(_at_each(dec), safe, pp, overlap) > 0)
+    t0, t1 = active_line(dec, _piece(breaks, positive), pp, overlap)
     with np.errstate(divide="ignore", invalid="ignore"):
         root = np.where(1.0 > rate_per_s * t1, rate_per_s * t0 / (1.0 - rate_per_s * t1), np.inf)
     return root
@@ -147,18 +171,18 @@ def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float) -> Array:
 # ``TPOT = t_d / (1 - n_p (t_p - t_d))`` with n_p = X s prompt steps per second.
 
 
-def _value_slope(lines: Lines, a: Array, pp: int) -> tuple[Array, Array]:
-    return step_seconds(lines, a, pp), active_line(lines, a, pp)[1]
+def _value_slope(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array]:
+    return step_seconds(lines, a, pp, overlap), active_line(lines, a, pp, overlap)[1]
 
 
 def separated_step(
-    decode_only: Lines, pre: Lines, mixed: Lines, a: Array, *, chunks: Array, pp: int
+    decode_only: Lines, pre: Lines, mixed: Lines, a: Array, *, chunks: Array, pp: int, overlap: bool = False
 ) -> tuple[Array, Array, Array]:
     """``T(a)``, its slope, and the prompt-step share ``u`` (capped at 1); see above."""
     u = a * chunks
-    td, td1 = _value_slope(decode_only, a, pp)
-    tp, tp1 = _value_slope(pre, a, pp)
-    tm, tm1 = _value_slope(mixed, a, pp)
+    td, td1 = _value_slope(decode_only, a, pp, overlap)
+    tp, tp1 = _value_slope(pre, a, pp, overlap)
+    tm, tm1 = _value_slope(mixed, a, pp, overlap)
     apart = u < 1.0
     t = np.where(apart, (1.0 - u) * td + u * tp, tm)
     slope = np.where(apart, -chunks * td + (1.0 - u) * td1 + chunks * tp + u * tp1, tm1)
@@ -202,6 +226,7 @@ def separated_root(
     rate_per_s: float,
     a_budget: Array,
     start: Array,
+    overlap: bool = False,
 ) -> Array:
     """Arrivals per step of the closed loop with prompt steps apart from decode steps:
 
@@ -211,8 +236,8 @@ def separated_root(
     ``start``: the averaged-step solution, close to the root."""
 
     def closed(a: Array) -> tuple[Array, Array]:
-        t, t1, _ = separated_step(decode_only, pre, mixed, a, chunks=chunks, pp=pp)
-        tp, tp1 = _value_slope(pre, a, pp)
+        t, t1, _ = separated_step(decode_only, pre, mixed, a, chunks=chunks, pp=pp, overlap=overlap)
+        tp, tp1 = _value_slope(pre, a, pp, overlap)
         f = a * (chunks * tp + t_request_s) + (a * decoding - running) * t
         return f, chunks * tp + t_request_s + a * chunks * tp1 + decoding * t + (a * decoding - running) * t1
 
@@ -220,7 +245,7 @@ def separated_root(
     if np.isfinite(rate_per_s):
 
         def front(x: Array) -> tuple[Array, Array]:
-            t, t1, _ = separated_step(decode_only, pre, mixed, x, chunks=chunks, pp=pp)
+            t, t1, _ = separated_step(decode_only, pre, mixed, x, chunks=chunks, pp=pp, overlap=overlap)
             return x - rate_per_s * t, 1.0 - rate_per_s * t1
 
         a = np.minimum(a, _rising_root(front, a, a))

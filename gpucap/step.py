@@ -412,13 +412,15 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
 
 def combine(hw: Hardware, terms: Array) -> StepTime:
     """Matmuls and attention are separate kernels that run one after the other, so each gets its
-    own roofline (as in LLM-Viewer) and the two add:
+    own roofline (as in LLM-Viewer) and the two add; the host's per-step work adds to the GPU's,
+    or runs beside it when the engine overlaps it (``EngineConfig.overlap_host``):
 
-    ``t_step = pp x [max(gemm compute, gemm memory) + max(attn compute, attn memory) + link]
-    + host``."""
+    ``t_gpu = pp x [max(gemm compute, gemm memory) + max(attn compute, attn memory) + link]``
+    ``t_step = t_gpu + host``, or ``max(t_gpu, host)`` when overlapped."""
     pp = hw.layout.pp
     gemm_c, gemm_m, attn_c, attn_m, comm, host = terms
-    total = pp * (np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm) + host
+    gpu = pp * (np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm)
+    total = np.maximum(gpu, host) if hw.engine.overlap_host else gpu + host
     return StepTime(
         compute_s=pp * (gemm_c + attn_c),
         memory_s=pp * (gemm_m + attn_m),
@@ -434,6 +436,7 @@ def step_time(hw: Hardware, work: StepWork, coef: Coefficients) -> StepTime:
     ``t_gemm = max(linear FLOP / (peak_format x u_compute), weight bytes / (hbm x u_hbm))``
     ``t_attn = max(attention FLOP / (peak_bf16 x u_compute), KV bytes / (hbm x u_hbm))``
     ``t_step = pp x [t_gemm + t_attn + (1 - overlap) x (alpha + link bytes / (link x u_link))]
-    + t_overhead + t_seq x sequences``
+    + t_overhead + t_seq x sequences`` (the host's part in ``max`` instead of ``+`` where the
+    engine overlaps it with the GPU)
     """
     return combine(hw, step_terms(hw, work, coef))

@@ -46,7 +46,7 @@ COMPUTE_FORMAT: dict[str, str] = {
     "int8": "int8",
     "int4": "bf16",
     "nvfp4": "fp4",
-    "mxfp4": "fp4",
+    "mxfp4": "mxfp4",
 }
 
 # Bytes per KV-cache element. "auto" means the model's activation dtype (bf16/fp16: 2 bytes).

@@ -7,14 +7,14 @@ import pytest
 from gpucap.engine import Coefficients
 from gpucap.estimate import hardware, memory_limit
 from gpucap.queueing import open_loop_latency
-from gpucap.simulate import arrival_times, front_end_exit, simulate
+from gpucap.simulate import arrival_times, simulate
 from gpucap.step import prefill_pairs_per_layer, step_time, step_work
 
 HW = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
 COEF = Coefficients.for_engine("vllm")
 # constant-step toy: 50 ms fixed per step dwarfs a 3B model's ~2.4 ms of weight reads (see test_queueing)
 TOY = hardware("meta-llama/Llama-3.2-3B-Instruct", "H100-SXM-80GB")
-TOY_COEF = Coefficients(t_overhead_s=0.05, t_request_s=0.0, t_seq_s=0.0)
+TOY_COEF = Coefficients(t_overhead_s=0.05, t_request_s=0.0, t_frontend_s=0.0, t_seq_s=0.0)
 
 
 def seconds(hw, coef, *, decode=0.0, context=0.0, prefill=0.0, pairs=0.0) -> np.ndarray:
@@ -23,15 +23,16 @@ def seconds(hw, coef, *, decode=0.0, context=0.0, prefill=0.0, pairs=0.0) -> np.
 
 
 def test_one_request_alone_by_hand() -> None:
-    """Alone in the engine: TTFT = front end + one step of the whole prompt; then O - 1 decode steps
-    at batch 1 with context I + 1, ..., I + O - 1; e2e = TTFT + (O - 1) TPOT."""
+    """Alone in the engine: TTFT = front end (its serial time and its latency) + one step of the
+    whole prompt; then O - 1 decode steps at batch 1 with context I + 1, ..., I + O - 1;
+    e2e = TTFT + (O - 1) TPOT."""
     i, o = 500, 50
     sim = simulate(
         HW, COEF, request_rate=1e-4, num_requests=1, input_len=i, output_len=o, max_running=8, warmup_fraction=0.0
     )
     prefill = float(seconds(HW, COEF, prefill=i, pairs=float(prefill_pairs_per_layer(HW.spec, i))))
     decode = seconds(HW, COEF, decode=1.0, context=i + np.arange(1, o))
-    assert sim.ttft_s[0] == pytest.approx(COEF.t_request_s + prefill, rel=1e-3)
+    assert sim.ttft_s[0] == pytest.approx(COEF.t_request_s + COEF.t_frontend_s + prefill, rel=1e-3)
     assert sim.tpot_s[0] == pytest.approx(decode.mean(), rel=1e-3)
     assert sim.e2e_s[0] == pytest.approx(sim.ttft_s[0] + (o - 1) * sim.tpot_s[0], rel=1e-9)
 
@@ -54,21 +55,7 @@ def test_long_prompt_is_chunked_by_hand() -> None:
     edges = np.array([0, 1024, 2048, 3000], dtype=float)
     pairs = np.diff(prefill_pairs_per_layer(HW.spec, edges))
     chunks = seconds(HW, COEF, prefill=np.diff(edges), pairs=pairs)
-    assert sim.ttft_s[0] == pytest.approx(COEF.t_request_s + chunks.sum(), rel=1e-3)
-
-
-def test_front_end_exit_is_lindleys_recursion() -> None:
-    rng = np.random.default_rng(3)
-    arrival = np.cumsum(rng.exponential(0.01, 500))
-    tau = 0.012  # busier than the arrivals: a queue forms
-    exits, last = [], -np.inf
-    for a in arrival:  # r_j = max(a_j, r_{j-1}) + tau
-        last = max(a, last) + tau
-        exits.append(last)
-    assert front_end_exit(arrival, tau) == pytest.approx(np.array(exits), rel=1e-12)
-    # continuing from a previous block gives the same as one block
-    head, tail = front_end_exit(arrival[:200], tau), front_end_exit(arrival[200:], tau, exits[199])
-    assert np.concatenate([head, tail]) == pytest.approx(np.array(exits), rel=1e-12)
+    assert sim.ttft_s[0] == pytest.approx(COEF.t_request_s + COEF.t_frontend_s + chunks.sum(), rel=1e-3)
 
 
 @pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0])

@@ -125,7 +125,7 @@ def test_draft_model_memory_and_speed() -> None:
 
 
 def test_estimate_with_speculation_end_to_end() -> None:
-    kw = dict(input_len=1000, output_len=500, concurrency=8)
+    kw = dict(input_len=16, output_len=500, concurrency=8)  # a short prompt: the steps are decodes
     plain = estimate(LLAMA8B, "H100-SXM-80GB", **kw)
     spec = estimate(LLAMA8B, "H100-SXM-80GB", speculative=EAGLE, **kw)
     # memory: the head's weights come out of the KV budget, and each token costs 4096 B more

@@ -69,7 +69,7 @@ def test_solution_satisfies_the_fixed_point(model: str, tp: int) -> None:
     coef = Coefficients(t_request_s=0.0)
     c = np.array([1.0, 4.0, 32.0, 128.0, 512.0])
     i, o = 2000.0, 300.0
-    p = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o)
+    p = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, prompt_steps="spread")
     b = p.decode_batch
     prompt = p.requests_per_s * i * p.tpot_s
     pairs = prefill_pairs_per_layer(hw.spec, i)
@@ -108,7 +108,9 @@ def test_fixed_point_with_images_and_speculation(
     coef = Coefficients(t_request_s=0.0)
     c = np.array([1.0, 4.0, 32.0, 128.0])
     text_i, o = 500.0, 301.0
-    p = closed_loop(hw, coef, concurrency=c, input_len=text_i, output_len=o, images=images, speculative=speculative)
+    p = closed_loop(
+        hw, coef, concurrency=c, input_len=text_i, output_len=o, images=images, speculative=speculative, prompt_steps="spread"
+    )
     n = images.per_request if images else 0.0
     i = text_i + (n * image_work(hw.spec.vision, images).tokens if images else 0.0)
     tau = speculative.acceptance_length if speculative else 1.0
@@ -168,7 +170,7 @@ def test_prompt_steps_apart_satisfy_their_fixed_point() -> None:
     hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
     coef = Coefficients(t_request_s=0.0)
     c, i, o = np.array([1.0, 4.0, 16.0, 64.0]), 2000.0, 200.0
-    spread = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o)
+    spread = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, prompt_steps="spread")
     apart = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, prompt_steps="apart")
     b, x = apart.decode_batch, apart.requests_per_s
     ctx, pairs = i + o / 2, prefill_pairs_per_layer(hw.spec, i)
