@@ -57,6 +57,7 @@ class Inputs:
     calibration: str  # resolved path, or "" for the engine's default coefficients
     calibration_stamp: int
     curve_max: float
+    lengths: str = "varied"  # "varied" traffic or a "fixed"-length load test (gpucap.estimate.LENGTHS)
 
     @property
     def hardware_key(self) -> tuple[Hashable, ...]:
@@ -76,7 +77,7 @@ class Inputs:
 
     def load_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
         """What the curves depend on: the hardware, the box, the lengths and the coefficients."""
-        return (*self.hardware_key, self.num_gpus, self.input_len, self.output_len, coefficients)
+        return (*self.hardware_key, self.num_gpus, self.input_len, self.output_len, self.lengths, coefficients)
 
     def estimate_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
         return (*self.load_key(coefficients), self.ttft_slo_s, self.tpot_slo_s)

@@ -44,6 +44,7 @@ INPUT_NAMES = (
     "cuda_graphs",
     "input_len",
     "output_len",
+    "lengths",
     "ttft_slo_s",
     "tpot_slo_ms",
     "calibration",
@@ -56,7 +57,10 @@ COLUMNS = (  # (title, inputs) of the three columns of controls
         "Formats and engine",
         ("weight_dtype", "kv_dtype", "engine", "gpu_memory_utilization", "cuda_graphs", "calibration"),
     ),
-    ("Workload and SLOs", ("input_len", "output_len", "ttft_slo_s", "tpot_slo_ms", "curve_max", "auto_range")),
+    (
+        "Workload and SLOs",
+        ("input_len", "output_len", "lengths", "ttft_slo_s", "tpot_slo_ms", "curve_max", "auto_range"),
+    ),
 )
 
 
@@ -138,6 +142,13 @@ class Controls:
         self.cuda_graphs = widgets.Checkbox(value=True, description="CUDA graphs", indent=True, style=wide, layout=row)
         self.input_len = integer("input tokens", 3840, 1, 10_000_000)
         self.output_len = integer("output tokens", 256, 1, 10_000_000)
+        self.lengths = widgets.Dropdown(
+            options=[("varied (traffic)", "varied"), ("fixed (a load test)", "fixed")],
+            value="varied",
+            description="request lengths",
+            style=wide,
+            layout=row,
+        )
         self.ttft_slo_s = stops(TTFT_SLO_CHOICES_S, 2.0, "TTFT SLO (s)")
         self.tpot_slo_ms = stops(TPOT_SLO_CHOICES_MS, 100.0, "TPOT SLO (ms)")
         self.calibration = text("coefficients file", "calibration JSON (empty: engine defaults)")
@@ -216,4 +227,5 @@ class Controls:
             calibration=calibration,
             calibration_stamp=calibration_stamp,
             curve_max=float(self.curve_max.value),
+            lengths=str(self.lengths.value),
         )

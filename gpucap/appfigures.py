@@ -17,7 +17,7 @@ from .memory import MemoryBreakdown
 from .svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks, log_label, log_ticks, padded_limits
 from .units import GiB
 
-RED, GRAY, BLUE, GREEN = "#d62728", "#7f7f7f", "#1f77b4", "#2ca02c"  # matplotlib's tab: colors
+RED, GRAY, BLUE, GREEN, ORANGE = "#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e"  # matplotlib's tab: colors
 SMALL, TEXT, TITLE = 9.7, 11.0, 12.5  # px: 7, 8 and 9 pt at 100 dpi
 MEMORY_COLORS = {
     "embeddings": "#9ecae1",
@@ -145,12 +145,14 @@ def curves_svg(
     tpot_slo_s: float | None = None,
     recommended: float | None = None,
     memory_limit: float | None = None,
+    knee: float | None = None,
     title: str = "",
 ) -> str:
     """TTFT, TPOT and output tokens/s against concurrency from a closed-loop ``LoadPoint`` over an
     array of concurrencies (one replica; ``replicas`` scales concurrency and throughput to the
-    whole box), with the SLO lines (red), the recommendation (green) and what memory holds (grey,
-    shown within the curves' range). Each axis spans its curve and its marks."""
+    whole box), with the SLO lines (red), the recommendation (green), what memory holds (grey) and
+    where TTFT bends (``knee``, orange: ``gpucap.knee``), the last two shown within the curves'
+    range. Each axis spans its curve and its marks."""
     conc = np.asarray(point.concurrency, dtype=float).ravel() * replicas
     panels = (
         (np.asarray(point.ttft_s, dtype=float).ravel(), "TTFT (s)", ttft_slo_s),
@@ -164,6 +166,7 @@ def curves_svg(
     rec = recommended if recommended is not None and recommended >= 1 else None
     top = float(np.max(conc)) if conc.size else 0.0
     mem = memory_limit if memory_limit is not None and 0 < memory_limit <= top else None
+    bend = knee if knee is not None and 0 < knee <= top else None
     c = Canvas(1150, 330)
     width, gap = 305.57, 76.39
     xlim = padded_limits([*conc, *([rec] if rec else [])], log=True)
@@ -206,6 +209,9 @@ def curves_svg(
                     anchor="end",
                     valign="top",
                 )
+        if bend is not None and k == 0:
+            ax.vline(bend, color=ORANGE, dash=DASHED, kind="knee")
+            c.text(ax.x(bend), ax.bottom - 4, f" knee {bend:,.0f}", size=SMALL, color=ORANGE, valign="bottom")
         ax.frame()
         ax.title(label)
     c.text(575, 330 - 6, "concurrent requests (all replicas)", size=TEXT, anchor="middle", valign="bottom")

@@ -394,13 +394,21 @@ def closed_loop(
             dec_step = _separated(only_step, pre_step, avg_step, u)
         return pre_step, dec_step, rest if lead > 0 else 0.0 * rest
 
-    def front_end_s(a: Array, dec_step: StepTime) -> Array:
-        """The front end's latency and its shared core's sojourn ``t_request / (1 - rho)`` at the
-        load ``rho = X t_request`` (processor sharing, ``gpucap.frontend``; rho capped at 0.9,
-        where the request-rate cap takes over)."""
+    def front_end_s(a: Array, dec_step: StepTime, rest: Array) -> Array:
+        """The front end's latency and its shared core's sojourn ``w / (1 - X w)`` (processor
+        sharing, ``gpucap.frontend``; w = ``t_request_s``) at the loop's rate X. With the rest of
+        the cycle D = R / X1 - w of the first solution (X1) and the step wait added, X solves
+        ``X (D + wait) + X w / (1 - X w) = R``, a quadratic whose smaller root is below 1 / w."""
         fe = front_end(hw.engine, coef)
-        rho = np.minimum(a / np.ravel(dec_step.total_s) * fe.serial_s, 0.9)
-        return fe.latency_s + fe.serial_s / (1.0 - rho)
+        w = fe.serial_s
+        if w <= 0:
+            return np.full_like(r, fe.latency_s)
+        x1 = a / np.ravel(dec_step.total_s)
+        d = np.maximum(r / x1 - w, 0.0) + busy * np.ravel(rest)
+        b = d + w + r * w
+        with np.errstate(invalid="ignore", divide="ignore"):
+            x = np.where(d > 0, (b - np.sqrt(np.maximum(b * b - 4.0 * d * w * r, 0.0))) / (2.0 * d * w), 1.0 / w)
+        return fe.latency_s + w / np.maximum(1.0 - x * w, 1e-3)
 
     # a request that arrives while others run (probability 1 - 1/R) waits for the step in progress
     # before its prefill, and the front end's core is shared with the others passing it: solve once
@@ -409,7 +417,7 @@ def closed_loop(
     busy = np.where(r > 1.0, 1.0 - 1.0 / np.maximum(r, 1.0), 0.0)
     first = solve(np.full_like(r, lead))
     _, dec_first, rest = steps(*first)
-    latency = front_end_s(first[0], dec_first) + busy * np.ravel(rest)
+    latency = front_end_s(first[0], dec_first, rest) + busy * np.ravel(rest)
     a, chunks, pre_terms, dec_terms, only_terms = solve(latency)
     pre_step, dec_step, _ = steps(a, chunks, pre_terms, dec_terms, only_terms)
     c, r, i, o, a, decoding, chunks, latency = (v.reshape(shape) for v in (c, r, i, o, a, decoding, chunks, latency))

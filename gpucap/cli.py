@@ -1,4 +1,4 @@
-"""Command line: ``gpucap estimate | plan | validate | calibrate | gpus | models``.
+"""Command line: ``gpucap estimate | plan | simulate | validate | calibrate | gpus | models``.
 
 Errors in the input print one line naming the bad value and exit non-zero (2 for bad input,
 3 when the model does not fit); they never print a traceback.
@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__, cli_plan
+from . import __version__, cli_plan, cli_simulate
 from .calibrate import DEFAULT_FREE
 from .catalog import load_model, model_cards
 from .cliargs import positive_float, positive_int
 from .engine import ENGINES, EngineConfig
-from .estimate import DoesNotFit, estimate
+from .estimate import LENGTHS, DoesNotFit, estimate
 from .gpus import load_gpus
 from .speculative import Speculative, acceptance_length
 from .units import GB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM, GiB
@@ -82,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
     e.add_argument("--input-len", type=positive_float, required=True, help="input tokens per request")
     e.add_argument("--output-len", type=positive_float, required=True, help="output tokens per request")
+    e.add_argument(
+        "--lengths",
+        default="varied",
+        choices=list(LENGTHS),
+        help="varied: traffic whose lengths differ (default); fixed: a fixed-length load test, whose closed loop "
+        "runs in waves (TTFT grows with the concurrency)",
+    )
     load = e.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=positive_float, default=None, help="requests in flight, all replicas")
     load.add_argument(
@@ -110,11 +117,18 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
 
     cli_plan.add_parser(sub)
+    cli_simulate.add_parser(sub)
 
     v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
     v.add_argument("cases", help="CSV in the schema of measured-public.csv")
     v.add_argument("--json", action="store_true", help="one object per row")
     v.add_argument("--out", default=None, help="also write the per-row table as CSV here (never overwrites)")
+    v.add_argument(
+        "--method",
+        default="simulate",
+        choices=["simulate", "closed-form"],
+        help="simulate each row's benchmark run (default) or use the closed forms (fast)",
+    )
 
     c = sub.add_parser("calibrate", help="fit the efficiency coefficients to load-test results")
     c.add_argument(
@@ -133,6 +147,12 @@ def _parser() -> argparse.ArgumentParser:
         "--length-dist", default="fixed", choices=["fixed", "dataset"], help="dataset: ShareGPT-like output lengths"
     )
     c.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients to fit, comma-separated")
+    c.add_argument(
+        "--method",
+        default="closed-form",
+        choices=["closed-form", "simulate"],
+        help="predict each run by the closed forms (default, fast) or by simulating it (a sweep of a few runs)",
+    )
     c.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="hold a coefficient at a value")
     c.add_argument("--ttft-slo", type=positive_float, default=2.0)
     c.add_argument("--tpot-slo", type=positive_float, default=0.1)
@@ -181,6 +201,7 @@ def _estimate(a: argparse.Namespace) -> int:
         image_size_px=a.image_size_px,
         encoder_tp_mode=a.mm_encoder_tp_mode,
         speculative=_speculative(a),
+        lengths=a.lengths,
     )
     print(json.dumps(est.to_dict(), indent=2) if a.json else est)
     return 0
@@ -194,7 +215,7 @@ def _validate(a: argparse.Namespace) -> int:
     out = Path(a.out) if a.out else None
     if out is not None and out.exists():
         raise ValueError(f"{out} exists; choose another --out (results are never overwritten)")
-    result = validate(read_cases(a.cases))
+    result = validate(read_cases(a.cases), method=a.method)
     if out is not None:
         result.to_csv(out, index=False)
     if a.json:
@@ -281,7 +302,13 @@ def _calibrate(a: argparse.Namespace) -> int:
     sources = [
         str(p) for arg in a.results for p in ([Path(arg)] if Path(arg).is_file() else sorted(Path(arg).rglob("*")))
     ]
-    fit = calibrate(cases, free=tuple(n.strip() for n in a.free.split(",") if n.strip()), fixed=fixed, sources=sources)
+    fit = calibrate(
+        cases,
+        free=tuple(n.strip() for n in a.free.split(",") if n.strip()),
+        fixed=fixed,
+        sources=sources,
+        method=a.method,
+    )
     fit.save(out, overwrite=a.overwrite)
     if a.json:
         print(json.dumps(fit.to_dict(), indent=2))
@@ -363,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {
         "estimate": _estimate,
         "plan": cli_plan.run,
+        "simulate": cli_simulate.run,
         "validate": _validate,
         "calibrate": _calibrate,
         "gpus": _gpus,

@@ -32,9 +32,10 @@ import numpy as np
 from .appcache import LRU, Inputs
 from .appcontrols import CURVE_MAX_CHOICES, Controls, choose, engine_default_utilization
 from .appfigures import constraints_svg, curves_svg, memory_svg
-from .batching import LoadPoint, closed_loop
+from .batching import LoadPoint
 from .engine import Coefficients
-from .estimate import DoesNotFit, Estimate, batch_slots, estimate, hardware, hardware_memory
+from .estimate import DoesNotFit, Estimate, Workload, batch_slots, estimate, hardware, hardware_memory, loop_point
+from .knee import Knee, ttft_knee
 from .memory import MemoryBreakdown
 from .step import Hardware
 from .units import GiB
@@ -75,8 +76,9 @@ class EstimatorApp(Controls):
         self.memory_out = widgets.HTML().add_class("gpucap-memory-figure")
         self.constraints_out = widgets.HTML().add_class("gpucap-constraints-figure")
         self.curves_out = widgets.HTML().add_class("gpucap-curves-figure")
+        self.knee_text = widgets.HTML(layout=full).add_class("gpucap-knee")
         self.figures = widgets.VBox(
-            [widgets.HBox([self.memory_out, self.constraints_out]), self.memory_text, self.curves_out]
+            [widgets.HBox([self.memory_out, self.constraints_out]), self.memory_text, self.curves_out, self.knee_text]
         )
         self.widget = widgets.VBox([self.controls_box(), self.recommendation, self.warnings, self.figures]).add_class(
             "gpucap-estimator"
@@ -85,6 +87,7 @@ class EstimatorApp(Controls):
         self.result: Estimate | None = None
         self.error: str | None = None
         self.curves: LoadPoint | None = None
+        self.knee: Knee | None = None
         self.hardware: Hardware | None = None
         self.memory: MemoryBreakdown | None = None
         self.last_update_s = 0.0
@@ -253,6 +256,7 @@ class EstimatorApp(Controls):
                 tpot_slo_s=inp.tpot_slo_s,
                 engine=inp.engine_config,
                 coefficients=coef,
+                lengths=inp.lengths,
             ),
         )
 
@@ -262,18 +266,13 @@ class EstimatorApp(Controls):
         return batch_slots(hw, float(est.limits["memory"] or 0.0) / est.replicas)
 
     def _curves(self, inp: Inputs, hw: Hardware, est: Estimate, curve_max: float) -> LoadPoint:
-        """One closed-loop solve over concurrencies 1 .. ``curve_max`` (all replicas)."""
+        """One closed-loop solve over concurrencies 1 .. ``curve_max`` (all replicas): the steady
+        state of varied traffic, or the waves of a fixed-length load test (``estimate.loop_point``)."""
         grid = np.unique(np.round(np.geomspace(1.0, max(curve_max, 2.0), CURVE_POINTS)))
+        wl = Workload(float(inp.input_len), float(inp.output_len), lengths=inp.lengths)
         return self._curve_cache.get(
             (*inp.load_key(est.coefficients), curve_max),
-            lambda: closed_loop(
-                hw,
-                est.coefficients,
-                concurrency=grid / est.replicas,
-                input_len=float(inp.input_len),
-                output_len=float(inp.output_len),
-                max_running=self._max_running(hw, est),
-            ),
+            lambda: loop_point(hw, est.coefficients, wl, grid / est.replicas, max_running=self._max_running(hw, est)),
         )
 
     def _update(self) -> None:
@@ -296,8 +295,21 @@ class EstimatorApp(Controls):
             with self._quietly():
                 choose(self.curve_max, curve_max)
         curves = self._timed("curves", lambda: self._curves(inp, hw, est, curve_max))
+        knee = ttft_knee(
+            hw,
+            est.coefficients,
+            curves,
+            input_len=float(inp.input_len),
+            replicas=est.replicas,
+            max_running=self._max_running(hw, est),
+            lengths=inp.lengths,
+        )
 
         self.result, self.hardware, self.memory, self.curves, self.error = est, hw, mem, curves, None
+        self.knee = knee
+        self.knee_text.value = (
+            f'<div style="font-size:0.9em;color:#333">{html.escape(knee.text)}.</div>' if knee else ""
+        )
         self._timed("text", lambda: self._show_text(est, mem))
         self.figures.layout.display = None
         name = f"{hw.spec.name} on {hw.gpu.key}"
@@ -308,6 +320,7 @@ class EstimatorApp(Controls):
             tpot_slo_s=inp.tpot_slo_s,
             recommended=est.recommended_concurrency,
             memory_limit=float(est.limits["memory"] or 0.0),
+            knee=knee.concurrency if knee else None,
         )
         title = (
             f"{name}: {est.replicas} replica(s) of {hw.layout.gpus_per_replica} GPU(s), "
