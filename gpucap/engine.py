@@ -141,9 +141,17 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
     "t_seq_s": Coefficient(
         0.0,
         0.0,
-        1e-3,
-        "host time per running sequence per step (scheduler bookkeeping, sampling, detokenizing, "
-        "output processing): what makes small models at batch 1000+ slower than their GPU work",
+        5e-3,
+        "time per running sequence per step that the step waits for (sampling, logits processing, "
+        "bookkeeping): what makes small models at batch 1000+ slower than their GPU work",
+    ),
+    "t_layer_s": Coefficient(
+        10e-6,
+        0.0,
+        5e-3,
+        "device time per layer per step beyond the rooflines: a decoder layer is 10-14 kernels, and "
+        "back-to-back kernels of a CUDA graph run about 0.5-1 us apart (NVIDIA, 'Getting Started "
+        "with CUDA Graphs': 3.4 us per 2.9-us kernel in a graph); on a CPU, eager operator dispatch",
     ),
     "t_request_s": Coefficient(
         0.0,
@@ -200,6 +208,7 @@ class Coefficients:
     t_request_s: float = COEFFICIENT_INFO["t_request_s"].value
     t_frontend_s: float = COEFFICIENT_INFO["t_frontend_s"].value
     t_seq_s: float = COEFFICIENT_INFO["t_seq_s"].value
+    t_layer_s: float = COEFFICIENT_INFO["t_layer_s"].value
 
     def __post_init__(self) -> None:
         for name, info in COEFFICIENT_INFO.items():

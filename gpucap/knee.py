@@ -61,6 +61,7 @@ def ttft_knee(
     batch = float(np.asarray(point.decode_batch).ravel()[k])
     total = c * replicas
     lone = ttft[0] * 1e3
+    wall = _wall(hw, coef, point, input_len=input_len, replicas=replicas, max_running=max_running, after=k)
     if lengths == "fixed":
         steps = c * input_len / budget
         return Knee(
@@ -97,5 +98,33 @@ def ttft_knee(
         total,
         "prefill steps",
         f"TTFT doubles from {lone:,.0f} ms by {total:,.0f} concurrent requests: a new request waits for the "
-        "step in progress, more and more often another request's prompt step",
+        "step in progress, more and more often another request's prompt step" + wall,
     )
+
+
+def _wall(
+    hw: Hardware,
+    coef: Coefficients,
+    point: LoadPoint,
+    *,
+    input_len: float,
+    replicas: int,
+    max_running: float,
+    after: int,
+) -> str:
+    """'; from N on, ...': where, beyond the knee, requests start to queue (token budget, batch
+    slots or the HTTP server) and TTFT climbs steeply; empty when the curve never gets there."""
+    conc = np.asarray(point.concurrency, dtype=float).ravel()
+    x = np.asarray(point.requests_per_s, dtype=float).ravel()
+    prompts = x * input_len * np.asarray(point.tpot_s, dtype=float).ravel()
+    budget = float(hw.engine.max_num_batched_tokens or 8192) - np.asarray(point.decode_batch, dtype=float).ravel()
+    causes = (
+        (conc > max_running, "requests wait for a batch slot"),
+        (prompts >= 0.9 * budget, "prompts queue for the token budget"),
+        (x * front_end(hw.engine, coef).serial_s >= 0.9, "the HTTP server's core is full"),
+    )
+    found = [(int(np.flatnonzero(hit[after:])[0]) + after, why) for hit, why in causes if hit[after:].any()]
+    if not found:
+        return ""
+    k, why = min(found)
+    return f"; from {conc[k] * replicas:,.0f} on {why} and TTFT climbs steeply"

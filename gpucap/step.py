@@ -379,8 +379,13 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     the work: matmul compute ``linear FLOP / (peak_format x u_compute)``, matmul memory
     ``weight bytes / (hbm x u_hbm)``, attention compute ``attention FLOP / (peak_bf16 x
     u_compute)``, attention memory ``KV bytes / (hbm x u_hbm)``, link ``(1 - overlap) x (alpha +
-    link bytes / (link x u_link))`` (these per pipeline stage), and host time ``t_overhead + t_seq
-    x sequences`` (plus ``50 us`` of kernel launches per layer when CUDA graphs are off).
+    link bytes / (link x u_link))`` (these per pipeline stage), and the host's scheduling time
+    ``t_overhead`` (which an engine may run beside the GPU: ``combine``).
+
+    Kernels have a floor the rooflines miss: ``t_layer`` per layer per step (back-to-back kernels
+    of a CUDA graph, plus ``50 us`` of kernel launches per layer when CUDA graphs are off), and
+    the work per running sequence the step waits for, ``t_seq x sequences`` (sampling, logits
+    processing, bookkeeping). Both run with the step, so they are added to both matmul rows.
 
     The vision encoder and the drafter are kernels of their own, so their seconds are added to
     both matmul rows (``max(c + e, m + e) = max(c, m) + e``: they add to the step and neither
@@ -401,11 +406,14 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
         extra = np.maximum(work.encoder_flop / peak_bf16, work.encoder_bytes / bw) + (
             work.draft_linear_flop / peak_format + work.draft_attention_flop / peak_bf16 + work.draft_bytes / bw
         )
+    pp = hw.layout.pp
+    per_layer = coef.t_layer_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER)
+    floor = (per_layer * hw.spec.num_layers + coef.t_seq_s * work.sequences) / pp  # per stage slot
+    extra = extra + floor
     gemm_c = work.linear_flop / peak_format + extra
     attn_c = work.attention_flop / peak_bf16
     comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
-    overhead = coef.t_overhead_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER * hw.spec.num_layers)
-    host = overhead + coef.t_seq_s * work.sequences
+    host = coef.t_overhead_s + 0.0 * work.sequences
     gemm_m = work.weight_bytes / bw + extra
     return np.stack(np.broadcast_arrays(gemm_c, gemm_m, attn_c, work.kv_bytes / bw, comm, host))
 
@@ -436,7 +444,7 @@ def step_time(hw: Hardware, work: StepWork, coef: Coefficients) -> StepTime:
     ``t_gemm = max(linear FLOP / (peak_format x u_compute), weight bytes / (hbm x u_hbm))``
     ``t_attn = max(attention FLOP / (peak_bf16 x u_compute), KV bytes / (hbm x u_hbm))``
     ``t_step = pp x [t_gemm + t_attn + (1 - overlap) x (alpha + link bytes / (link x u_link))]
-    + t_overhead + t_seq x sequences`` (the host's part in ``max`` instead of ``+`` where the
-    engine overlaps it with the GPU)
+    + t_overhead``, with the floor ``t_layer x layers + t_seq x sequences`` inside ``t_gemm`` (the
+    host's ``t_overhead`` in ``max`` instead of ``+`` where the engine overlaps it with the GPU)
     """
     return combine(hw, step_terms(hw, work, coef))

@@ -109,7 +109,14 @@ def test_fixed_point_with_images_and_speculation(
     c = np.array([1.0, 4.0, 32.0, 128.0])
     text_i, o = 500.0, 301.0
     p = closed_loop(
-        hw, coef, concurrency=c, input_len=text_i, output_len=o, images=images, speculative=speculative, prompt_steps="spread"
+        hw,
+        coef,
+        concurrency=c,
+        input_len=text_i,
+        output_len=o,
+        images=images,
+        speculative=speculative,
+        prompt_steps="spread",
     )
     n = images.per_request if images else 0.0
     i = text_i + (n * image_work(hw.spec.vision, images).tokens if images else 0.0)

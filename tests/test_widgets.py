@@ -152,7 +152,7 @@ def test_calibration_file_changes_the_result(app: EstimatorApp, tmp_path: Path) 
 def test_slo_change_recomputes_the_estimate_only(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
     memory = count_calls(monkeypatch, "hardware_memory")
     memory_fig = count_calls(monkeypatch, "memory_svg")
-    curves = count_calls(monkeypatch, "closed_loop")
+    curves = count_calls(monkeypatch, "loop_point")
     estimates = count_calls(monkeypatch, "estimate")
     app.ttft_slo_s.value = 0.5
     app.tpot_slo_ms.value = 60.0
@@ -171,7 +171,7 @@ def test_slo_change_recomputes_the_estimate_only(monkeypatch: pytest.MonkeyPatch
 def test_redrawn_figures_match_fresh_ones(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
     """After changes that reuse cached stages, the figures must be what an app started with the
     final inputs draws: no stage may be reused for inputs it does not match."""
-    curves = count_calls(monkeypatch, "closed_loop")
+    curves = count_calls(monkeypatch, "loop_point")
     app.ttft_slo_s.value = 30.0  # above every TTFT on the curve: the axis must grow
     app.tpot_slo_ms.value = 10.0
     assert curves[0] == 0  # the SLOs move the marks, not the curves
@@ -183,7 +183,7 @@ def test_redrawn_figures_match_fresh_ones(monkeypatch: pytest.MonkeyPatch, app: 
 
 def test_range_change_does_not_recompute_the_estimate(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
     estimates = count_calls(monkeypatch, "estimate")
-    curves = count_calls(monkeypatch, "closed_loop")
+    curves = count_calls(monkeypatch, "loop_point")
     assert app.auto_range.value
     app.curve_max.value = 100.0
     assert estimates[0] == 0 and curves[0] == 1
@@ -256,3 +256,18 @@ def test_ticks_and_limits() -> None:
     assert padded_limits([0.0, 10.0]) == pytest.approx((-0.5, 10.5))
     assert Scale(1.0, 100.0, 0.0, 200.0, log=True)(10.0) == pytest.approx(100.0)  # half-way in log
     assert Scale(0.0, 10.0, 300.0, 100.0)(2.5) == pytest.approx(250.0)  # a y axis runs upwards
+
+
+def test_fixed_lengths_show_the_waves_and_their_knee(app: EstimatorApp) -> None:
+    """The same box as a fixed-length load test: the estimate of that load (waves), the knee marked
+    on the TTFT curve and explained in the line below it, from the same curve."""
+    varied_knee = app.knee
+    app.lengths.value = "fixed"
+    expected = gpucap.estimate(LLAMA_70B, "A100-SXM-80GB", 8, tp=8, lengths="fixed", **SEED)
+    assert app.result is not None and app.result.recommended_concurrency == expected.recommended_concurrency
+    assert app.knee is not None and app.knee.cause == "waves"
+    assert varied_knee is None or app.knee.concurrency < varied_knee.concurrency
+    assert "waves" in app.knee_text.value and f"{app.knee.concurrency:,.0f}" in app.knee_text.value
+    root = ET.fromstring(app.svgs["curves"])
+    assert any(el.get("class") == "knee" for el in root.iter())
+    assert f" knee {app.knee.concurrency:,.0f}" in texts(app.svgs["curves"])
