@@ -11,6 +11,7 @@ measured-vs-predicted plot. Never overwrites: each run writes files stamped with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
@@ -22,7 +23,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from gpucap.analysis import size_bucket  # noqa: E402
+from gpucap.calibrate import calibrate  # noqa: E402
 from gpucap.catalog import load_model  # noqa: E402
+from gpucap.engine import Coefficients  # noqa: E402
 from gpucap.gpus import get_gpu  # noqa: E402
 from gpucap.units import COMPUTE_FORMAT  # noqa: E402
 from gpucap.validate import abs_error, error_summary, read_cases, source_speeds, validate  # noqa: E402
@@ -46,11 +49,36 @@ def seed_throughput(row: pd.Series) -> float:
     return float(row["num_gpus"]) * gpu.peak_flops_per_s(fmt) * SEED_UTILIZATION / (2 * spec.total_params)
 
 
+def leave_one_source_out(cases: pd.DataFrame) -> pd.DataFrame:
+    """Each source predicted (by simulation) with u_compute and u_hbm fitted (by the closed forms,
+    per engine's defaults for the rest) on every other source's rows: what a fit to published
+    numbers would tell a lab it has not seen."""
+    parts = []
+    for source in sorted(cases["source_id"].astype(str).unique()):
+        rest, held = cases[cases["source_id"] != source], cases[cases["source_id"] == source]
+        fit = calibrate(rest, free=("u_compute", "u_hbm"), start=Coefficients(), method="closed-form")
+        fitted = {
+            engine: dataclasses.replace(
+                Coefficients.for_engine(engine), **{n: getattr(fit.coefficients, n) for n in fit.free}
+            )
+            for engine in ("vllm", "sglang", "trtllm")
+        }
+        out = validate(held, fitted)
+        print(f"  without {source}: u_compute {fit.coefficients.u_compute:.3f}, u_hbm {fit.coefficients.u_hbm:.3f}")
+        parts.append(out)
+    return pd.concat(parts, ignore_index=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="?", default=str(DEFAULT_CASES))
     ap.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "out"))
     ap.add_argument("--no-speeds", action="store_true", help="skip the per-source testbed factor (saves minutes)")
+    ap.add_argument(
+        "--loso",
+        action="store_true",
+        help="also fit u_compute and u_hbm without each source (closed forms) and predict it (simulation)",
+    )
     args = ap.parse_args()
 
     cases = read_cases(args.cases)
@@ -92,6 +120,15 @@ def main() -> None:
             scaled_result["source_id"].astype(str) + " / " + scaled_result["load_mode"].astype(str)
         )
         print(error_summary(scaled_result, "source_mode").to_string(index=False, formatters=fmt))
+
+    if "source_id" in cases and args.loso:
+        t1 = time.perf_counter()
+        held = leave_one_source_out(cases)
+        print(
+            f"\nleave one source out: u_compute and u_hbm fitted on the other sources ({time.perf_counter() - t1:.0f} s)"
+        )
+        print(error_summary(held, "source_id").to_string(index=False, formatters=fmt))
+        print(error_summary(held).to_string(index=False, formatters=fmt))
 
     tput = result[result["output_tok_s_ratio"].notna()].copy()
     rows = cases.set_index("case_id").loc[tput["case_id"]]

@@ -15,9 +15,9 @@ Cells (each a `benchmarks/loadtest.py` run against `vllm serve` of the tiny Llam
     seqs      --max-num-seqs 4 at concurrency 16 (requests queue for a batch slot)
 
 gpucap's coefficients are fitted once, by simulation, on the `closed` sweep (`gpucap.calibrate`,
-free: u_compute, u_hbm, t_overhead_s, t_seq_s); every cell is then predicted by simulating its
-benchmark run with those coefficients, untouched. The script prints and writes (``table.md``,
-``cells.csv`` in the run folder) the error per cell and statistic: throughput, TTFT and TPOT mean
+free: those of `make e2e`, ``fit.FREE``); every cell is then predicted by simulating its
+benchmark run with those coefficients, untouched. The script prints and writes
+(``table-<time>.md``, ``cells-<time>.csv`` in the run folder) the error per cell and statistic: throughput, TTFT and TPOT mean
 and p99, measured / predicted. Everything lands in ``<out>/suite-<YYYYmmdd-HHMMSS>/``; the servers
 are always stopped.
 """
@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from fit import as_served, server_engine  # noqa: E402
+from fit import FREE, as_served, server_engine  # noqa: E402
 
 from gpucap import validate  # noqa: E402
 from gpucap.calibrate import calibrate  # noqa: E402
@@ -56,7 +56,6 @@ from gpucap.simulate import run_benchmark  # noqa: E402
 KEY = "CPU-E2E"
 NAME = "tiny-llama"
 KV_GIB = 1
-FIT_FREE = ("u_compute", "u_hbm", "t_overhead_s", "t_seq_s")
 STATS = (("output_tok_s", "throughput"), ("ttft", "TTFT"), ("tpot", "TPOT"))
 
 
@@ -286,7 +285,7 @@ def main() -> None:
     cases = {c.name: cell_cases(folders[c.name], c, fit_args) for c in wanted}
     closed = cases["closed"]
     start = Coefficients.for_engine("vllm")
-    fit = calibrate(closed, start=start, free=FIT_FREE, method="simulate")
+    fit = calibrate(closed, start=start, free=FREE, method="simulate")
     print(fit.report())
     rows = pd.concat([error_rows(cases[c.name], fit.coefficients) for c in wanted], ignore_index=True)
     err = errors_table(rows)
@@ -298,9 +297,16 @@ def main() -> None:
     held = err[err["cell"] != "closed"]
     medians = held.drop(columns=["cell", "level"]).median()
     print("\nheld-out cells, median |error|: " + ", ".join(f"{k} {v:.0%}" for k, v in medians.items()))
-    rows.to_csv(run / "cells.csv", index=False)
-    (run / "table.md").write_text(markdown(err))
-    say(f"done; {run / 'cells.csv'}")
+    stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"  # a new pair of files for every fit, never overwritten
+    cells, table = run / f"cells-{stamp}.csv", run / f"table-{stamp}.md"
+    for path in (cells, table):
+        if path.exists():
+            raise SystemExit(
+                f"suite: error: {path} exists; wait a second and run again (results are never overwritten)"
+            )
+    rows.to_csv(cells, index=False)
+    table.write_text(markdown(err))
+    say(f"done; {cells} and {table}")
 
 
 if __name__ == "__main__":
