@@ -305,7 +305,7 @@ def closed_loop(
     # step is charged pp chunks: pp stage slots of one chunk each
     one_mb = float(hw.layout.pp)
 
-    def solve(latency: Array) -> tuple[Array, Array, Array, Array, Array]:
+    def solve(latency: Array, apart: bool) -> tuple[Array, Array, Array, Array, Array]:
         chunks = chunks_at(np.zeros_like(r))
         if hw.spec.is_moe:
             a = np.zeros_like(r)
@@ -330,7 +330,7 @@ def closed_loop(
                     )
                     a = separated_root(decode_only, pre, dec, start=a, **args)
             dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
-            only_terms = _terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex) if apart else dec_terms
+            only_terms = _terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex)  # decode-only steps
             pre_terms = _terms(
                 hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, n_img / chunks
             )
@@ -367,13 +367,13 @@ def closed_loop(
                 args = _apart_args(hw, coef, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget, latency=latency)
                 a = separated_root(decode_only, pre, dec, start=a, **args)
             dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
-            only_terms = decode_only[0] + decode_only[1] * a if apart else dec_terms
+            only_terms = decode_only[0] + decode_only[1] * a  # decode-only steps
         return a, chunks, pre_terms, dec_terms, only_terms
 
     lead = _frontend_latency(hw, coef)
 
     def steps(
-        a: Array, chunks: Array, pre_terms: Array, dec_terms: Array, only_terms: Array
+        a: Array, chunks: Array, pre_terms: Array, dec_terms: Array, only_terms: Array, apart: bool = apart
     ) -> tuple[StepTime, StepTime, Array]:
         """The step a prompt rides in, the step a decoding sequence waits for, and how long a new
         request waits for the step in progress: the mean rest of a step drawn by length,
@@ -415,10 +415,12 @@ def closed_loop(
     # with the front end alone, then again with both, so that Little's law holds with the TTFT
     # reported
     busy = np.where(r > 1.0, 1.0 - 1.0 / np.maximum(r, 1.0), 0.0)
-    first = solve(np.full_like(r, lead))
+    # (the first solve, which only sizes the two waits, averages prompt tokens over the steps: the
+    # cheap form; the second runs them apart where asked)
+    first = solve(np.full_like(r, lead), False)
     _, dec_first, rest = steps(*first)
     latency = front_end_s(first[0], dec_first, rest) + busy * np.ravel(rest)
-    a, chunks, pre_terms, dec_terms, only_terms = solve(latency)
+    a, chunks, pre_terms, dec_terms, only_terms = solve(latency, apart)
     pre_step, dec_step, _ = steps(a, chunks, pre_terms, dec_terms, only_terms)
     c, r, i, o, a, decoding, chunks, latency = (v.reshape(shape) for v in (c, r, i, o, a, decoding, chunks, latency))
     t_step = dec_step.total_s

@@ -24,12 +24,14 @@ the concave term), which converges in a few passes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .step import ATTN_COMPUTE, ATTN_MEMORY, COMM, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, Array
 
+Ints = npt.NDArray[np.intp]
 Lines = tuple[Array, Array]  # intercepts and slopes of the six step terms, shape (6, ...)
 TermsAt = Callable[[Array], Array]  # arrivals per step -> stacked step terms
 
@@ -189,28 +191,48 @@ def separated_step(
     return t, slope, np.minimum(u, 1.0)
 
 
-def _rising_root(fun: Callable[[Array], tuple[Array, Array]], hi: Array, start: Array) -> Array:
-    """Root of a rising function on [0, hi] by Newton's method kept inside a shrinking bracket
-    (bisection when a Newton step leaves it); ``hi`` where the function is still <= 0 there."""
-    f_hi, _ = fun(hi)
+def _rising_root(fun: Callable[[Array, Ints], tuple[Array, Array]], hi: Array, start: Array) -> Array:
+    """Root of a rising function on [0, hi]; ``hi`` where the function is still <= 0 there.
+
+    Newton's method inside a shrinking bracket; where a Newton step leaves the bracket (at a
+    kink, where the function turns steeper), the Illinois variant of false position between the
+    bracket's ends, which keeps converging fast from one side. ``fun(a, idx)`` evaluates the
+    elements ``idx`` at ``a``; each iteration evaluates only the elements not yet converged."""
+    every = np.arange(hi.size)
+    f_hi, _ = fun(hi, every)
+    f_zero, _ = fun(np.zeros_like(hi), every)
     lo, top = np.zeros_like(hi), hi.copy()
+    f_lo, f_top = np.minimum(f_zero, 0.0), f_hi.copy()
+    side = np.zeros(hi.size, dtype=np.int8)  # which end moved last: -1 low, +1 high
     a = np.clip(start, 0.0, hi)
+    act = every[f_hi > 0]  # where F is still <= 0 at hi, the answer is hi
     for _ in range(NEWTON_ITERATIONS):
-        f, slope = fun(a)
-        lo = np.where(f <= 0, a, lo)
-        top = np.where(f > 0, a, top)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            step = a - f / slope
-        inside = np.isfinite(step) & (step > lo) & (step < top)
-        new = np.where(inside, step, 0.5 * (lo + top))
-        done = np.all(np.abs(new - a) <= 1e-12 * np.maximum(a, 1e-12))
-        a = new
-        if done:
+        if act.size == 0:
             break
+        x = a[act]
+        f, slope = fun(x, act)
+        low = f <= 0
+        # Illinois: an end that stays put twice in a row has its value halved
+        f_top[act] = np.where(low & (side[act] == -1), 0.5 * f_top[act], f_top[act])
+        f_lo[act] = np.where(~low & (side[act] == 1), 0.5 * f_lo[act], f_lo[act])
+        lo[act], f_lo[act] = np.where(low, x, lo[act]), np.where(low, f, f_lo[act])
+        top[act], f_top[act] = np.where(low, top[act], x), np.where(low, f_top[act], f)
+        side[act] = np.where(low, -1, 1)
+        lower, t, fl, ft = lo[act], top[act], f_lo[act], f_top[act]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = x - f / slope
+            secant = lower - fl * (t - lower) / (ft - fl)
+        inside = np.isfinite(step) & (step > lower) & (step < t)
+        fallback = np.where(np.isfinite(secant) & (secant > lower) & (secant < t), secant, 0.5 * (lower + t))
+        new = np.where(inside, step, fallback)
+        a[act] = new
+        tol = ROOT_TOLERANCE * np.maximum(x, 1e-12)
+        act = act[(np.abs(new - x) > tol) & (t - lower > tol)]
     return np.where(f_hi <= 0, hi, a)
 
 
 NEWTON_ITERATIONS = 40
+ROOT_TOLERANCE = 1e-9  # relative change of a step at which the root counts as found
 
 
 def separated_root(
@@ -235,17 +257,26 @@ def separated_root(
     capped by the prompt-token budget (``a_budget``) and the front end (``a / T(a) <= rate``).
     ``start``: the averaged-step solution, close to the root."""
 
-    def closed(a: Array) -> tuple[Array, Array]:
-        t, t1, _ = separated_step(decode_only, pre, mixed, a, chunks=chunks, pp=pp, overlap=overlap)
-        tp, tp1 = _value_slope(pre, a, pp, overlap)
-        f = a * (chunks * tp + t_request_s) + (a * decoding - running) * t
-        return f, chunks * tp + t_request_s + a * chunks * tp1 + decoding * t + (a * decoding - running) * t1
+    def part(v: Any, idx: Ints) -> Any:
+        return v[..., idx] if isinstance(v, np.ndarray) and v.ndim and v.shape[-1] == running.size else v
+
+    def lines_at(lines: Lines, idx: Ints) -> Lines:
+        return part(lines[0], idx), part(lines[1], idx)
+
+    def closed(a: Array, idx: Ints) -> tuple[Array, Array]:
+        ch, dec, run, req = part(chunks, idx), part(decoding, idx), part(running, idx), part(t_request_s, idx)
+        d, p, m = lines_at(decode_only, idx), lines_at(pre, idx), lines_at(mixed, idx)
+        t, t1, _ = separated_step(d, p, m, a, chunks=ch, pp=pp, overlap=overlap)
+        tp, tp1 = _value_slope(p, a, pp, overlap)
+        f = a * (ch * tp + req) + (a * dec - run) * t
+        return f, ch * tp + req + a * ch * tp1 + dec * t + (a * dec - run) * t1
 
     a = _rising_root(closed, a_budget, start)
     if np.isfinite(rate_per_s):
 
-        def front(x: Array) -> tuple[Array, Array]:
-            t, t1, _ = separated_step(decode_only, pre, mixed, x, chunks=chunks, pp=pp, overlap=overlap)
+        def front(x: Array, idx: Ints) -> tuple[Array, Array]:
+            d, p, m = lines_at(decode_only, idx), lines_at(pre, idx), lines_at(mixed, idx)
+            t, t1, _ = separated_step(d, p, m, x, chunks=part(chunks, idx), pp=pp, overlap=overlap)
             return x - rate_per_s * t, 1.0 - rate_per_s * t1
 
         a = np.minimum(a, _rising_root(front, a, a))
