@@ -239,6 +239,7 @@ def closed_loop(
     images: Images | None = None,
     speculative: Speculative | None = None,
     prompt_steps: str = "auto",
+    waits: bool = True,
 ) -> LoadPoint:
     """Steady state with ``concurrency`` requests always in the system (each finished request is
     replaced at once, as ``vllm bench serve --max-concurrency`` does).
@@ -260,6 +261,10 @@ def closed_loop(
     spreading the average prompt tokens over every step: TPOT is then ``(1 - u) t_decode + u
     t_prompt`` with ``u = a s`` chunks per step (``gpucap.steady``), longer where decode steps
     are memory-bound and prompt steps compute-bound.
+    ``waits``: a request that arrives while others run also waits for the step in progress, and
+    for the front end's core shared with the others passing it (``TTFT_run`` then holds both,
+    solved once without them and again with them); off for callers that add their own (the
+    open-loop queueing model, ``gpucap.queueing``).
     Under pipeline parallelism one request's chunk passes the pp stages in one micro-batch, so
     pp does not shorten a lone prompt's TTFT (it raises throughput by keeping pp micro-batches
     of different requests in flight).
@@ -417,9 +422,11 @@ def closed_loop(
     busy = np.where(r > 1.0, 1.0 - 1.0 / np.maximum(r, 1.0), 0.0)
     # (the first solve, which only sizes the two waits, averages prompt tokens over the steps: the
     # cheap form; the second runs them apart where asked)
-    first = solve(np.full_like(r, lead), False)
-    _, dec_first, rest = steps(*first)
-    latency = front_end_s(first[0], dec_first, rest) + busy * np.ravel(rest)
+    latency = np.full_like(r, lead)
+    if waits:
+        first = solve(latency, False)
+        _, dec_first, rest = steps(*first)
+        latency = front_end_s(first[0], dec_first, rest) + busy * np.ravel(rest)
     a, chunks, pre_terms, dec_terms, only_terms = solve(latency, apart)
     pre_step, dec_step, _ = steps(a, chunks, pre_terms, dec_terms, only_terms)
     c, r, i, o, a, decoding, chunks, latency = (v.reshape(shape) for v in (c, r, i, o, a, decoding, chunks, latency))

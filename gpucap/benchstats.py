@@ -26,15 +26,21 @@ PERCENTILES = {"median": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 
 
-def stats(values: Array) -> dict[str, float]:
-    """Mean and percentiles of a sample (NaN dropped), as ``vllm bench serve`` reports them."""
+def sample_stats(values: Array, percentiles: dict[str, float]) -> dict[str, float]:
+    """The mean and the named percentiles (in percent, ``np.percentile``'s linear interpolation)
+    of a sample, NaN dropped; all NaN for an empty sample."""
     v = np.asarray(values, dtype=float)
     v = v[~np.isnan(v)]
     if v.size == 0:
-        return {s: float("nan") for s in BENCH_STATS}
+        return {s: float("nan") for s in ("mean", *percentiles)}
     out = {"mean": float(v.mean())}
-    out.update({s: float(np.percentile(v, q)) for s, q in PERCENTILES.items()})
+    out.update({s: float(np.percentile(v, q)) for s, q in percentiles.items()})
     return out
+
+
+def stats(values: Array) -> dict[str, float]:
+    """Mean, median, p90, p95 and p99 of a sample, as ``vllm bench serve`` reports them."""
+    return sample_stats(values, PERCENTILES)
 
 
 def weighted_stats(values: Array, counts: Array) -> dict[str, float]:

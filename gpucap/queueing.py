@@ -63,6 +63,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .batching import _frontend_latency, closed_loop
+from .benchstats import sample_stats
 from .engine import Coefficients
 from .memory import ArrayLike
 from .step import Array, Hardware
@@ -135,13 +136,7 @@ def _check_rate(request_rate: ArrayLike) -> Array:
 
 def summarize(values: ArrayLike) -> dict[str, float]:
     """Mean and percentiles (``STATS``) of a sample, ignoring NaN."""
-    v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
-    if v.size == 0:
-        return {s: float("nan") for s in STATS}
-    out = {"mean": float(v.mean())}
-    out.update({s: float(np.percentile(v, 100 * q)) for s, q in QUANTILES.items()})
-    return out
+    return sample_stats(np.asarray(values, dtype=float), {s: 100 * q for s, q in QUANTILES.items()})
 
 
 def service_curve(
@@ -156,7 +151,9 @@ def service_curve(
         raise ValueError(f"max_running must be a finite number of batch slots >= 1, got {max_running!r}")
     slots = int(np.floor(max_running))
     grid = np.unique(np.round(np.geomspace(1.0, slots, min(CURVE_POINTS, slots))))
-    pt = closed_loop(hw, coef, concurrency=grid, input_len=input_len, output_len=output_len, max_running=slots)
+    pt = closed_loop(
+        hw, coef, concurrency=grid, input_len=input_len, output_len=output_len, max_running=slots, waits=False
+    )  # the wait for the step in progress is the model's own (below)
     m = np.arange(1, slots + 1, dtype=float)
 
     def interp(y: Array) -> Array:
@@ -167,7 +164,7 @@ def service_curve(
         output_len=float(output_len),
         front_end_s=_frontend_latency(hw, coef),
         requests_per_s=interp(pt.requests_per_s),
-        ttft_s=np.maximum.accumulate(interp(pt.ttft_s - pt.step_wait_s)),  # the step in progress: below
+        ttft_s=np.maximum.accumulate(interp(pt.ttft_s)),
         tpot_s=np.maximum.accumulate(interp(pt.tpot_s)),
         prefill_step_s=interp(pt.prefill_step.total_s),
     )

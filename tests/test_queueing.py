@@ -30,7 +30,7 @@ SLOTS = min(memory_limit(HW, 1200.0)[1], 1024.0)  # what the KV cache holds at i
 
 
 def toy_point(concurrency: float):
-    return closed_loop(TOY, TOY_COEF, concurrency=concurrency, max_running=concurrency, **TOY_LEN)
+    return closed_loop(TOY, TOY_COEF, concurrency=concurrency, max_running=concurrency, waits=False, **TOY_LEN)
 
 
 def test_toy_is_a_constant_rate_server() -> None:
@@ -103,7 +103,7 @@ def test_mmc_erlang_c() -> None:
     so above every non-waiting TTFT, P99 TTFT = TTFT_c + ln(100 C) / (c mu - lambda)."""
     c = 4
     mu = float(toy_point(1.0).requests_per_s)
-    ttft_c = float(toy_point(float(c)).ttft_s - toy_point(float(c)).step_wait_s)
+    ttft_c = float(toy_point(float(c)).ttft_s)
     a = np.array([2.0, 3.0, 3.6])  # rho = 0.5, 0.75, 0.9
     lat = open_loop_latency(TOY, TOY_COEF, request_rate=a * mu, max_running=float(c), service_scv=1.0, **TOY_LEN)
     expect_c = np.array([erlang_c(c, x) for x in a])
@@ -147,7 +147,7 @@ def test_burstiness_one_is_poisson() -> None:
 
 def test_tails_grow_toward_saturation_and_blow_up_past_it() -> None:
     mu = open_loop_latency(HW, COEF, request_rate=1.0, max_running=SLOTS, **LEN).service_rate
-    full = closed_loop(HW, COEF, concurrency=SLOTS, max_running=SLOTS, **LEN)
+    full = closed_loop(HW, COEF, concurrency=SLOTS, max_running=SLOTS, waits=False, **LEN)  # as the queue model sees it
     assert mu == pytest.approx(float(full.requests_per_s), rel=1e-9)
     rho = np.array([0.3, 0.6, 0.85, 0.95, 0.99, 0.999])
     lat = open_loop_latency(HW, COEF, request_rate=rho * mu, max_running=SLOTS, **LEN)
