@@ -193,12 +193,15 @@ def limits_figure(panels: Mapping[str, Limits], recommended: Mapping[str, float]
 def split_step(hw: Hardware, work: StepWork, coef: Coefficients) -> dict[str, StepTime]:
     """The step's two kernels timed apart by ``gpucap.step.step_time`` itself: "matmuls" (linear
     FLOP against the weight bytes) and "attention" (attention FLOP against the KV bytes). Each
-    part's ``compute_s`` and ``memory_s`` are its own roofline terms; its ``total_s`` includes the
-    step's communication and overhead, so only compare the compute and memory terms."""
+    part's ``compute_s`` and ``memory_s`` are its own roofline terms (the kernels' floors,
+    ``t_layer_s`` and ``t_seq_s``, counted with the matmuls); its ``total_s`` includes the step's
+    communication and overhead, so only compare the compute and memory terms."""
     zero = np.zeros_like(np.asarray(work.linear_flop, dtype=float))
     matmuls = dataclasses.replace(work, attention_flop=zero, kv_bytes=zero)
     attention = dataclasses.replace(work, linear_flop=zero, weight_bytes=zero)
-    return {"matmuls": step_time(hw, matmuls, coef), "attention": step_time(hw, attention, coef)}
+    no_floor = dataclasses.replace(coef, t_layer_s=0.0, t_seq_s=0.0)
+    graphs = dataclasses.replace(hw, engine=dataclasses.replace(hw.engine, cuda_graphs=True))
+    return {"matmuls": step_time(hw, matmuls, coef), "attention": step_time(graphs, attention, no_floor)}
 
 
 def crossover(x: Sequence[float] | FloatArray, step: StepTime) -> float | None:

@@ -13,7 +13,9 @@ from gpucap.runs import static_batch
 from gpucap.speculative import Speculative, acceptance_length
 from gpucap.step import step_time, step_work
 
-IDEAL = Coefficients(u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0)
+IDEAL = Coefficients(
+    u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0
+)
 LLAMA8B = "meta-llama/Llama-3.1-8B"
 
 # Llama-3-8B by hand: per layer q,o 2 x 4096^2 + k,v 2 x 4096 x 1024 + MLP 3 x 4096 x 14336

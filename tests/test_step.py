@@ -8,7 +8,9 @@ from gpucap.estimate import hardware
 from gpucap.memory import weight_bytes_per_gpu
 from gpucap.step import attention_flop_per_pair, prefill_pairs_per_layer, step_time, step_work
 
-IDEAL = Coefficients(u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0)
+IDEAL = Coefficients(
+    u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0
+)
 
 # Llama-3-8B by hand: per layer q,o 2 x 4096^2 + k,v 2 x 4096 x 1024 + MLP 3 x 4096 x 14336
 LLAMA8B_LAYER = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
@@ -75,14 +77,25 @@ def test_attention_flop_and_prefill_pairs() -> None:
     assert float(prefill_pairs_per_layer(oss, 1000)) == pytest.approx((1000**2 / 2 + 128 * 1000 - 128**2 / 2) / 2)
 
 
-def test_overheads_and_eager_mode() -> None:
-    coef = Coefficients(t_overhead_s=1e-3, t_seq_s=1e-5)
+def test_overheads_floors_and_eager_mode() -> None:
+    """The host's 1 ms per step is its own term (overlapped with the GPU by default, so the step
+    is the longer of the two); the floors add to the GPU's time: 10 us per sequence x 100, 20 us
+    per layer x 32 layers, and 50 us of launches per layer x 32 layers without CUDA graphs."""
     hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
     eager = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", engine=EngineConfig(cuda_graphs=False))
-    t = step_time(hw, step_work(hw, decode_tokens=100, decode_context=10), coef)
+    bare = Coefficients(t_overhead_s=1e-3, t_seq_s=0.0, t_layer_s=0.0)
+    coef = Coefficients(t_overhead_s=1e-3, t_seq_s=1e-5, t_layer_s=20e-6)
+    work = step_work(hw, decode_tokens=100, decode_context=10)
+    t0, t = step_time(hw, work, bare), step_time(hw, work, coef)
+    assert float(t.overhead_s) == pytest.approx(1e-3)
+    assert float(t.total_s - t0.total_s) == pytest.approx(100 * 1e-5 + 32 * 20e-6)
     t_eager = step_time(eager, step_work(eager, decode_tokens=100, decode_context=10), coef)
-    assert float(t.overhead_s) == pytest.approx(1e-3 + 100 * 1e-5)
-    assert float(t_eager.overhead_s - t.overhead_s) == pytest.approx(32 * 50e-6)
+    assert float(t_eager.total_s - t.total_s) == pytest.approx(32 * 50e-6)
+    # the GPU's part (6.4 ms) is longer than the host's 1 ms: overlapped, the host adds nothing;
+    # run one after the other (vLLM 0.11 and earlier), it adds its 1 ms
+    serial = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", engine=EngineConfig(overlap_host=False))
+    t_serial = step_time(serial, step_work(serial, decode_tokens=100, decode_context=10), coef)
+    assert float(t_serial.total_s - t.total_s) == pytest.approx(1e-3)
 
 
 def test_pipeline_parallel_does_not_cut_decode_latency() -> None:

@@ -11,7 +11,9 @@ from gpucap.runs import static_batch
 from gpucap.step import step_time, step_work
 from gpucap.vision import Images, image_grid, image_work, llama4_canvas_tiles, qwen_resized_px
 
-IDEAL = Coefficients(u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0)
+IDEAL = Coefficients(
+    u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0
+)
 QWEN_VL = "Qwen/Qwen2.5-VL-7B-Instruct"
 
 # Qwen2.5-VL-7B ViT (config vision_config: depth 32, hidden 1280, intermediate 3420, patch 14,
