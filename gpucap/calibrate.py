@@ -5,7 +5,10 @@ bounds, the sum of squared log-ratio residuals
 
     r = log(predicted / measured)
 
-over every run and every measured metric (output tokens/s, TTFT, TPOT). Standard errors come from
+over every run and every measured metric (output tokens/s, TTFT, TPOT), and, with
+``targets=("runs", "limits")``, over every sweep's SLO-limited concurrency or rate
+(``gpucap.limits``): ``r = sqrt(n) log(predicted limit / measured limit)``, n the sweep's
+per-run residuals, so one limit weighs as much as its sweep's runs. Standard errors come from
 the Jacobian at the solution, ``cov = inv(J^T J) x s^2`` with ``s^2 = sum(r^2) / (m - n)`` (as
 lmfit does), so they are the uncertainty of the coefficients given the scatter of this data.
 The result reports itself (``report``, ``_repr_html_``), saves itself as JSON with provenance
@@ -29,6 +32,7 @@ from scipy.optimize import least_squares
 
 from . import __version__
 from .engine import COEFFICIENT_INFO, Coefficients
+from .limits import LIMIT_STATS, Slo, Sweep, find_sweeps, predicted_limits
 from .validate import METRICS, PreparedCase, measured_metrics, predict_prepared, prepare_cases
 
 DEFAULT_FREE = ("u_compute", "u_hbm", "overlap", "t_overhead_s")
@@ -37,6 +41,9 @@ MISSING_PREDICTION_LOG_ERROR = float(np.log(10.0))
 # Relative finite-difference step: the model has ceilings (prefill chunks) that a tiny step misses.
 DIFF_STEP = 1e-3
 ROBUST_SCALE = 0.3  # log error where the soft-L1 loss turns from squared to linear (~35%)
+TARGETS = ("runs", "limits")
+# A fitted coefficient this many times its start (or a start this many times it) is flagged.
+DRIFT_FLAG = 5.0
 
 
 @dataclass
@@ -52,12 +59,17 @@ class FitResult:
     covariance: np.ndarray
     n_runs: int
     n_residuals: int
-    cost_before: float
+    cost_before: float  # the fit's loss (``loss``) at the start and at the solution: like with like
     cost_after: float
     residuals: np.ndarray
     success: bool
     message: str
     provenance: dict[str, Any] = field(default_factory=dict)
+    loss: str = "soft_l1"
+    sum_squares_before: float = float("nan")  # plain sum of squared residuals, start and solution
+    sum_squares_after: float = float("nan")
+    limits: pd.DataFrame = field(default_factory=pd.DataFrame)  # per sweep (``limit_table``)
+    flags: tuple[str, ...] = ()  # coefficients pushed out of their physical range (``sanity_flags``)
 
     # ---- for people ------------------------------------------------------------------------
     def report(self) -> str:
@@ -68,7 +80,8 @@ class FitResult:
             f"    runs                 = {self.n_runs}",
             f"    residuals            = {self.n_residuals} (log predicted/measured)",
             f"    free coefficients    = {len(self.free)}",
-            f"    sum of squares       = {2 * self.cost_before:.4g} -> {2 * self.cost_after:.4g}",
+            f"    {'loss (' + self.loss + ')':<21}= {self.cost_before:.4g} -> {self.cost_after:.4g}",
+            f"    sum of squares       = {self.sum_squares_before:.4g} -> {self.sum_squares_after:.4g}",
             f"    rms log error        = {np.sqrt(np.mean(r**2)):.3f} (x{np.exp(np.sqrt(np.mean(r**2))):.2f})",
             f"    median |error|       = {np.median(np.abs(np.expm1(r))):.1%}",
             f"    converged            = {self.success} ({self.message})",
@@ -94,6 +107,18 @@ class FitResult:
             lines.append("[[Correlations]] (|C| >= 0.1)")
             for a, b, c in sorted(pairs, key=lambda p: -abs(p[2])):
                 lines.append(f"    C({a}, {b}) = {c:+.3f}")
+        if not self.limits.empty:
+            lines.append(f"[[Limits]] ({self.provenance.get('slo', '')}; 95% interval of the fitted limit)")
+            for _, r in self.limits.iterrows():
+                lines.append(f"    {r['sweep']}")
+                lines.append(
+                    f"        measured {_fmt_limit(r['measured'], r['measured_status'])}, defaults "
+                    f"{_fmt_limit(r['default'])}, fitted {_fmt_limit(r['fitted'])} "
+                    f"[{_fmt_limit(r['fitted_low'])}, {_fmt_limit(r['fitted_high'])}] {r['unit']}"
+                )
+        if self.flags:
+            lines.append("[[Flags]] (the model is missing something for these runs)")
+            lines.extend(f"    {f}" for f in self.flags)
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -109,10 +134,10 @@ class FitResult:
             if name in self.free:
                 se = self.stderr[name]
                 note = self.at_bound.get(name, "")
+                rel = f"{se / abs(value):.1%}" if value and np.isfinite(se) else ""
                 rows.append(
-                    f"<tr><td>{name}</td><td>{value:.5g}</td><td>{se:.3g}</td><td>{se / abs(value):.1%}</td><td>{note}</td></tr>"
-                    if value
-                    else ""
+                    f"<tr><td>{name}</td><td>{value:.5g}</td><td>{se:.3g}</td><td>{rel}</td>"
+                    f"<td>{html.escape(note)}</td></tr>"
                 )
             else:
                 rows.append(f"<tr><td>{name}</td><td>{value:.5g}</td><td colspan=3>fixed</td></tr>")
@@ -122,7 +147,15 @@ class FitResult:
             f"median |error| {np.median(np.abs(np.expm1(r))):.1%}; {html.escape(self.message)}</p>"
         )
         head = "<tr><th>coefficient</th><th>value</th><th>std error</th><th>relative</th><th>bound</th></tr>"
-        return f"<h4>Calibration</h4>{stats}<table>{head}{''.join(rows)}</table>"
+        out = f"<h4>Calibration</h4>{stats}<table>{head}{''.join(rows)}</table>"
+        if not self.limits.empty:
+            out += f"<h4>Limits ({html.escape(str(self.provenance.get('slo', '')))})</h4>" + self.limits.to_html(
+                index=False, float_format=lambda v: f"{v:.3g}", na_rep=""
+            )
+        if self.flags:
+            items = "".join(f"<li>{html.escape(f)}</li>" for f in self.flags)
+            out += f"<p><b>The model is missing something for these runs:</b></p><ul>{items}</ul>"
+        return out
 
     # ---- for machines ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -140,12 +173,17 @@ class FitResult:
             "statistics": {
                 "runs": self.n_runs,
                 "residuals": self.n_residuals,
-                "sum_of_squares_before": 2 * self.cost_before,
-                "sum_of_squares_after": 2 * self.cost_after,
+                "loss": self.loss,
+                "cost_before": self.cost_before,
+                "cost_after": self.cost_after,
+                "sum_of_squares_before": self.sum_squares_before,
+                "sum_of_squares_after": self.sum_squares_after,
                 "rms_log_error": float(np.sqrt(np.mean(self.residuals**2))),
                 "converged": self.success,
                 "message": self.message,
             },
+            "limits": json.loads(self.limits.to_json(orient="records")) if not self.limits.empty else [],
+            "flags": list(self.flags),
             "provenance": self.provenance,
         }
 
@@ -194,6 +232,147 @@ def _log_residuals(pred: pd.DataFrame, measured: np.ndarray, metrics: tuple[str,
     return np.asarray(r[mask], dtype=float)
 
 
+def _fmt_limit(value: float, status: str = "interpolated") -> str:
+    if status == "not reached":
+        return "beyond the highest load tested"
+    if status == "already violated":
+        return "below the lowest load tested"
+    if value is None or not np.isfinite(value):
+        return "beyond the grid" if value == np.inf else "n/a"
+    return "0 (misses at the lowest load)" if value == 0 else f"{value:.3g}"
+
+
+def robust_cost(r: np.ndarray, loss: str, f_scale: float = ROBUST_SCALE) -> float:
+    """The cost ``scipy.optimize.least_squares`` minimizes, ``0.5 f^2 sum rho((r / f)^2)``, with
+    its loss functions rho(z) (scipy documentation): linear z; soft_l1 2 (sqrt(1 + z) - 1);
+    huber z if z <= 1 else 2 sqrt(z) - 1; cauchy ln(1 + z); arctan arctan(z)."""
+    z = (np.asarray(r, dtype=float) / f_scale) ** 2
+    rho = {
+        "linear": lambda: z,
+        "soft_l1": lambda: 2.0 * (np.sqrt(1.0 + z) - 1.0),
+        "huber": lambda: np.where(z <= 1.0, z, 2.0 * np.sqrt(z) - 1.0),
+        "cauchy": lambda: np.log1p(z),
+        "arctan": lambda: np.arctan(z),
+    }
+    if loss not in rho:
+        raise ValueError(f"loss must be one of {', '.join(rho)}, got {loss!r}")
+    return 0.5 * f_scale**2 * float(np.sum(rho[loss]()))
+
+
+def sanity_flags(
+    start: Coefficients, fitted: Coefficients, free: tuple[str, ...], at_bound: dict[str, str]
+) -> tuple[str, ...]:
+    """One line per free coefficient the fit pushed against its physical bound or moved more
+    than DRIFT_FLAG times from its start: the data asks for something the model lacks, not for
+    hardware that fast or slow."""
+    flags = []
+    a, b = start.as_dict(), fitted.as_dict()
+    for name in free:
+        info = COEFFICIENT_INFO[name]
+        where = at_bound.get(name, "")
+        if where in ("lower", "upper"):
+            edge = info.lower if where == "lower" else info.upper
+            flags.append(f"{name} = {b[name]:.4g} at its {where} bound {edge:g}")
+        elif a[name] > 0 and b[name] > 0 and max(a[name] / b[name], b[name] / a[name]) > DRIFT_FLAG:
+            flags.append(f"{name} moved from {a[name]:.4g} to {b[name]:.4g} (more than {DRIFT_FLAG:g}x)")
+    return tuple(flags)
+
+
+def _limit_residuals(pred: np.ndarray, sweeps: list[Sweep], weights: np.ndarray) -> np.ndarray:
+    measured = np.array([s.measured.limit for s in sweeps], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.log(pred / measured)
+    r = np.clip(
+        np.nan_to_num(r, nan=MISSING_PREDICTION_LOG_ERROR), -MISSING_PREDICTION_LOG_ERROR, MISSING_PREDICTION_LOG_ERROR
+    )
+    return np.asarray(r * weights, dtype=float)
+
+
+def limit_table(
+    sweeps: list[Sweep],
+    slo: Slo,
+    default: Coefficients,
+    fitted: Coefficients,
+    free: tuple[str, ...] = (),
+    covariance: np.ndarray | None = None,
+    level: float = 0.95,
+) -> pd.DataFrame:
+    """Per sweep: the measured limit, the limit predicted with ``default`` and with ``fitted``
+    coefficients, and the fitted limit's interval at ``level`` from the coefficients' covariance
+    (delta method on log limit: ``var = g^T cov g``, g by forward differences)."""
+    from scipy.stats import norm
+
+    before = predicted_limits(sweeps, default, slo)
+    after = predicted_limits(sweeps, fitted, slo)
+    low, high = np.full(len(sweeps), np.nan), np.full(len(sweeps), np.nan)
+    if free and covariance is not None and len(sweeps):
+        base = fitted.as_dict()
+        g = np.zeros((len(sweeps), len(free)))
+        for j, name in enumerate(free):
+            info = COEFFICIENT_INFO[name]
+            h = max(abs(base[name]) * DIFF_STEP, 1e-9)
+            up = min(base[name] + h, info.upper)
+            if up == base[name]:
+                up = base[name] - h
+            shifted = predicted_limits(sweeps, Coefficients(**{**base, name: up}), slo)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                g[:, j] = (np.log(shifted) - np.log(after)) / (up - base[name])
+        cov = np.where(np.isfinite(covariance), covariance, 0.0)
+        sd = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", g, cov, g), 0.0, None))
+        z = float(norm.ppf(0.5 + level / 2))
+        ok = np.isfinite(sd) & np.isfinite(after) & (after > 0)
+        low[ok], high[ok] = after[ok] * np.exp(-z * sd[ok]), after[ok] * np.exp(z * sd[ok])
+    return pd.DataFrame(
+        {
+            "sweep": [s.label for s in sweeps],
+            "unit": [s.unit for s in sweeps],
+            "loads": [f"{min(s.loads):g}-{max(s.loads):g} ({len(s.loads)} levels)" for s in sweeps],
+            "measured": [np.nan if s.measured.limit is None else s.measured.limit for s in sweeps],
+            "measured_status": [s.measured.status for s in sweeps],
+            "binding": [s.measured.binding for s in sweeps],
+            "default": before,
+            "fitted": after,
+            "fitted_low": low,
+            "fitted_high": high,
+        }
+    )
+
+
+def _limit_sweeps(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[Sweep], list[str]]:
+    """All sweeps, those with an interpolated measured limit (the fit's targets), and why others
+    are not sweeps; raises when the limits cannot be targets."""
+    given = [
+        s
+        for s in LIMIT_STATS
+        if all(f"{m}_{s}_ms" in cases and cases[f"{m}_{s}_ms"].notna().any() for m in ("ttft", "tpot"))
+    ]
+    if slo.stat not in given:
+        has = f"they give the {' and the '.join(given)}" if given else "they give neither a mean nor a median of both"
+        raise ValueError(
+            f"the runs report no {slo.stat} TTFT and TPOT ({has}); take the limits at a statistic they report"
+        )
+    sweeps, skipped = find_sweeps(cases, slo)
+    if not sweeps:
+        why = "; ".join(skipped) or "no closed-loop or Poisson runs"
+        raise ValueError(
+            f"no sweep to take a limit from ({why}): run the load test at several loads, or fit on the runs alone"
+        )
+    usable = [s for s in sweeps if s.measured.status == "interpolated"]
+    if not usable:
+        if all(s.measured.status == "already violated" for s in sweeps):
+            raise ValueError(
+                f"no run meets {slo}: every limit is below the lowest load tested; loosen the SLOs or test lower loads"
+            )
+        top = ", ".join(
+            f"{s.label}: beyond {max(s.loads):g} {s.unit}" for s in sweeps if s.measured.status == "not reached"
+        )
+        raise ValueError(
+            f"no sweep crosses {slo}: each limit is beyond the highest load tested, a lower bound only ({top}); "
+            "fit on the runs alone, or test higher loads"
+        )
+    return sweeps, usable, skipped
+
+
 def calibrate(
     cases: pd.DataFrame,
     *,
@@ -204,6 +383,8 @@ def calibrate(
     loss: str = "soft_l1",
     sources: list[str] | None = None,
     method: str = "closed-form",
+    targets: tuple[str, ...] | list[str] = ("runs",),
+    slo: Slo | None = None,
 ) -> FitResult:
     """Fit ``free`` coefficients to the measured ``cases`` (the schema of measured-public.csv,
     or ``cases_from_runs`` of load-test results); the others stay at ``start`` or ``fixed``.
@@ -218,7 +399,19 @@ def calibrate(
     ``closed-form`` (the default: fast, for many runs; a fixed-length closed-loop sweep runs in
     waves, ``gpucap.waves``) or ``simulate`` (each benchmark run step by step, as it ran: seconds
     per evaluation for a sweep of a few small runs, minutes for large ones).
+    ``targets``: ``"runs"`` (every run's metrics) and/or ``"limits"`` (every sweep's measured
+    SLO-limited concurrency or rate at ``slo``, module docstring; sweeps whose limit lies outside
+    the loads tested are shown, not fitted). With ``slo`` the result's ``limits`` table shows
+    every sweep's measured limit, the default and the fitted prediction, whatever the targets.
+    A metric no run measured is not fitted and not listed as fitted; the fit flags coefficients
+    it pushes to a bound or more than DRIFT_FLAG times from their start (``flags``).
     """
+    targets = tuple(targets)
+    bad = [t for t in targets if t not in TARGETS]
+    if bad or not targets:
+        raise ValueError(f"targets must be one or more of {', '.join(TARGETS)}, got {', '.join(targets) or 'none'}")
+    if "limits" in targets and slo is None:
+        raise ValueError("limits as targets need the SLOs they are measured at (slo=Slo(ttft_s, tpot_s, stat))")
     free = tuple(free)
     unknown = [n for n in (*free, *(fixed or {})) if n not in COEFFICIENT_INFO]
     if unknown:
@@ -236,10 +429,24 @@ def calibrate(
 
     prepared, errors = prepare_cases(cases)
     ok = [pos for pos in range(len(cases)) if pos not in errors]
-    measured = measured_metrics(cases.iloc[ok])[[f"{m}_measured" for m in metrics]].to_numpy()
-    if not prepared or not np.isfinite(measured).any():
+    table = measured_metrics(cases.iloc[ok])
+    given = (table > 0) & np.isfinite(table)
+    metrics = tuple(m for m in metrics if given[f"{m}_measured"].any())  # never fit what nobody measured
+    measured = table[[f"{m}_measured" for m in metrics]].to_numpy()
+    if not prepared or not metrics:
         raise ValueError("no run can be predicted and compared; check the models, GPUs and measured columns")
-    n_res = int((np.isfinite(measured) & (measured > 0)).sum())
+    sweeps: list[Sweep] = []
+    usable: list[Sweep] = []
+    skipped: list[str] = []
+    if "limits" in targets:
+        assert slo is not None
+        sweeps, usable, skipped = _limit_sweeps(cases, slo)
+    elif slo is not None:
+        sweeps, skipped = find_sweeps(cases, slo)
+    all_measured = measured_metrics(cases)[[f"{m}_measured" for m in metrics]].to_numpy()
+    per_run = ((all_measured > 0) & np.isfinite(all_measured)).sum(axis=1)
+    weights = np.sqrt([max(int(per_run[list(s.positions)].sum()), 1) for s in usable])
+    n_res = int((np.isfinite(measured) & (measured > 0)).sum()) * ("runs" in targets) + len(usable)
     if n_res <= len(free):
         raise ValueError(f"{n_res} measured values cannot determine {len(free)} coefficients; fix some or add runs")
 
@@ -249,7 +456,13 @@ def calibrate(
         return Coefficients(**{**base, **dict(zip(free, map(float, x), strict=True))})
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        return _log_residuals(predict_prepared(prepared, coefs(x), method), measured, metrics)
+        parts = []
+        if "runs" in targets:
+            parts.append(_log_residuals(predict_prepared(prepared, coefs(x), method), measured, metrics))
+        if usable:
+            assert slo is not None
+            parts.append(_limit_residuals(predicted_limits(usable, coefs(x), slo), usable, weights))
+        return np.concatenate(parts)
 
     lower = np.array([COEFFICIENT_INFO[n].lower for n in free])
     upper = np.array([COEFFICIENT_INFO[n].upper for n in free])
@@ -289,12 +502,23 @@ def calibrate(
         "inputs": [{"path": str(p), "sha256": _file_hash(p)} for p in (sources or []) if Path(p).is_file()],
         "rows_used": len(prepared),
         "rows_skipped": {str(cases.iloc[pos].get("case_id", pos)): why for pos, why in errors.items()},
-        "metrics": list(metrics),
+        "metrics": list(metrics) if "runs" in targets else [],
+        "targets": list(targets),
+        "limits_fitted": len(usable),
+        "slo": str(slo) if slo is not None else None,
+        "not_sweeps": skipped,
         "method": method,
-        "objective": "sum of log(predicted / measured)^2 over runs and metrics",
+        "objective": f"{loss} loss of log(predicted / measured) over "
+        + " and ".join(
+            {"runs": "runs and metrics", "limits": "sweep limits (weight sqrt(runs' residuals))"}[t] for t in targets
+        ),
     }
+    fitted = coefs(sol.x)
+    limits = pd.DataFrame()
+    if slo is not None and sweeps:
+        limits = limit_table(sweeps, slo, start, fitted, free, cov)
     return FitResult(
-        coefficients=coefs(sol.x),
+        coefficients=fitted,
         start=start,
         free=free,
         stderr=dict(zip(free, map(float, se), strict=True)),
@@ -303,10 +527,15 @@ def calibrate(
         covariance=cov,
         n_runs=len(prepared),
         n_residuals=m,
-        cost_before=0.5 * float(r0 @ r0),
+        cost_before=robust_cost(r0, loss),
         cost_after=float(sol.cost),
         residuals=sol.fun,
         success=bool(sol.success),
         message=str(sol.message),
         provenance=provenance,
+        loss=loss,
+        sum_squares_before=float(r0 @ r0),
+        sum_squares_after=float(sol.fun @ sol.fun),
+        limits=limits,
+        flags=sanity_flags(start, fitted, free, at_bound),
     )

@@ -20,6 +20,7 @@ from .cliargs import positive_float, positive_int
 from .engine import ENGINES, EngineConfig
 from .estimate import LENGTHS, DoesNotFit, estimate
 from .gpus import load_gpus
+from .limits import LIMIT_STATS, Slo
 from .speculative import Speculative, acceptance_length
 from .units import GB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM, GiB
 
@@ -154,12 +155,22 @@ def _parser() -> argparse.ArgumentParser:
         help="predict each run by the closed forms (default, fast) or by simulating it (a sweep of a few runs)",
     )
     c.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="hold a coefficient at a value")
-    c.add_argument("--ttft-slo", type=positive_float, default=2.0)
-    c.add_argument("--tpot-slo", type=positive_float, default=0.1)
     c.add_argument(
-        "--stat", default="mean", choices=["mean", "median", "p90", "p99"], help="statistic the SLOs apply to"
+        "--targets",
+        default="runs",
+        help="what to fit: runs (every run's metrics), limits (every sweep's SLO-limited concurrency or "
+        "rate at --ttft-slo/--tpot-slo/--stat), or runs,limits",
+    )
+    c.add_argument("--ttft-slo", "--slo-ttft", type=positive_float, default=2.0, help="TTFT SLO in s (default 2)")
+    c.add_argument("--tpot-slo", "--slo-tpot", type=positive_float, default=0.1, help="TPOT SLO in s (default 0.1)")
+    c.add_argument(
+        "--stat",
+        default="mean",
+        choices=list(LIMIT_STATS),
+        help="statistic the SLOs apply to (the closed forms predict means: mean or median)",
     )
     c.add_argument("--json", action="store_true", help="print the saved JSON instead of the report")
+    c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
 
     g = sub.add_parser("gpus", help="list the GPU catalog")
     g.add_argument("--gpu-file", default=None)
@@ -286,8 +297,8 @@ def _read_calibration_cases(a: argparse.Namespace) -> tuple[Any, Any]:
 def _calibrate(a: argparse.Namespace) -> int:
     from .analysis import error_table
     from .calibrate import calibrate
-    from .loadtests import measured_limit
 
+    targets = tuple(t.strip() for t in a.targets.split(",") if t.strip())
     out = Path(a.out)
     if out.exists() and not a.overwrite:
         raise ValueError(f"{out} exists; choose another --out or pass --overwrite")
@@ -298,7 +309,7 @@ def _calibrate(a: argparse.Namespace) -> int:
             fixed[name.strip()] = float(value)
         except ValueError:
             raise ValueError(f"--fix {item!r}: expected NAME=NUMBER") from None
-    cases, runs = _read_calibration_cases(a)
+    cases, _ = _read_calibration_cases(a)
     sources = [
         str(p) for arg in a.results for p in ([Path(arg)] if Path(arg).is_file() else sorted(Path(arg).rglob("*")))
     ]
@@ -308,7 +319,12 @@ def _calibrate(a: argparse.Namespace) -> int:
         fixed=fixed,
         sources=sources,
         method=a.method,
+        targets=targets,
+        slo=Slo(a.ttft_slo, a.tpot_slo, a.stat),
     )
+    if not fit.success and not a.save_unconverged:
+        print(fit.report())
+        raise ValueError(f"the fit did not converge ({fit.message}); nothing written (--save-unconverged saves it)")
     fit.save(out, overwrite=a.overwrite)
     if a.json:
         print(json.dumps(fit.to_dict(), indent=2))
@@ -316,18 +332,8 @@ def _calibrate(a: argparse.Namespace) -> int:
     print(fit.report())
     print("\nmedian absolute error by model size, default -> calibrated coefficients:")
     print(error_table(cases, fit.coefficients, by="size").to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    if runs is not None and "concurrency" in runs:
-        keys = [k for k in ("model", "gpu", "tp", "engine", "source_file") if k in runs]
-        for key, sweep in runs.dropna(subset=["concurrency"]).groupby(keys, dropna=False):
-            if sweep["concurrency"].nunique() < 2:
-                continue
-            try:
-                lim = measured_limit(sweep, ttft_slo_s=a.ttft_slo, tpot_slo_s=a.tpot_slo, stat=a.stat)
-            except ValueError as exc:
-                print(f"\nmeasured limit of {key}: {exc}")
-                continue
-            found = f"{lim.limit:.1f} ({lim.binding} binds)" if lim.limit is not None else lim.status
-            print(f"\nmeasured limit of {key} at {a.stat} TTFT <= {a.ttft_slo:g} s, TPOT <= {a.tpot_slo:g} s: {found}")
+    for line in fit.provenance.get("not_sweeps", []):
+        print(f"no limit: {line}")
     print(f"\nwrote {out}")
     return 0
 

@@ -40,7 +40,8 @@ def cases_from_runs(
     tools write them ("NVIDIA_L40S") map to catalog keys. ``weight_dtype`` and ``kv_cache_dtype``
     apply to runs whose metadata does not say; ``length_dist`` to every run. Engine knobs in the
     metadata (max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
-    enforce_eager) become columns ``gpucap.validate`` builds the engine from.
+    enforce_eager) become columns ``gpucap.validate`` builds the engine from. A run that gives
+    ITL but no TPOT (older SGLang files) has its ITL as TPOT, ``tpot_from`` "itl".
     """
     rows = []
     for k, r in runs.reset_index(drop=True).iterrows():
@@ -74,11 +75,24 @@ def cases_from_runs(
                 "num_prompts": r.get("num_prompts") if pd.notna(r.get("num_prompts")) else prompts or np.nan,
                 "output_tok_s": r.get("output_tokens_per_s"),
                 **{f"ttft_{s}_ms": r.get(f"ttft_{s}_s", np.nan) * 1e3 for s in ("mean", "median", "p99")},
-                **{f"tpot_{s}_ms": r.get(f"tpot_{s}_s", np.nan) * 1e3 for s in ("mean", "median", "p99")},
+                **_tpot_ms(r),
                 "itl_median_ms": r.get("itl_median_s", np.nan) * 1e3,
             }
         )
     return pd.DataFrame(rows)
+
+
+def _tpot_ms(run: pd.Series) -> dict[str, float | str]:
+    """The run's TPOT statistics in ms; where the file gives none, its ITL statistics stand in
+    (streamed decoding without speculative tokens: the same gap between tokens), and
+    ``tpot_from`` says so."""
+    stats = ("mean", "median", "p99")
+    tpot = {s: run.get(f"tpot_{s}_s", np.nan) for s in stats}
+    if all(pd.isna(v) for v in tpot.values()):
+        itl = {s: run.get(f"itl_{s}_s", np.nan) for s in stats}
+        if not all(pd.isna(v) for v in itl.values()):
+            return {**{f"tpot_{s}_ms": itl[s] * 1e3 for s in stats}, "tpot_from": "itl"}
+    return {**{f"tpot_{s}_ms": tpot[s] * 1e3 for s in stats}, "tpot_from": "tpot"}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from gpucap.catalog import load_model
 from gpucap.engine import Coefficients, EngineConfig
 from gpucap.gpus import get_gpu
 from gpucap.layout import Layout
+from gpucap.limits import Slo
 from gpucap.loadtests import cases_from_runs
 from gpucap.memory import activation_bytes_per_gpu, weight_bytes_per_gpu
 from gpucap.results import read_results
@@ -134,6 +135,8 @@ def main() -> None:
         help="fail when the fitted mean TTFT at the highest concurrency is off by more than this (default 0.35): "
         "the TTFT curve's shape, which waves decide, is lost",
     )
+    ap.add_argument("--ttft-slo", type=float, default=1.0, help="TTFT SLO (s) of the limits table (default 1)")
+    ap.add_argument("--tpot-slo", type=float, default=0.05, help="TPOT SLO (s) of the limits table (default 0.05)")
     args = ap.parse_args()
     os.environ["GPUCAP_GPU_FILE"] = str(args.gpu_file)
 
@@ -156,7 +159,12 @@ def main() -> None:
     if before["error"].notna().any():
         raise SystemExit(f"fit.py: error: cases not predicted: {before['error'].dropna().tolist()}")
     fit = calibrate(
-        cases, start=start, free=free, sources=sorted(map(str, args.results.glob("*.json"))), method="simulate"
+        cases,
+        start=start,
+        free=free,
+        sources=sorted(map(str, args.results.glob("*.json"))),
+        method="simulate",
+        slo=Slo(args.ttft_slo, args.tpot_slo, "mean"),
     )
     after = validate.validate(cases, fit.coefficients)
     print(fit.report())
