@@ -19,6 +19,7 @@ absent:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -60,6 +61,17 @@ class LoadPoint:
     decode_step: StepTime  # the average step a decoding sequence waits for
     prefill_step: StepTime  # a step carrying a new request's prefill chunk
     step_wait_s: Array | float = 0.0  # of TTFT: the rest of the step in progress at arrival
+
+
+def take(point: LoadPoint, index: int | slice) -> LoadPoint:
+    """The part of a vectorized ``point`` at ``index`` (an int gives scalars)."""
+
+    def part(v: Any) -> Any:
+        if isinstance(v, StepTime):
+            return StepTime(**{f.name: part(getattr(v, f.name)) for f in dataclasses.fields(v)})
+        return v[index] if isinstance(v, np.ndarray) and v.ndim else v
+
+    return LoadPoint(**{f.name: part(getattr(point, f.name)) for f in dataclasses.fields(point)})
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from .batching import Extras, LoadPoint, closed_loop, open_loop
+from .batching import Extras, LoadPoint, closed_loop, open_loop, take
 from .catalog import load_model
 from .engine import Coefficients, EngineConfig, front_end
 from .gpus import GPU, get_gpu
 from .layout import Layout
-from .memory import MemoryBreakdown, concurrency_by_memory, does_not_fit_message, memory_breakdown
+from .memory import ArrayLike, MemoryBreakdown, concurrency_by_memory, does_not_fit_message, memory_breakdown
 from .models import ModelSpec
 from .runs import saturation_run
 from .speculative import Speculative
@@ -214,7 +214,7 @@ def loop_point(
     wl: Workload,
     concurrency: np.ndarray | float,
     *,
-    max_running: float = np.inf,
+    max_running: ArrayLike = np.inf,
     images: Images | None = None,
     speculative: Speculative | None = None,
 ) -> LoadPoint:
@@ -251,6 +251,7 @@ def resource_limits(
     *,
     images: Images | None = None,
     speculative: Speculative | None = None,
+    point: LoadPoint | None = None,
 ) -> dict[str, float | None]:
     """Per replica: the concurrency at which each resource's own term alone uses up an SLO.
 
@@ -261,12 +262,15 @@ def resource_limits(
     below every bar, since the terms add. With speculation a decode step yields tau tokens, so
     its terms are compared per token (``/ tau``).
 
+    ``point``: the loop already computed on ``_grid(top)`` (``estimate`` computes this and the
+    SLO search's in one call).
+
     The host is the fifth resource: its per-step time (scheduling, sampling) alone must stay
     within the TPOT SLO, and its HTTP server must pass the requests: the limit is where the
     server's core is full (``requests/s x t_request_s`` reaches ``FRONT_END_SATURATED``).
     """
     grid = _grid(top)
-    pt = loop_point(hw, coef, wl, grid, images=images, speculative=speculative)
+    pt = point or loop_point(hw, coef, wl, grid, images=images, speculative=speculative)
     tau = speculative.acceptance_length if speculative else 1.0
     out: dict[str, float | None] = {}
     for name, attr in (("compute", "compute_s"), ("hbm_bandwidth", "memory_s"), ("interconnect", "comm_s")):
@@ -286,11 +290,13 @@ def slo_limit(
     *,
     images: Images | None = None,
     speculative: Speculative | None = None,
+    point: LoadPoint | None = None,
 ) -> float:
-    """Largest concurrency per replica with TTFT <= SLO and TPOT <= SLO, at most ``top``."""
+    """Largest concurrency per replica with TTFT <= SLO and TPOT <= SLO, at most ``top``
+    (``point``: the loop already computed on ``_grid(top)`` with ``max_num_seqs`` slots)."""
     grid = _grid(top)
     cap = float(hw.engine.max_num_seqs or np.inf)
-    pt = loop_point(hw, coef, wl, grid, max_running=cap, images=images, speculative=speculative)
+    pt = point or loop_point(hw, coef, wl, grid, max_running=cap, images=images, speculative=speculative)
     ok = (pt.ttft_s <= wl.ttft_slo_s) & (pt.tpot_s <= wl.tpot_slo_s)
     best = _largest_ok(grid, ok)
     return float(top if best is None else best)
@@ -379,23 +385,41 @@ def estimate(
             f"{hw.spec.name} fits on {hw.gpu.key} but its KV budget ({mem.kv_budget / 2**30:.2f} GiB per GPU) "
             f"holds less than one {max_context:.0f}-token request; use more GPUs per replica or fp8 KV"
         )
-    limits_r = resource_limits(hw, coef, wl, MAX_SEARCH_CONCURRENCY, images=images, speculative=speculative)
-    slo_r = slo_limit(hw, coef, wl, mem_limit, images=images, speculative=speculative)
+    # one vectorized call for both searches: every resource's limit (no slot cap) and the SLOs'
+    g_res, g_slo = _grid(MAX_SEARCH_CONCURRENCY), _grid(mem_limit)
+    both = loop_point(
+        hw,
+        coef,
+        wl,
+        np.concatenate([g_res, g_slo]),
+        max_running=np.concatenate(
+            [np.full(g_res.size, np.inf), np.full(g_slo.size, float(hw.engine.max_num_seqs or np.inf))]
+        ),
+        images=images,
+        speculative=speculative,
+    )
+    first, rest = slice(0, g_res.size), slice(g_res.size, None)
+    limits_r = resource_limits(
+        hw, coef, wl, MAX_SEARCH_CONCURRENCY, images=images, speculative=speculative, point=take(both, first)
+    )
+    slo_r = slo_limit(hw, coef, wl, mem_limit, images=images, speculative=speculative, point=take(both, rest))
     rec_r = min(slo_r, mem_limit)
     limits: dict[str, float | None] = {"memory": mem_limit * replicas}
     for k, v in limits_r.items():
         limits[k] = None if v is None else v * replicas
 
     notes: list[str] = []
-    probe = loop_point(
+    # the recommendation and one request beyond it, in one call
+    pair = loop_point(
         hw,
         coef,
         wl,
-        max(rec_r, 1.0),
+        np.array([max(rec_r, 1.0), max(rec_r, 1.0) + 1.0]),
         max_running=float(hw.engine.max_num_seqs or np.inf),
         images=images,
         speculative=speculative,
     )
+    probe, beyond = take(pair, 0), take(pair, 1)
     if rec_r >= mem_limit:
         bottleneck = "memory"
     elif float(front_end_share(hw, coef, probe)) >= FRONT_END_SATURATED:
@@ -405,15 +429,6 @@ def estimate(
     else:
         # the resource whose step fails first beyond the recommendation: the prompt's step when
         # TTFT is what fails there, the decode step when TPOT is
-        beyond = loop_point(
-            hw,
-            coef,
-            wl,
-            max(rec_r, 1.0) + 1.0,
-            max_running=float(hw.engine.max_num_seqs or np.inf),
-            images=images,
-            speculative=speculative,
-        )
         ttft_fails = float(beyond.ttft_s) > wl.ttft_slo_s and float(beyond.tpot_s) <= wl.tpot_slo_s
         step = probe.prefill_step if ttft_fails else probe.decode_step
         shares = {
