@@ -10,8 +10,8 @@ import pandas as pd
 
 from .calibrate import DEFAULT_FREE, calibrate
 from .catalog import load_model
-from .engine import Coefficients
-from .validate import METRICS, validate
+from .engine import ENGINES, Coefficients
+from .validate import METRICS, error_summary, validate
 
 SIZE_BUCKETS = ((10e9, "<10B"), (40e9, "10-40B"), (100e9, "40-100B"), (np.inf, ">100B"))
 
@@ -106,3 +106,151 @@ def lomo_summary(lomo: pd.DataFrame, by: tuple[str, ...] = ("metric", "size")) -
     table = err.groupby(list(by))[list(cols.values())].median()
     table.insert(0, "n", err.groupby(list(by)).size())
     return table.reset_index()
+
+
+VARIANTS = ("defaults", "fitted", "lomo", "loso")
+VARIANT_TEXT = {
+    "defaults": "each engine's default coefficients",
+    "fitted": "fitted on all rows (one fit per engine), in sample",
+    "lomo": "leave one model out: each model predicted by a fit on the other models",
+    "loso": "leave one source out: each source predicted by a fit on the other sources",
+}
+GROUPS = ("size", "gpu", "engine", "source_id", "load_mode", "model")
+
+
+def size_class(model: str) -> str:
+    """``size_bucket`` of the active parameters, marked MoE for mixture-of-experts models (their
+    total parameters set memory, their active ones the work per token)."""
+    bucket = size_bucket(model)
+    try:
+        moe = load_model(model).is_moe
+    except ValueError:
+        return bucket
+    return f"MoE {bucket} active" if moe else bucket
+
+
+def _fits_per_engine(cases: pd.DataFrame, free: tuple[str, ...], method: str) -> dict[str, Coefficients]:
+    """One fit per engine on that engine's rows; an engine whose rows cannot determine the
+    coefficients keeps its defaults."""
+    out = {}
+    engines = cases["engine"].astype(str).str.lower().replace({"nim": "trtllm"})
+    for engine in sorted(set(engines.unique()) & set(ENGINES)):  # other engines keep their defaults
+        rows = cases[(engines == engine).to_numpy()]
+        try:
+            out[engine] = calibrate(rows, start=Coefficients.for_engine(engine), free=free, method=method).coefficients
+        except ValueError:
+            out[engine] = Coefficients.for_engine(engine)
+    if "trtllm" in out:
+        out["nim"] = out["trtllm"]
+    return out
+
+
+def _held_out(cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str) -> pd.DataFrame:
+    """Every row predicted by per-engine fits on the rows of the other values of ``key``."""
+    parts = []
+    for value in sorted(cases[key].astype(str).unique()):
+        held = (cases[key].astype(str) == value).to_numpy()
+        coef = _fits_per_engine(cases[~held], free, method) if (~held).any() else None
+        parts.append(validate(cases[held], coef, method=method).set_index(cases.index[held]))
+    return pd.concat(parts).loc[cases.index]
+
+
+def error_tables(
+    cases: pd.DataFrame,
+    coefficients: Coefficients | dict[str, Coefficients] | None = None,
+    *,
+    by: tuple[str, ...] | list[str] = ("size",),
+    variants: tuple[str, ...] | list[str] = ("defaults", "fitted"),
+    free: tuple[str, ...] = DEFAULT_FREE,
+    method: str = "closed-form",
+) -> pd.DataFrame:
+    """The error tables a team pastes into a report: for every group of ``by`` (``size``: active
+    parameters from the model specs, MoE marked; or any of gpu, engine, source_id, load_mode,
+    model) and every variant (``VARIANT_TEXT``), per metric: rows compared, median and 90th
+    percentile of ``|predicted / measured - 1|``, median ratio. ``coefficients`` given: they are
+    the "fitted" variant; otherwise one fit per engine on all rows. Tidy: one row per (group,
+    variant, metric)."""
+    by, variants = tuple(by), tuple(variants)
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not variants:
+        raise ValueError(f"variants must be among {', '.join(VARIANTS)}, got {', '.join(variants) or 'none'}")
+    unknown = [b for b in by if b not in GROUPS]
+    if unknown or not by:
+        raise ValueError(f"group rows by {', '.join(GROUPS)}; got {', '.join(by) or 'nothing'}")
+    missing = [b for b in by if b not in ("size",) and b not in cases]
+    if "loso" in variants and "source_id" not in cases:
+        missing.append("source_id (for loso)")
+    if missing:
+        raise ValueError(f"the cases have no column {', '.join(missing)}")
+    cases = cases.reset_index(drop=True)
+    results = {}
+    for v in variants:
+        if v == "defaults":
+            results[v] = validate(cases, method=method)
+        elif v == "fitted":
+            coef = coefficients if coefficients is not None else _fits_per_engine(cases, free, method)
+            results[v] = validate(cases, coef, method=method)
+        else:
+            results[v] = _held_out(cases, "model" if v == "lomo" else "source_id", free, method)
+    labels = {
+        "size": [size_class(str(m)) for m in cases["model"]],
+        **{b: cases[b].astype(str).tolist() for b in by if b != "size"},
+    }
+    parts = []
+    for v, res in results.items():
+        res = res.reset_index(drop=True).assign(**{b: labels[b] for b in by})
+        key = res[list(by)].astype(str).agg(" | ".join, axis=1)
+        summary = error_summary(res.assign(_group=key), "_group")
+        summary = summary[summary["metric"].isin(METRICS)]
+        summary.insert(0, "variant", v)
+        for j, b in enumerate(by):
+            summary.insert(j, b, summary["_group"].str.split(" | ", regex=False).str[j])
+        parts.append(summary.drop(columns="_group"))
+    return pd.concat(parts, ignore_index=True)
+
+
+def wide_error_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``error_tables`` as a report shows it: one row per group and variant, per metric the
+    rows compared, median and p90 absolute error and median ratio."""
+    by = [c for c in table.columns if c in GROUPS]
+    wide = table.pivot_table(
+        index=[*by, "variant"],
+        columns="metric",
+        values=["n", "median_abs_err", "p90_abs_err", "median_ratio"],
+        aggfunc="first",
+    )
+    order = [(s, m) for m in METRICS for s in ("n", "median_abs_err", "p90_abs_err", "median_ratio") if (s, m) in wide]
+    wide = wide[order]
+    names = {"n": "n", "median_abs_err": "median |err|", "p90_abs_err": "p90 |err|", "median_ratio": "ratio"}
+    wide.columns = [f"{m} {names[s]}" for s, m in wide.columns]
+    sizes = [name for _, name in SIZE_BUCKETS]
+    rank = {
+        "variant": {v: k for k, v in enumerate(VARIANTS)},
+        "size": {**{n: k for k, n in enumerate(sizes)}, **{f"MoE {n} active": 10 + k for k, n in enumerate(sizes)}},
+    }
+    wide = wide.reset_index()
+    return wide.sort_values([*by, "variant"], key=lambda c: c.map(rank[c.name]).fillna(99) if c.name in rank else c)
+
+
+def format_error_table(table: pd.DataFrame, fmt: str = "markdown") -> str:
+    """``error_tables`` as text: ``markdown`` or ``html`` (wide, errors in percent) or ``csv``
+    (tidy, fractions)."""
+    if fmt == "csv":
+        return table.to_csv(index=False)
+    wide = wide_error_table(table)
+    cells = wide.copy()
+    for col in wide.columns:
+        if col.endswith("|err|"):
+            cells[col] = wide[col].map(lambda v: "" if pd.isna(v) else f"{v:.1%}")
+        elif col.endswith("ratio"):
+            cells[col] = wide[col].map(lambda v: "" if pd.isna(v) else f"{v:.2f}")
+        elif col.endswith(" n"):
+            cells[col] = wide[col].map(lambda v: "" if pd.isna(v) else f"{int(v)}")
+    if fmt == "html":
+        return cells.to_html(index=False)
+    if fmt != "markdown":
+        raise ValueError(f"format must be markdown, html or csv, got {fmt!r}")
+    head = "| " + " | ".join(cells.columns) + " |"
+    rule = "|" + "|".join("---" for _ in cells.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in cells.itertuples(index=False)]
+    return "\n".join([head, rule, *body])

@@ -1,4 +1,4 @@
-"""Command line: ``gpucap estimate | plan | simulate | validate | calibrate | gpus | models``.
+"""Command line: ``gpucap estimate | plan | simulate | validate | calibrate | errors | gpus | models``.
 
 Errors in the input print one line naming the bad value and exit non-zero (2 for bad input,
 3 when the model does not fit); they never print a traceback.
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__, cli_plan, cli_simulate
+from .analysis import GROUPS
 from .calibrate import DEFAULT_FREE
 from .catalog import load_model, model_cards
 from .cliargs import positive_float, positive_int
@@ -171,6 +172,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--json", action="store_true", help="print the saved JSON instead of the report")
     c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
+
+    e = sub.add_parser("errors", help="error tables: measured vs predicted by model size, GPU, engine, source")
+    e.add_argument("cases", help="a cases CSV (the schema of measured-public.csv) or load-test results (files, folder)")
+    e.add_argument("--coefficients", default=None, help="a calibration JSON: the 'fitted' variant (default: fit here)")
+    e.add_argument("--by", default="size", help=f"group rows by, comma-separated: {', '.join(GROUPS)}")
+    e.add_argument(
+        "--variants",
+        default="defaults,fitted",
+        help="comma-separated: defaults, fitted, lomo (leave one model out), loso (leave one source out)",
+    )
+    e.add_argument("--format", default="markdown", choices=["markdown", "html", "csv"])
+    e.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients the fits free, comma-separated")
+    e.add_argument(
+        "--method", default="closed-form", choices=["closed-form", "simulate"], help="how each row is predicted"
+    )
+    for name in ("gpu", "engine", "model"):
+        e.add_argument(f"--{name}", default=None, help=f"{name} for runs whose files and manifest do not say")
+    for name in ("num-gpus", "tp", "pp", "ep"):
+        e.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
+    e.add_argument("--manifest", default=None)
+    e.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
+    e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
+    e.add_argument("--length-dist", default="fixed", choices=["fixed", "dataset"])
 
     g = sub.add_parser("gpus", help="list the GPU catalog")
     g.add_argument("--gpu-file", default=None)
@@ -338,6 +362,25 @@ def _calibrate(a: argparse.Namespace) -> int:
     return 0
 
 
+def _errors(a: argparse.Namespace) -> int:
+    from .analysis import error_tables, format_error_table
+    from .engine import Coefficients
+
+    a.results = [a.cases]
+    cases, _ = _read_calibration_cases(a)
+    coef = Coefficients.from_file(a.coefficients) if a.coefficients else None
+    table = error_tables(
+        cases,
+        coef,
+        by=tuple(b.strip() for b in a.by.split(",") if b.strip()),
+        variants=tuple(v.strip() for v in a.variants.split(",") if v.strip()),
+        free=tuple(n.strip() for n in a.free.split(",") if n.strip()),
+        method=a.method,
+    )
+    print(format_error_table(table, a.format))
+    return 0
+
+
 def _gpus(a: argparse.Namespace) -> int:
     gpus = load_gpus(a.gpu_file)
     rows: list[dict[str, Any]] = [
@@ -399,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "simulate": cli_simulate.run,
         "validate": _validate,
         "calibrate": _calibrate,
+        "errors": _errors,
         "gpus": _gpus,
         "models": _models,
     }
