@@ -501,6 +501,10 @@ def calibrate(
         "fitted_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "inputs": [{"path": str(p), "sha256": _file_hash(p)} for p in (sources or []) if Path(p).is_file()],
         "rows_used": len(prepared),
+        "engines": sorted(cases["engine"].dropna().astype(str).unique()) if "engine" in cases else [],
+        "engine_versions": sorted(cases["engine_version"].dropna().astype(str).unique())
+        if "engine_version" in cases
+        else [],
         "rows_skipped": {str(cases.iloc[pos].get("case_id", pos)): why for pos, why in errors.items()},
         "metrics": list(metrics) if "runs" in targets else [],
         "targets": list(targets),

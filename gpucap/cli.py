@@ -172,6 +172,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--json", action="store_true", help="print the saved JSON instead of the report")
     c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
+    c.add_argument(
+        "--history",
+        default=None,
+        help="also append this fit to a calibration history (a JSON-lines file, or a folder that holds one)",
+    )
+    c.add_argument("--label", default="", help="a name for this fit in the history (e.g. the load test's date)")
 
     e = sub.add_parser("errors", help="error tables: measured vs predicted by model size, GPU, engine, source")
     e.add_argument("cases", help="a cases CSV (the schema of measured-public.csv) or load-test results (files, folder)")
@@ -333,6 +339,10 @@ def _calibrate(a: argparse.Namespace) -> int:
             fixed[name.strip()] = float(value)
         except ValueError:
             raise ValueError(f"--fix {item!r}: expected NAME=NUMBER") from None
+    if a.history:  # a history that does not read stops the command before the fit
+        from .history import append_history, history_path, read_history
+
+        read_history(history_path(a.history))
     cases, _ = _read_calibration_cases(a)
     sources = [
         str(p) for arg in a.results for p in ([Path(arg)] if Path(arg).is_file() else sorted(Path(arg).rglob("*")))
@@ -350,6 +360,8 @@ def _calibrate(a: argparse.Namespace) -> int:
         print(fit.report())
         raise ValueError(f"the fit did not converge ({fit.message}); nothing written (--save-unconverged saves it)")
     fit.save(out, overwrite=a.overwrite)
+    if a.history:
+        print(f"appended to {append_history(fit, a.history, label=a.label)}", file=sys.stderr)
     if a.json:
         print(json.dumps(fit.to_dict(), indent=2))
         return 0

@@ -82,3 +82,23 @@ def predicted_vs_measured_figure(before: pd.DataFrame, after: pd.DataFrame | Non
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def history_figure(history: pd.DataFrame) -> Figure:
+    """Each free coefficient over the calibrations of a history (``gpucap.history.
+    calibration_history``), with 95% error bars (1.96 standard errors)."""
+    free = history[history["free"]]
+    names = list(dict.fromkeys(free["coefficient"]))
+    if not names:
+        raise ValueError("the history has no free coefficient to draw")
+    fig = Figure(figsize=(4.2 * len(names), 3.2))
+    axes = np.atleast_1d(fig.subplots(1, len(names)))
+    for ax, name in zip(axes, names, strict=True):
+        d = free[free["coefficient"] == name].sort_values("entry")
+        err = 1.959963984540054 * d["stderr"].fillna(0.0).where(np.isfinite(d["stderr"]), 0.0)
+        ax.errorbar(d["entry"], d["value"], yerr=err, fmt="o-", capsize=3)
+        ax.set(xlabel="calibration", ylabel=name, title=name)
+        ax.set_xticks(d["entry"])
+        ax.set_xticklabels([str(lb) or str(e) for e, lb in zip(d["entry"], d["label"], strict=True)], fontsize=8)
+    fig.tight_layout()
+    return fig
