@@ -150,3 +150,21 @@ def test_cli_fits_limits_and_writes_nothing_on_bad_input(tmp_path, capsys) -> No
     bad = tmp_path / "bad.json"
     assert main([*args, "--out", str(bad), "--targets", "limits"]) == 2  # the files give medians only
     assert "no mean TTFT" in capsys.readouterr().err and not bad.exists()
+
+
+def test_cli_saves_no_unconverged_fit_unless_asked(tmp_path, capsys, monkeypatch) -> None:
+    import dataclasses
+
+    import gpucap.calibrate as cal
+
+    real = cal.calibrate
+
+    def stalled(*args, **kwargs):
+        return dataclasses.replace(real(*args, **kwargs), success=False, message="max_nfev reached")
+
+    monkeypatch.setattr(cal, "calibrate", stalled)
+    out = tmp_path / "coef.json"
+    args = ["calibrate", str(DATACRUNCH), "--free", "u_compute", "--out", str(out)]
+    assert main(args) == 2
+    assert "did not converge (max_nfev reached); nothing written" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--save-unconverged"]) == 0 and out.exists()
