@@ -192,7 +192,10 @@ class FitResult:
         path = Path(path)
         if path.exists() and not overwrite:
             raise ValueError(f"{path} exists; choose another name or pass overwrite=True (--overwrite)")
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        try:
+            path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            raise ValueError(f"cannot write {path} ({exc.strerror or exc})") from None
         return path
 
     def interval(

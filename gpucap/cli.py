@@ -17,7 +17,7 @@ from . import __version__, cli_plan, cli_simulate
 from .analysis import GROUPS
 from .calibrate import DEFAULT_FREE
 from .catalog import load_model, model_cards
-from .cliargs import positive_float, positive_int
+from .cliargs import output_file, positive_float, positive_int
 from .engine import ENGINES, EngineConfig
 from .estimate import LENGTHS, DoesNotFit, estimate
 from .gpus import load_gpus
@@ -329,9 +329,7 @@ def _calibrate(a: argparse.Namespace) -> int:
     from .calibrate import calibrate
 
     targets = tuple(t.strip() for t in a.targets.split(",") if t.strip())
-    out = Path(a.out)
-    if out.exists() and not a.overwrite:
-        raise ValueError(f"{out} exists; choose another --out or pass --overwrite")
+    out = output_file(a.out, overwrite=a.overwrite, inputs=a.results)  # checked before the fit
     fixed = {}
     for item in a.fix:
         name, _, value = item.partition("=")

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 def whole(least: int) -> Callable[[str], int]:
@@ -50,3 +51,24 @@ def positive_ints(text: str) -> list[int]:
         return [positive_int(t) for t in names(text)]
     except argparse.ArgumentTypeError as err:
         raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+
+
+def output_file(path: str, *, overwrite: bool, inputs: Sequence[str] = ()) -> Path:
+    """A file the command will write, checked before any work: its folder exists, it is not a
+    folder or a link (a dangling link would be written through), it is not one of ``inputs``,
+    and it does not exist unless ``overwrite``. Raises ValueError naming what is wrong."""
+    out = Path(path)
+    if out.is_symlink():
+        raise ValueError(f"--out {out} is a symbolic link; give the file itself")
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give a file name in it")
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {out}: the folder {out.parent} does not exist (or is not a folder)")
+    if out.exists() and not overwrite:
+        raise ValueError(f"{out} exists; choose another --out or pass --overwrite")
+    resolved = out.resolve()
+    for item in inputs:
+        p = Path(item).resolve()
+        if resolved == p or (p.is_dir() and resolved.is_relative_to(p) and out.exists()):
+            raise ValueError(f"--out {out} is one of the inputs; write the result elsewhere")
+    return out

@@ -98,6 +98,9 @@ LATENCY = tuple(c for c in COLUMNS if c.startswith(("ttft", "tpot", "itl", "e2el
 SUFFIXES = (".json", ".jsonl", ".csv", ".txt")
 MANIFEST_NAMES = ("manifest.json", "manifest.csv")
 SKIP = {".pytorch.json": "vLLM's PyTorch-benchmark copy of the result next to it", "warmup.json": "sweep warm-up run"}
+# No count, time (s or ms) or rate a load test reports reaches this; a larger value is corrupt.
+ABSURD = 1e12
+MAX_RESULT_BYTES = 1 << 29  # a result file larger than this (512 MiB; ~7x that once parsed) is not read
 CONSOLE_HEADER = re.compile(r"^\s*=+ ?Serving Benchmark Result ?=+\s*$", re.M)
 CONSOLE_LABELS = {
     "successful requests": "completed", "failed requests": "failed",
@@ -123,18 +126,37 @@ class ResultSet:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _num(d: Mapping[str, Any], key: str, where: str, scale: float = 1.0) -> float | None:
-    """d[key] times scale; None when absent or null. A string, NaN or a negative is an error."""
+def _num(d: Mapping[str, Any], key: str, where: str, scale: float = 1.0, infinite: bool | None = None) -> float | None:
+    """d[key] times scale; None when absent or null. A string, NaN, a negative, an infinity
+    (unless ``infinite``: by default for a request rate, where it means "all at once") or a value
+    beyond ABSURD is an error."""
     v = d.get(key)
     if v is None:
         return None
-    if key == "request_rate" and isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
+    infinite = key == "request_rate" if infinite is None else infinite
+    if infinite and isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
         return math.inf
     if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"{where}: {key} = {v!r} is not a number")
-    if math.isnan(v) or v < 0:
-        raise ValueError(f"{where}: {key} {'is NaN' if math.isnan(v) else f'= {v} is negative'}")
-    return float(v) * scale
+        raise ValueError(f"{where}: {key} = {_show(v)} is not a number")
+    try:
+        x = float(v)
+    except OverflowError:  # an integer of hundreds of digits
+        raise ValueError(f"{where}: {key} = {_show(v)} is beyond any measurement (> {ABSURD:g})") from None
+    if math.isnan(x) or x < 0:
+        raise ValueError(f"{where}: {key} {'is NaN' if math.isnan(x) else f'= {_show(v)} is negative'}")
+    if math.isinf(x):
+        if infinite:
+            return math.inf
+        raise ValueError(f"{where}: {key} is infinite, not a measurement")
+    if x > ABSURD:
+        raise ValueError(f"{where}: {key} = {_show(v)} is beyond any measurement (> {ABSURD:g})")
+    return x * scale
+
+
+def _show(v: Any) -> str:
+    """A value for an error message, cut to a readable length."""
+    text = repr(v) if not isinstance(v, int) or v.bit_length() < 200 else f"{str(v)[:12]}... ({len(str(v))} digits)"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _row(**values: Any) -> dict[str, Any]:
@@ -224,33 +246,51 @@ def _bench_dict(d: Any, where: str) -> dict[str, Any]:
 
 
 def _json_objects(text: str, where: str) -> list[tuple[Any, int]]:
-    """Every JSON value in ``text`` (one document, JSON lines, or concatenated), with its line."""
-    decoder, i = json.JSONDecoder(), 0
+    """Every JSON value in ``text`` (one document, JSON lines, or concatenated), with its line;
+    linear in the text's length (lines counted from the previous value on)."""
+    decoder, i, line, counted = json.JSONDecoder(), 0, 1, 0
+    space = re.compile(r"\s*")
     out: list[tuple[Any, int]] = []
     while True:
-        while i < len(text) and text[i].isspace():
-            i += 1
+        i = space.match(text, i).end()  # type: ignore[union-attr]
         if i == len(text):
             return out
-        line = text.count("\n", 0, i) + 1
+        line += text.count("\n", counted, i)
+        counted = i
         try:
             obj, i = decoder.raw_decode(text, i)
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"{where}: truncated or invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
             ) from None
+        except RecursionError:
+            raise ValueError(f"{where}: JSON nested too deeply at line {line} (not a load-test result)") from None
+        except ValueError as exc:  # e.g. an integer longer than Python reads
+            raise ValueError(f"{where}: unreadable JSON value at line {line} ({str(exc)[:80]})") from None
         out.append((obj, line))
 
 
-def _json_file(text: str, where: str) -> list[dict[str, Any]]:
+def _json_file(text: str, where: str, bad_runs: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
+    """The runs of a JSON file; with ``bad_runs``, a run that does not read (a non-finite or
+    absurd value, a missing key) is listed there and the file's other runs still load."""
     objs = _json_objects(text, where)
     if len(objs) == 1 and isinstance(objs[0][0], dict) and "benchmarks" in objs[0][0]:
         return _guidellm(objs[0][0], where)
     if len(objs) == 1 and isinstance(objs[0][0], list):
-        return [_bench_dict(d, f"{where}, item {k}") for k, d in enumerate(objs[0][0])]
-    if len(objs) == 1:
+        items = [(d, f"{where}, item {k}") for k, d in enumerate(objs[0][0])]
+    elif len(objs) == 1:
         return [_bench_dict(objs[0][0], where)]
-    return [_bench_dict(d, f"{where}, line {line}") for d, line in objs]
+    else:
+        items = [(d, f"{where}, line {line}") for d, line in objs]
+    rows = []
+    for d, name in items:
+        try:
+            rows.append(_bench_dict(d, name))
+        except ValueError as exc:
+            if bad_runs is None:
+                raise
+            bad_runs.append((name, str(exc)))
+    return rows
 
 
 def _guidellm(report: dict[str, Any], where: str) -> list[dict[str, Any]]:
@@ -302,7 +342,9 @@ def _console(text: str, where: str) -> list[dict[str, Any]]:
     rows, before = [], parts[0]
     for k, part in enumerate(parts[1:]):
         pieces = re.split(r"^\s*=+\s*$", part, maxsplit=1, flags=re.M)
-        block, after = pieces[0], pieces[1] if len(pieces) > 1 else ""
+        if len(pieces) < 2:
+            raise ValueError(f"{where}, block {k}: no closing '=====' line: the block is cut off")
+        block, after = pieces
         values: dict[str, Any] = {}
         for source in (before, block):  # lines inside the block win
             for line in source.splitlines():
@@ -322,7 +364,9 @@ def _console(text: str, where: str) -> list[dict[str, Any]]:
                     x = None if raw.lower() in ("none", "not", "n/a") else float(raw)  # "not set"
                 except ValueError:
                     raise ValueError(f"{where}, block {k}: {m.group(1)} = {raw!r} is not a number") from None
-                values[name] = _num({m.group(1): x}, m.group(1), f"{where}, block {k}", MS if lat else 1.0)
+                values[name] = _num(
+                    {m.group(1): x}, m.group(1), f"{where}, block {k}", MS if lat else 1.0, name == "request_rate"
+                )
         if values.get("completed") is None:
             raise ValueError(f"{where}, block {k}: missing required line 'Successful requests:'")
         row = _row(**{c: v for c, v in values.items() if c in COLUMNS or c == "backend"})
@@ -401,14 +445,24 @@ def _check(row: dict[str, Any], where: str) -> None:
         row["request_throughput_per_s"] = row["completed"] / row["duration_s"]
 
 
-def read_result_file(path: str | Path) -> list[dict[str, Any]]:
+def read_result_file(path: str | Path, bad_runs: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """The runs in one result file, as dicts keyed by ``COLUMNS`` (plus the tool's ``backend``).
 
     Hardware fields hold only what the file itself says (its metadata). Any problem raises
-    ValueError("<path>: <field> ...")."""
+    ValueError("<path>: <field> ..."); with ``bad_runs``, a run of a JSON-lines file that does not
+    read is listed there instead and the others load. Files beyond MAX_RESULT_BYTES, and
+    anything but a regular file, are refused before reading."""
     path = Path(path)
     where = str(path)
     try:
+        if not path.is_file():
+            raise ValueError(f"{where}: {'no such file' if not path.exists() else 'not a regular file'}")
+        size = path.stat().st_size
+        if size > MAX_RESULT_BYTES:
+            raise ValueError(
+                f"{where}: {size / 2**30:.1f} GiB, more than the {MAX_RESULT_BYTES / 2**30:g} GiB read into memory; "
+                "split it (one file per sweep or per run)"
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ValueError(f"{where}: no such file") from None
@@ -418,7 +472,7 @@ def read_result_file(path: str | Path) -> list[dict[str, Any]]:
     first = head.split("\n", 1)[0]
     try:
         if head[:1] in ("{", "["):
-            rows = _json_file(text, where)
+            rows = _json_file(text, where, bad_runs)
         elif CONSOLE_HEADER.search(text):
             rows = _console(text, where)
         elif first.startswith("Metric,"):
@@ -430,11 +484,22 @@ def read_result_file(path: str | Path) -> list[dict[str, Any]]:
     except (TypeError, AttributeError, KeyError, IndexError) as exc:  # a value of the wrong shape
         raise ValueError(f"{where}: unexpected layout ({type(exc).__name__}: {exc})") from None
     if not rows:
-        raise ValueError(f"{where}: holds no runs")
+        raise ValueError(f"{where}: holds no run that reads")
+    good = []
     for i, row in enumerate(rows):
-        _check(row, where if len(rows) == 1 else f"{where}, run {i}")
+        name = where if len(rows) == 1 else f"{where}, run {i}"
+        try:
+            _check(row, name)
+        except ValueError as exc:
+            if bad_runs is None or len(rows) == 1:
+                raise
+            bad_runs.append((name, str(exc)))
+            continue
         row.update(source_file=where, run_index=i)
-    return rows
+        good.append(row)
+    if not good:
+        raise ValueError(f"{where}: holds no run that reads")
+    return good
 
 
 Manifest = list[tuple[Path | None, str, dict[str, Any]]]  # (folder, glob, fields)
@@ -502,7 +567,8 @@ def read_results(
 ) -> ResultSet:
     """Every run in ``paths`` (files, folders read recursively, or a list of both) as one table.
 
-    Unreadable files are listed in ``.bad`` (a folder's good files still load); runs lacking what
+    Unreadable files are listed in ``.bad`` (a folder's good files still load), and so is a run
+    of a multi-run file that does not read (its line named; the file's other runs load); runs lacking what
     the calibration fit needs are listed in ``.incomplete``. No readable file at all: ValueError."""
     items = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     if not items:
@@ -524,7 +590,7 @@ def read_results(
                 bad.append((str(m), str(exc)))
         for f in files:
             try:
-                runs = read_result_file(f)
+                runs = read_result_file(f, bad)
             except ValueError as exc:
                 bad.append((str(f), str(exc)))
                 continue

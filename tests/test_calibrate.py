@@ -169,3 +169,21 @@ def test_cli_calibrate(tmp_path, capsys) -> None:
         == 0
     )
     assert main(["calibrate", str(folder), "--out", str(tmp_path / "x.json"), "--fix", "u_hbm"]) == 2
+
+
+def test_cli_checks_out_before_the_fit(tmp_path, capsys) -> None:
+    folder = ROOT / "data" / "loadtests" / "datacrunch-h200-sglang"
+    cases_csv = tmp_path / "cases.csv"
+    cases_from_runs(read_results(folder).runs).to_csv(cases_csv, index=False)
+    before = cases_csv.read_text()
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "nowhere.json")
+    for out, extra, says in (
+        (tmp_path / "missing" / "fit.json", [], "does not exist"),
+        (tmp_path, [], "is a folder"),
+        (link, [], "symbolic link"),
+        (cases_csv, ["--overwrite"], "one of the inputs"),
+    ):
+        assert main(["calibrate", str(cases_csv), "--out", str(out), *extra]) == 2
+        assert says in capsys.readouterr().err
+    assert cases_csv.read_text() == before and not (tmp_path / "nowhere.json").exists()

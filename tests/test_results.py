@@ -370,3 +370,69 @@ def test_bad_engine_knob_is_named(tmp_path: Path, key: str, value: str, says: st
     path = write(tmp_path / "a.json", vllm_serve_result(**{key: value}))
     with pytest.raises(ValueError, match=rf"a\.json.*{key} = '{value}' is {says}"):
         read_result_file(path)
+
+
+# --- hostile and damaged files ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (json.dumps(vllm_serve_result()).replace('"mean_ttft_ms": 250.0', '"mean_ttft_ms": Infinity'), "infinite"),
+        (json.dumps(vllm_serve_result()).replace('"mean_ttft_ms": 250.0', '"mean_ttft_ms": 1e400'), "infinite"),
+        (json.dumps(vllm_serve_result()).replace('"completed": 100', '"completed": ' + "9" * 400), "400 digits"),
+        (json.dumps(vllm_serve_result()).replace('"duration": 50.0', '"duration": 1e13'), "beyond any measurement"),
+        (json.dumps(vllm_serve_result()).replace('"completed": 100', '"completed": ' + "9" * 5000), "unreadable JSON"),
+        ("[" * 100_000, "nested too deeply"),
+    ],
+)
+def test_non_finite_absurd_and_hostile_values_are_named(tmp_path: Path, text: str, says: str) -> None:
+    path = write(tmp_path / "r.json", text)
+    with pytest.raises(ValueError, match=says) as err:
+        read_result_file(path)
+    assert str(path) in str(err.value) and len(str(err.value)) < 300
+
+
+def test_request_rate_infinity_is_all_at_once(tmp_path: Path) -> None:
+    text = json.dumps(vllm_serve_result(request_rate=1.0)).replace('"request_rate": 1.0', '"request_rate": Infinity')
+    [run] = read_result_file(write(tmp_path / "r.json", text))
+    assert run["request_rate"] == math.inf
+
+
+def test_one_bad_run_of_a_json_lines_file_does_not_hide_the_others(tmp_path: Path) -> None:
+    lines = [json.dumps(vllm_serve_result(max_concurrency=c, duration=50.0 + c)) for c in (1, 4, 16)]
+    lines[1] = lines[1].replace('"mean_tpot_ms": 20.0', '"mean_tpot_ms": Infinity')
+    write(tmp_path / "runs" / "sweep.jsonl", "\n".join(lines) + "\n")
+    write(tmp_path / "runs" / "other.json", vllm_serve_result(max_concurrency=64, duration=99.0))
+    rs = read_results(tmp_path / "runs")
+    assert sorted(rs.runs["concurrency"]) == [1, 16, 64]
+    assert [name for name, _ in rs.bad] == [f"{tmp_path / 'runs' / 'sweep.jsonl'}, line 2"]
+    assert "mean_tpot_ms is infinite" in rs.bad[0][1]
+
+
+def test_cut_off_console_block_is_a_bad_file(tmp_path: Path) -> None:
+    text = CONSOLE.read_text()
+    cut = text[: text.rindex("=")].rstrip("=\n ")  # the closing ===== line gone
+    path = write(tmp_path / "console.txt", cut)
+    with pytest.raises(ValueError, match="block 0: no closing '=====' line"):
+        read_result_file(path)
+
+
+def test_not_a_regular_file_is_refused_before_reading(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_result_file(Path("/dev/zero"))
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_result_file(tmp_path)
+
+
+def test_reading_is_linear_in_the_number_of_runs(tmp_path: Path) -> None:
+    # 20,000 JSON lines; counting lines from the start for every object (the old reader) made
+    # this quadratic. The figure for 200 MB is benchmarks/read_speed.py's, not a timed test.
+    one = json.dumps(vllm_serve_result())
+    path = write(
+        tmp_path / "many.jsonl",
+        "\n".join(one.replace('"duration": 50.0', f'"duration": {50 + k}') for k in range(20_000)),
+    )
+    bad: list[tuple[str, str]] = []
+    runs = read_result_file(path, bad)
+    assert len(runs) == 20_000 and bad == []
