@@ -24,11 +24,14 @@ from .memory import ArrayLike, MemoryBreakdown, concurrency_by_memory, does_not_
 from .models import ModelSpec
 from .runs import saturation_run
 from .speculative import Speculative
-from .step import Hardware
+from .step import Hardware, StepTime
 from .vision import Images
 from .waves import wave_loop
 
 RESOURCES = ("memory", "compute", "hbm_bandwidth", "interconnect", "host")
+# what ``Estimate.bottleneck`` may name: a resource, the engine's slot cap, the host's time per
+# step, or, when not even one request meets them, the SLO that fails
+BOTTLENECKS = (*RESOURCES, "max_num_seqs", "step_overhead", "ttft_slo", "tpot_slo")
 # Request lengths of the load: "varied" (desynchronized traffic: the steady state of
 # gpucap.batching.closed_loop) or "fixed" (a load test with one length for all, whose closed loop
 # runs in waves: gpucap.waves.wave_loop).
@@ -302,6 +305,31 @@ def slo_limit(
     return float(top if best is None else best)
 
 
+def one_request_fails(wl: Workload, one: LoadPoint) -> tuple[str, str]:
+    """Which SLO one request alone (``one``: the loop at concurrency 1) misses, and a sentence
+    saying by how much, what its step is made of and what would meet it."""
+
+    def parts(step: StepTime) -> str:
+        """The step's terms, each alone (the roofline takes the larger of compute and HBM)."""
+        terms = {"compute": step.compute_s, "HBM": step.memory_s, "link": step.comm_s, "host": step.overhead_s}
+        total = float(step.total_s)
+        return ", ".join(f"{k} {float(v) * 1e3:.3g} ms" for k, v in terms.items() if float(v) >= 0.05 * total)
+
+    ttft, tpot = float(one.ttft_s), float(one.tpot_s)
+    if ttft > wl.ttft_slo_s:
+        return "ttft_slo", (
+            f"no concurrency meets the SLOs: one request alone takes {ttft:.3g} s to its first token "
+            f"({wl.input_len:,.0f}-token prompt; each prefill step: {parts(one.prefill_step)}) > TTFT SLO "
+            f"{wl.ttft_slo_s:g} s; a TTFT of {wl.ttft_slo_s:g} s needs more GPUs per replica (tp), a faster "
+            "GPU, fp8 weights, shorter prompts or a looser TTFT SLO"
+        )
+    return "tpot_slo", (
+        f"no concurrency meets the SLOs: one request alone decodes at {tpot * 1e3:.3g} ms per token "
+        f"(its decode step: {parts(one.decode_step)}) > TPOT SLO {wl.tpot_slo_s * 1e3:g} ms; that needs more GPUs "
+        "per replica (tp), a faster GPU, smaller weights (fp8, fp4), speculative decoding or a looser TPOT SLO"
+    )
+
+
 def estimate(
     model: str | Path | ModelSpec,
     gpu: str | GPU,
@@ -420,7 +448,10 @@ def estimate(
         speculative=speculative,
     )
     probe, beyond = take(pair, 0), take(pair, 1)
-    if rec_r >= mem_limit:
+    if rec_r < 1:
+        bottleneck, why = one_request_fails(wl, probe)
+        notes.append(why)
+    elif rec_r >= mem_limit:
         bottleneck = "memory"
     elif float(front_end_share(hw, coef, probe)) >= FRONT_END_SATURATED:
         bottleneck = "host"
@@ -438,8 +469,6 @@ def estimate(
             "step_overhead": float(step.overhead_s),
         }
         bottleneck = max(shares, key=lambda k: shares[k])
-    if rec_r < 1:
-        notes.append("no concurrency meets both SLOs: even one request misses TTFT or TPOT")
     if images is not None:
         notes.append(
             f"{images.per_request:g} image(s) per request add {image_tokens:.0f} prompt tokens; the vision encoder "

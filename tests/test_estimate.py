@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpucap.estimate import estimate
+from gpucap.estimate import BOTTLENECKS, estimate
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +86,18 @@ def test_open_loop_request_rate() -> None:
     assert "overloaded" in str(heavy)
     with pytest.raises(ValueError, match="not both"):
         estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", input_len=1000, output_len=200, request_rate=5.0, concurrency=3)
+
+
+def test_when_one_request_misses_the_slo_the_slo_is_named() -> None:
+    # Llama-3.3-70B bf16 on 8 x A100: a decode step reads 141 GB of weights over 8 x 2.039 TB/s,
+    # >= 8.6 ms per token even at 100% of the datasheet bandwidth: a 1 ms TPOT is impossible
+    e = estimate("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", 8, tp=8, input_len=1000, output_len=200,
+                 tpot_slo_s=0.001)  # fmt: skip
+    assert e.recommended_concurrency == 0 and e.bottleneck == "tpot_slo"
+    assert any("TPOT SLO 1 ms" in n and "decode step" in n for n in e.notes)
+    # its 3,840-token prefill is 2 x 70.6e9 x 3840 = 5.4e14 FLOP over 8 x 312 TFLOP/s >= 0.22 s
+    e = estimate("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", 8, tp=8, input_len=3840, output_len=256,
+                 ttft_slo_s=0.1)  # fmt: skip
+    assert e.recommended_concurrency == 0 and e.bottleneck == "ttft_slo"
+    assert any("TTFT SLO 0.1 s" in n and "3,840-token prompt" in n for n in e.notes)
+    assert e.bottleneck in BOTTLENECKS
