@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .configfields import Fields
 from .vision import VisionEncoder, parse_vision_config
 
 SUPPORTED_FAMILIES: dict[str, str] = {
@@ -37,6 +38,7 @@ SUPPORTED_FAMILIES: dict[str, str] = {
 }
 
 # Keys every family needs (after family-specific renaming), named as in Hugging Face configs.
+MAX_CONFIG_BYTES = 16 << 20
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
 # Defaults of transformers' Gemma3TextConfig that the published gemma-3 configs rely on
@@ -103,14 +105,26 @@ class ModelSpec:
             if path.is_dir():
                 path = path / "config.json"
             try:
+                if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+                    raise ValueError(f"{path}: {path.stat().st_size:,} bytes is not a config.json (at most 16 MiB)")
                 raw = json.loads(path.read_text())
             except FileNotFoundError:
                 raise ValueError(f"{path}: no such config.json") from None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{path}: cannot read ({exc})") from None
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}: not valid JSON ({exc})") from None
+            except RecursionError:
+                raise ValueError(f"{path}: JSON nested too deeply to be a config.json") from None
+            except ValueError as exc:  # e.g. an integer longer than Python reads
+                if str(exc).startswith(str(path)):
+                    raise
+                raise ValueError(f"{path}: unreadable JSON value ({str(exc)[:80]})") from None
             name = name or path.parent.name
-        else:
-            raw = dict(source)
+            return _parse(raw, name, str(path))
+        if not isinstance(source, Mapping):
+            raise ValueError(f"{name or 'model'}: a config is a JSON object, got {type(source).__name__}")
+        raw = dict(source)
         return _parse(raw, name or str(raw.get("_name_or_path", "model")))
 
     # ---- attention ----------------------------------------------------------------------
@@ -266,54 +280,63 @@ def _merge_text_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     return {k: v for k, v in raw.items() if k != "vision_config"}, vision
 
 
-def _layer_windows(cfg: Mapping[str, Any], family: str, n: int) -> tuple[int | None, ...]:
+def _layer_windows(f: Fields, family: str, n: int) -> tuple[int | None, ...]:
     """Tokens each layer's attention keeps: None = full context."""
-    types = cfg.get("layer_types")
-    window = cfg.get("sliding_window")
-    if family in ("llama4", "llama4_text") and cfg.get("attention_chunk_size"):
-        chunk = int(cfg["attention_chunk_size"])
-        nope = cfg.get("no_rope_layers")
+    types = f.items("layer_types", (str,))
+    window = f.count("sliding_window", default=0, least=0)
+    if family in ("llama4", "llama4_text") and f.count("attention_chunk_size", default=0, least=0):
+        chunk = f.count("attention_chunk_size")
+        nope = f.items("no_rope_layers", (int, bool))
         if nope and len(nope) == n:  # 1 = RoPE layer with chunked attention, 0 = global NoPE
             return tuple(chunk if r else None for r in nope)
-        interval = int(cfg.get("nope_layer_interval", 4))
+        interval = f.count("nope_layer_interval", default=4)
         return tuple(None if (i + 1) % interval == 0 else chunk for i in range(n))
     if types and len(types) == n:
-        w = int(window or 0)
-        return tuple(w if t == "sliding_attention" else None for t in types)
+        return tuple(window if t == "sliding_attention" else None for t in types)
     if family in ("gemma3", "gemma3_text"):
-        pattern = int(cfg.get("sliding_window_pattern", 6))
-        return tuple(None if (i + 1) % pattern == 0 else int(window or 0) for i in range(n))
-    if family in ("qwen2", "qwen2_5_vl", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window", False):
+        pattern = f.count("sliding_window_pattern", default=6)
+        return tuple(None if (i + 1) % pattern == 0 else window for i in range(n))
+    if family in ("qwen2", "qwen2_5_vl", "qwen3", "qwen3_moe") and not f.flag("use_sliding_window", False):
         return (None,) * n
     if window:
-        return (int(window),) * n
+        return (window,) * n
     return (None,) * n
 
 
-def _moe_layout(cfg: Mapping[str, Any], family: str, n: int) -> tuple[bool, ...]:
-    experts = _get(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=0)
-    if not experts:
+EXPERT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
+
+
+def _moe_layout(f: Fields, family: str, n: int) -> tuple[bool, ...]:
+    if not f.count(*EXPERT_KEYS, default=0, least=0):
         return (False,) * n
     if family in ("llama4", "llama4_text"):
-        step = int(cfg.get("interleave_moe_layer_step", 1))
-        moe_layers = cfg.get("moe_layers")
+        step = f.count("interleave_moe_layer_step", default=1)
+        moe_layers = f.layers("moe_layers", n)
         if moe_layers is not None:
-            return tuple(i in set(moe_layers) for i in range(n))
+            return tuple(i in moe_layers for i in range(n))
         return tuple((i + 1) % step == 0 for i in range(n))
-    first_dense = int(cfg.get("first_k_dense_replace", 0))
-    freq = int(_get(cfg, "moe_layer_freq", "decoder_sparse_step", default=1))
-    mlp_only = set(cfg.get("mlp_only_layers") or [])
+    first_dense = f.count("first_k_dense_replace", default=0, least=0)
+    freq = f.count("moe_layer_freq", "decoder_sparse_step", default=1)
+    mlp_only = f.layers("mlp_only_layers", n) or set()
     return tuple(i >= first_dense and (i % freq == 0) and i not in mlp_only for i in range(n))
 
 
-def _parse(raw: Mapping[str, Any], name: str) -> ModelSpec:
+def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
+    """The spec of the config ``raw``; ``where`` (default ``name``) names it in errors."""
+    where = where or name
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: a config.json holds one JSON object, got {type(raw).__name__}")
+    top = Fields(raw, where)
+    top.section("text_config")  # nested objects where present
+    top.section("vision_config")
     cfg, vision = _merge_text_config(raw)
-    family = str(cfg.get("model_type", ""))
+    f = Fields(cfg, where)
+    family = f.text("model_type")
     if family not in SUPPORTED_FAMILIES:
         supported = ", ".join(f"{k} ({v})" for k, v in SUPPORTED_FAMILIES.items())
         archs = raw.get("architectures")
         raise ValueError(
-            f"{name}: unsupported architecture model_type={family!r} (architectures={archs}); "
+            f"{where}: unsupported architecture model_type={family!r} (architectures={archs}); "
             f"supported families: {supported}"
         )
     if family in ("gemma3", "gemma3_text"):
@@ -325,43 +348,53 @@ def _parse(raw: Mapping[str, Any], name: str) -> ModelSpec:
             "num_attention_heads": _get(cfg, "num_attention_heads", "n_head"),
             "num_key_value_heads": _get(cfg, "num_kv_heads", "n_head_kv", default=1),
         }
+    f = Fields(cfg, where)
     missing = [k for k in _REQUIRED if cfg.get(k) is None]
-    if family in ("deepseek_v3", "deepseek_v32"):
+    mla = family in ("deepseek_v3", "deepseek_v32")
+    if mla:
         missing += [k for k in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim") if cfg.get(k) is None]
     if missing:
-        raise ValueError(f"{name}: config of family {family!r} lacks required keys: {', '.join(missing)}")
+        raise ValueError(f"{where}: config of family {family!r} lacks required keys: {', '.join(missing)}")
 
-    n = int(cfg["num_hidden_layers"])
-    hidden = int(cfg["hidden_size"])
-    heads = int(cfg["num_attention_heads"])
-    kv_heads = int(_get(cfg, "num_key_value_heads", default=heads))
-    head_dim = int(_get(cfg, "head_dim", default=hidden // heads))
-    layer_is_moe = _moe_layout(cfg, family, n)
+    n = f.count("num_hidden_layers")
+    hidden = f.count("hidden_size")
+    heads = f.count("num_attention_heads")
+    kv_heads = f.count("num_key_value_heads", default=heads)
+    if not mla and heads % kv_heads:
+        raise ValueError(
+            f"{where}: num_attention_heads = {heads} is not a multiple of num_key_value_heads = {kv_heads} "
+            "(each KV head serves a whole group of query heads)"
+        )
+    head_dim = f.count("head_dim", default=max(hidden // heads, 1))
+    layer_is_moe = _moe_layout(f, family, n)
     moe = any(layer_is_moe)
-    experts = int(_get(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=0)) if moe else 0
+    experts = f.count(*EXPERT_KEYS) if moe else 0
+    per_token = f.count("num_experts_per_tok", "experts_per_token") if moe else 0
+    if per_token > experts:
+        raise ValueError(f"{where}: num_experts_per_tok = {per_token} is more than the {experts} experts of a layer")
 
     if family in ("llama4", "llama4_text"):
-        dense_inter = int(_get(cfg, "intermediate_size_mlp", "intermediate_size", default=0))
-        moe_inter = int(cfg.get("intermediate_size", 0))
+        dense_inter = f.count("intermediate_size_mlp", "intermediate_size", default=0, least=0)
+        moe_inter = f.count("intermediate_size", default=0, least=0)
         shared_inter = moe_inter  # one shared expert per MoE layer
     elif family in ("mixtral", "gpt_oss"):
         dense_inter = 0
-        moe_inter = int(cfg.get("intermediate_size", 0))
+        moe_inter = f.count("intermediate_size", default=0, least=0)
         shared_inter = 0
     else:
-        dense_inter = int(_get(cfg, "intermediate_size", "ffn_hidden_size", default=4 * hidden))
-        moe_inter = int(cfg.get("moe_intermediate_size", 0))
-        shared_inter = int(cfg.get("n_shared_experts", 0) or 0) * moe_inter
-        shared_inter += int(cfg.get("shared_expert_intermediate_size", 0) or 0)
+        dense_inter = f.count("intermediate_size", "ffn_hidden_size", default=4 * hidden)
+        moe_inter = f.count("moe_intermediate_size", default=0, least=0)
+        shared_inter = f.count("n_shared_experts", default=0, least=0) * moe_inter
+        shared_inter += f.count("shared_expert_intermediate_size", default=0, least=0)
     if moe and not moe_inter:
-        raise ValueError(f"{name}: MoE config lacks the expert width (moe_intermediate_size/intermediate_size)")
+        raise ValueError(f"{where}: MoE config lacks the expert width (moe_intermediate_size/intermediate_size)")
 
     unquantized: set[str] = set()
-    quant = cfg.get("quantization_config") or {}
-    if quant.get("quant_method") == "mxfp4" and any("self_attn" in m for m in quant.get("modules_to_not_convert", [])):
+    quant = Fields(f.section("quantization_config"), f"{where}: quantization_config")
+    skip = quant.items("modules_to_not_convert", (str,)) or []
+    if quant.text("quant_method") == "mxfp4" and any("self_attn" in m for m in skip):
         unquantized.add("attention")
 
-    mla = family in ("deepseek_v3", "deepseek_v32")
     return ModelSpec(
         name=name,
         family=family,
@@ -370,27 +403,27 @@ def _parse(raw: Mapping[str, Any], name: str) -> ModelSpec:
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        vocab_size=int(cfg["vocab_size"]),
+        vocab_size=f.count("vocab_size"),
         intermediate_size=dense_inter,
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", family in ("gemma3", "gemma3_text"))),
+        tie_embeddings=f.flag("tie_word_embeddings", family in ("gemma3", "gemma3_text")),
         mlp_gated=family != "falcon",
-        qkv_bias=bool(cfg.get("attention_bias", family in ("qwen2", "qwen2_5_vl"))),
-        q_lora_rank=int(cfg.get("q_lora_rank") or 0) if mla else 0,
-        kv_lora_rank=int(cfg["kv_lora_rank"]) if mla else 0,
-        qk_nope_head_dim=int(cfg["qk_nope_head_dim"]) if mla else 0,
-        qk_rope_head_dim=int(cfg["qk_rope_head_dim"]) if mla else 0,
-        v_head_dim=int(cfg.get("v_head_dim", 0)) if mla else 0,
-        index_n_heads=int(cfg.get("index_n_heads", 0)),
-        index_head_dim=int(cfg.get("index_head_dim", 0)),
-        index_topk=int(cfg.get("index_topk", 0)),
+        qkv_bias=f.flag("attention_bias", family in ("qwen2", "qwen2_5_vl")),
+        q_lora_rank=f.count("q_lora_rank", default=0, least=0) if mla else 0,
+        kv_lora_rank=f.count("kv_lora_rank") if mla else 0,
+        qk_nope_head_dim=f.count("qk_nope_head_dim") if mla else 0,
+        qk_rope_head_dim=f.count("qk_rope_head_dim") if mla else 0,
+        v_head_dim=f.count("v_head_dim", default=0, least=0) if mla else 0,
+        index_n_heads=f.count("index_n_heads", default=0, least=0),
+        index_head_dim=f.count("index_head_dim", default=0, least=0),
+        index_topk=f.count("index_topk", default=0, least=0),
         num_experts=experts,
-        experts_per_token=int(_get(cfg, "num_experts_per_tok", "experts_per_token", default=0)) if moe else 0,
+        experts_per_token=per_token,
         moe_intermediate_size=moe_inter if moe else 0,
         shared_expert_intermediate_size=shared_inter if moe else 0,
         expert_bias=family == "gpt_oss",
         layer_is_moe=layer_is_moe,
-        layer_window=_layer_windows(cfg, family, n),
+        layer_window=_layer_windows(f, family, n),
         unquantized_modules=frozenset(unquantized),
-        vision=parse_vision_config(family, vision, raw, hidden, name),
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 0) or 0),
+        vision=parse_vision_config(family, vision, raw, hidden, where),
+        max_position_embeddings=f.count("max_position_embeddings", default=0, least=0),
     )

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .configfields import Fields
+
 VISION_KINDS: dict[str, str] = {
     "qwen2_5_vl": "Qwen2.5-VL ViT (dynamic resolution, window attention, 2x2 patch merge)",
     "siglip": "SigLIP (Gemma 3: 896 px, 4x4 average pooling to 256 tokens)",
@@ -305,31 +307,33 @@ def parse_vision_config(
     family: str, vision: Mapping[str, Any], top: Mapping[str, Any], text_hidden: int, name: str = "model"
 ) -> VisionEncoder | None:
     """The encoder described by ``vision_config`` of a ``family`` config, or None when the model
-    has none (or a family without a modelled encoder)."""
+    has none (or a family without a modelled encoder). Every field is read with its type and
+    range (``gpucap.configfields``)."""
     if not vision:
         return None
+    v = Fields(vision, f"{name}: vision_config")
     if family == "qwen2_5_vl":
         _need(vision, ("depth", "hidden_size", "intermediate_size", "num_heads", "patch_size"), name)
-        return _qwen2_5_vl(vision, text_hidden)
+        return _qwen2_5_vl(v, text_hidden)
     if family == "gemma3":
         _need(vision, ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size"), name)
-        return _siglip(vision, top, text_hidden)
+        return _siglip(v, Fields(top, name), text_hidden)
     if family == "llama4":
         _need(vision, ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size"), name)
-        return _llama4(vision, text_hidden)
+        return _llama4(v, text_hidden)
     return None
 
 
-def _qwen2_5_vl(v: Mapping[str, Any], text_hidden: int) -> VisionEncoder:
+def _qwen2_5_vl(v: Fields, text_hidden: int) -> VisionEncoder:
     """Per layer: RMSNorm x 2, qkv (h -> 3h) and proj (h -> h) with bias, SwiGLU MLP (gate, up,
     down) with bias. Patch projection: Conv3d over 3 x 2 x 14 x 14 inputs, no bias. Merger:
     RMSNorm, Linear(4h, 4h) + GELU + Linear(4h, out), with bias."""
-    h, i = int(v["hidden_size"]), int(v["intermediate_size"])
-    p, t = int(v["patch_size"]), int(v.get("temporal_patch_size", 2))
-    merge = int(v.get("spatial_merge_size", 2))
-    out = int(v.get("out_hidden_size", text_hidden))
-    depth = int(v["depth"])
-    full = v.get("fullatt_block_indexes")
+    h, i = v.count("hidden_size"), v.count("intermediate_size")
+    p, t = v.count("patch_size"), v.count("temporal_patch_size", default=2)
+    merge = v.count("spatial_merge_size", default=2)
+    out = v.count("out_hidden_size", default=text_hidden)
+    depth = v.count("depth")
+    full = v.layers("fullatt_block_indexes", depth)
     layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 3 * h * i + 2 * i + h
     mh = h * merge * merge
     return VisionEncoder(
@@ -337,17 +341,17 @@ def _qwen2_5_vl(v: Mapping[str, Any], text_hidden: int) -> VisionEncoder:
         num_layers=depth,
         hidden_size=h,
         intermediate_size=i,
-        num_heads=int(v["num_heads"]),
+        num_heads=v.count("num_heads"),
         patch_size=p,
         image_size_px=0,
         patches_per_token=merge * merge,
         layer_params=float(layer),
-        patch_params=float(int(v.get("in_chans", v.get("in_channels", 3))) * t * p * p * h),
+        patch_params=float(v.count("in_chans", "in_channels", default=3) * t * p * p * h),
         fixed_params=0.0,
         adapter_params=float(h + mh * mh + mh + mh * out + out),
         text_hidden_size=text_hidden,
         full_attention_layers=len(full) if full is not None else depth,
-        window_side_tokens=int(v.get("window_size", 112)) // (p * merge),
+        window_side_tokens=v.count("window_size", default=112) // (p * merge),
     )
 
 
@@ -358,62 +362,66 @@ def vit_layer_params(hidden: int, intermediate: int) -> float:
     return float(4 * h + 4 * (h * h + h) + 2 * h * i + i + h)
 
 
-def _siglip(v: Mapping[str, Any], top: Mapping[str, Any], text_hidden: int) -> VisionEncoder:
+def _siglip(v: Fields, top: Fields, text_hidden: int) -> VisionEncoder:
     """SigLIP layer: LayerNorm x 2, q, k, v, o (h -> h) with bias, MLP fc1 / fc2 with bias.
     Patch projection: Conv2d 3 x 14 x 14 -> h with bias; position embedding per patch; final
     LayerNorm. Gemma 3 projector: RMSNorm (h) and Linear(h, text hidden) without bias."""
-    h, i = int(v["hidden_size"]), int(v["intermediate_size"])
-    p, size = int(v["patch_size"]), int(v["image_size"])
-    tokens = int(top.get("mm_tokens_per_image", 256))
+    h, i = v.count("hidden_size"), v.count("intermediate_size")
+    p, size = v.count("patch_size"), v.count("image_size")
+    tokens = top.count("mm_tokens_per_image", default=256)
     patches = (size // p) ** 2
+    if patches < tokens:
+        raise v.bad("image_size", size, f"large enough for {tokens} tokens of {p}-pixel patches")
+    layers = v.count("num_hidden_layers")
     layer = vit_layer_params(h, i)
     return VisionEncoder(
         kind="siglip",
-        num_layers=int(v["num_hidden_layers"]),
+        num_layers=layers,
         hidden_size=h,
         intermediate_size=i,
-        num_heads=int(v.get("num_attention_heads", 16)),
+        num_heads=v.count("num_attention_heads", default=16),
         patch_size=p,
         image_size_px=size,
         patches_per_token=patches // tokens,
         layer_params=float(layer),
-        patch_params=float(int(v.get("num_channels", 3)) * p * p * h + h),
+        patch_params=float(v.count("num_channels", default=3) * p * p * h + h),
         fixed_params=float(patches * h + 2 * h),
         adapter_params=float(h + h * text_hidden),
         text_hidden_size=text_hidden,
-        full_attention_layers=int(v["num_hidden_layers"]),
+        full_attention_layers=layers,
         tokens_per_image=tokens,
     )
 
 
-def _llama4(v: Mapping[str, Any], text_hidden: int) -> VisionEncoder:
+def _llama4(v: Fields, text_hidden: int) -> VisionEncoder:
     """Llama 4 layer: LayerNorm x 2, q, k, v, o with bias, MLP fc1 / fc2 with bias. Patch
     projection: unfold + Linear(3 x 14 x 14, h) without bias; class embedding, position
     embedding per patch + class, LayerNorm pre and post. Adapter: pixel shuffle, then
     Linear(intermediate, projector_input_dim) and Linear(projector_output_dim,
     projector_output_dim) without bias; projector Linear(vision_output_dim, text hidden)."""
-    h, i = int(v["hidden_size"]), int(v["intermediate_size"])
-    p, size = int(v["patch_size"]), int(v["image_size"])
-    ratio = float(v.get("pixel_shuffle_ratio", 0.5))
-    proj_in = int(v.get("projector_input_dim", 4096))
-    proj_out = int(v.get("projector_output_dim", 4096))
-    vision_out = int(v.get("vision_output_dim", proj_out))
+    h, i = v.count("hidden_size"), v.count("intermediate_size")
+    p, size = v.count("patch_size"), v.count("image_size")
+    ratio = v.number("pixel_shuffle_ratio", default=0.5, high=1.0)
+    proj_in = v.count("projector_input_dim", default=4096)
+    proj_out = v.count("projector_output_dim", default=4096)
+    vision_out = v.count("vision_output_dim", default=proj_out)
     patches = (size // p) ** 2
+    layers = v.count("num_hidden_layers")
     layer = vit_layer_params(h, i)
     return VisionEncoder(
         kind="llama4",
-        num_layers=int(v["num_hidden_layers"]),
+        num_layers=layers,
         hidden_size=h,
         intermediate_size=i,
-        num_heads=int(v.get("num_attention_heads", 16)),
+        num_heads=v.count("num_attention_heads", default=16),
         patch_size=p,
         image_size_px=size,
         patches_per_token=round(1.0 / (ratio * ratio)),
         layer_params=float(layer),
-        patch_params=float(int(v.get("num_channels", 3)) * p * p * h),
+        patch_params=float(v.count("num_channels", default=3) * p * p * h),
         fixed_params=float(h + (patches + 1) * h + 4 * h),
         adapter_params=float(i * proj_in + proj_out * proj_out + vision_out * text_hidden),
         text_hidden_size=text_hidden,
-        full_attention_layers=int(v["num_hidden_layers"]),
+        full_attention_layers=layers,
         class_tokens=1,
     )
