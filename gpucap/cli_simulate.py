@@ -96,7 +96,7 @@ def run(a: argparse.Namespace) -> int:
         a.model, a.gpu, tp=a.tp, pp=a.pp, ep=a.ep, weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype,
         engine=engine, gpu_file=a.gpu_file,
     )  # fmt: skip
-    coef = Coefficients.from_file(a.coefficients) if a.coefficients else Coefficients.for_engine(a.engine)
+    coef = Coefficients.from_file(a.coefficients, a.engine) if a.coefficients else Coefficients.for_engine(a.engine)
     result = run_benchmark(hw, coef, load, input_len=inp, output_len=out, seed=a.seed)
     if a.json:
         print(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,16 +227,24 @@ class Coefficients:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Coefficients:
+    def from_file(cls, path: str | Path, engine: str | None = None) -> Coefficients:
         """Load coefficients from a calibration JSON (``{"coefficients": {name: value|{value}}}``)
-        or a flat ``{name: value}`` object."""
+        or a flat ``{name: value}`` object. A coefficient the file does not name keeps
+        ``engine``'s default (the generic default without an engine). Each value must be a
+        finite number within the coefficient's bounds."""
         path = Path(path)
         try:
+            if path.is_dir():
+                raise ValueError(f"coefficients file {path} is a folder")
             data: Any = json.loads(path.read_text())
         except FileNotFoundError:
             raise ValueError(f"coefficients file {path} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"coefficients file {path} cannot be read ({exc})") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"coefficients file {path} is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError(f"coefficients file {path} is nested too deeply to be coefficients") from None
         data = data.get("coefficients", data) if isinstance(data, dict) else data
         if not isinstance(data, dict):
             raise ValueError(f"coefficients file {path}: expected a JSON object of coefficient values")
@@ -246,10 +255,21 @@ class Coefficients:
                     f"coefficients file {path}: unknown coefficient {name!r}; known: {', '.join(COEFFICIENT_INFO)}"
                 )
             v = v.get("value") if isinstance(v, dict) else v
-            if not isinstance(v, (int, float)):
-                raise ValueError(f"coefficients file {path}: {name} is {v!r}, not a number")
-            values[name] = float(v)
-        return cls(**values)
+            info = COEFFICIENT_INFO[name]
+            try:
+                x = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
+            except OverflowError:
+                x = math.nan
+            if not math.isfinite(x):
+                raise ValueError(f"coefficients file {path}: {name} is {str(v)[:40]!r}, not a finite number")
+            if not info.lower <= x <= info.upper:
+                raise ValueError(
+                    f"coefficients file {path}: {name} = {x:g} is outside its physical range "
+                    f"[{info.lower:g}, {info.upper:g}]"
+                )
+            values[name] = x
+        base = cls.for_engine(engine).as_dict() if engine else {}
+        return cls(**{**base, **values})
 
 
 @dataclass(frozen=True)

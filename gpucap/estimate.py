@@ -400,7 +400,7 @@ def estimate(
         raise ValueError(f"num_gpus={num_gpus} is not a multiple of tp x pp x attn_dp = {per_replica}")
     replicas = num_gpus // per_replica
     if isinstance(coefficients, (str, Path)):
-        coef = Coefficients.from_file(coefficients)
+        coef = Coefficients.from_file(coefficients, hw.engine.engine)
     else:
         coef = coefficients or Coefficients.for_engine(hw.engine.engine)
 

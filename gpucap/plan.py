@@ -359,7 +359,7 @@ def plan(
         raise ValueError("give at least one GPU to search")
     table = prices if isinstance(prices, Prices) else read_prices(prices, usd_per_kwh=usd_per_kwh)
     if isinstance(coefficients, (str, Path)):
-        coef = Coefficients.from_file(coefficients)
+        coef = Coefficients.from_file(coefficients, engine)
     else:
         coef = coefficients or Coefficients.for_engine(engine)
     rate = target.value / out.mean if target.kind == "output_tps" else target.value

@@ -281,7 +281,8 @@ class EstimatorApp(Controls):
         hw = self._timed("hardware", lambda: self._hardware(inp))
         coef = (
             self._coefficient_cache.get(
-                (inp.calibration, inp.calibration_stamp), lambda: Coefficients.from_file(inp.calibration)
+                (inp.calibration, inp.calibration_stamp, inp.engine),
+                lambda: Coefficients.from_file(inp.calibration, inp.engine),
             )
             if inp.calibration
             else None

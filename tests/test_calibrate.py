@@ -1,6 +1,7 @@
 """Calibration: recovers known coefficients from synthetic runs, reports and saves itself, and
 reads real load-test files; measured concurrency limits from sweeps."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -187,3 +188,18 @@ def test_cli_checks_out_before_the_fit(tmp_path, capsys) -> None:
         assert main(["calibrate", str(cases_csv), "--out", str(out), *extra]) == 2
         assert says in capsys.readouterr().err
     assert cases_csv.read_text() == before and not (tmp_path / "nowhere.json").exists()
+
+
+def test_partial_coefficients_file_keeps_the_engines_defaults(tmp_path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"u_compute": 0.4}))
+    vllm = Coefficients.from_file(path, "vllm")
+    # vLLM's measured front end (engine.HTTP_FRONT_END: 10 ms) stays; only u_compute changes
+    assert vllm.t_frontend_s == 0.010 and vllm.u_compute == 0.4
+    assert vllm == dataclasses.replace(Coefficients.for_engine("vllm"), u_compute=0.4)
+    for bad, says in (({"u_compute": True}, "not a finite number"), ({"u_hbm": 7.0}, "outside its physical range")):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=says):
+            Coefficients.from_file(path, "vllm")
+    with pytest.raises(ValueError, match="is a folder"):
+        Coefficients.from_file(tmp_path)
