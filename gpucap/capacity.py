@@ -25,6 +25,9 @@ from .step import Hardware
 SIMULATED_REQUESTS = 2000  # per check; the first 20% are warm-up
 
 
+MAX_BURST_MARGIN = 10.0  # 1,000% above the target: beyond it the "margin" is the plan
+
+
 @dataclass(frozen=True)
 class Headroom:
     """Spare replicas for failures (N+k) and rolling upgrades, and a margin for bursts."""
@@ -38,8 +41,10 @@ class Headroom:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be a whole number >= 0, got {v!r}")
-        if not (math.isfinite(self.burst_margin) and self.burst_margin >= 0):
-            raise ValueError(f"burst_margin must be >= 0 (0.2 = 20% above the target), got {self.burst_margin!r}")
+        if not (math.isfinite(self.burst_margin) and 0 <= self.burst_margin <= MAX_BURST_MARGIN):
+            raise ValueError(
+                f"burst_margin must be in [0, {MAX_BURST_MARGIN:g}] (0.2 = 20% above the target), got {self.burst_margin!r}"
+            )
 
     @property
     def spares(self) -> int:

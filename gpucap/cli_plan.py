@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from .cliargs import count, names, positive_float, positive_int, positive_ints
+from .cliargs import count, names, non_negative_float, positive_float, positive_int, positive_ints
 from .engine import ENGINES
 from .lengths import Lengths
 from .plan import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Headroom, plan
@@ -37,13 +37,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
     p.add_argument(
         "--usd-per-kwh",
-        type=positive_float,
+        type=non_negative_float,
         default=None,
         help="owned hardware: count power at each GPU's TDP (plus --price, read as amortized cost, if given)",
     )
     p.add_argument("--failure-spares", type=count, default=1, help="N+k replicas for failures (default 1)")
     p.add_argument("--upgrade-spares", type=count, default=0, help="replicas out during a rolling upgrade (default 0)")
-    p.add_argument("--burst-margin", type=float, default=0.2, help="capacity above the target, 0.2 = 20%% (default)")
+    p.add_argument(
+        "--burst-margin", type=non_negative_float, default=0.2, help="capacity above the target, 0.2 = 20%% (default)"
+    )
     p.add_argument("--burstiness", type=positive_float, default=1.0, help="gamma arrivals; 1 = Poisson, < 1 burstier")
     p.add_argument("--engine", default="vllm", choices=list(ENGINES))
     p.add_argument("--coefficients", default=None, help="calibration JSON")

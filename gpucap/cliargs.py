@@ -37,6 +37,16 @@ def positive_float(text: str) -> float:
     return v
 
 
+def non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
+    return v
+
+
 def names(text: str) -> list[str]:
     """``a,b,c``: a non-empty comma-separated list."""
     items = [t.strip() for t in text.split(",") if t.strip()]

@@ -394,6 +394,7 @@ def estimate(
         lengths=lengths,
     )
     images = wl.images(encoder_tp_mode)
+    hw.spec.check_context(wl.input_len + Extras(images).image_tokens(hw), wl.output_len)
     per_replica = hw.layout.gpus_per_replica
     num_gpus = num_gpus or per_replica
     if num_gpus % per_replica:

@@ -122,12 +122,22 @@ def _gpu_from_row(row: dict[str, str], where: str) -> GPU:
         hbm_bytes_per_s=_num(row, "hbm_TB_per_s", where, True) * TB,
         link_kind=kind,
         link_bytes_per_s=_num(row, "link_GB_per_s_per_direction", where, True) * GB,
-        max_tp_on_link=int(_num(row, "max_tp_on_link", where) or 8),
+        max_tp_on_link=_link_domain(row, where),
         link_latency_s=LINK_LATENCY_S[kind],
         name=(row.get("name") or "").strip(),
         source=(row.get("source") or "").strip(),
         tdp_w=_num(row, "tdp_W", where),
     )
+
+
+def _link_domain(row: dict[str, str], where: str) -> int:
+    """GPUs one NVLink/NVSwitch (or PCIe) domain joins: a whole number >= 1 (8 when empty)."""
+    v = _num(row, "max_tp_on_link", where)
+    if not v:
+        return 8
+    if not v.is_integer():
+        raise ValueError(f"{where}: column 'max_tp_on_link' = {v:g} is not a whole number of GPUs")
+    return int(v)
 
 
 def read_gpu_file(path: str | Path) -> dict[str, GPU]:
@@ -147,6 +157,8 @@ def read_gpu_file(path: str | Path) -> dict[str, GPU]:
         if not (row.get("key") or "").strip():
             raise ValueError(f"{path}, line {line}: empty key")
         gpu = _gpu_from_row(row, f"{path}, line {line} ({row['key']})")
+        if gpu.key in gpus:
+            raise ValueError(f"{path}, line {line}: key {gpu.key!r} appears twice; keep one row per GPU")
         gpus[gpu.key] = gpu
     return gpus
 

@@ -127,7 +127,10 @@ class Lengths:
             points = {}
             for part in text.split(","):
                 key, _, value = part.partition("=")
-                points[float(key.strip().lower().lstrip("p"))] = float(value)
+                q = float(key.strip().lower().lstrip("p"))
+                if q in points:
+                    raise ValueError(f"percentile p{q:g} given twice")
+                points[q] = float(value)
             return cls.percentiles(points, label)
         except ValueError as err:
             raise ValueError(

@@ -236,6 +236,16 @@ class ModelSpec:
             + self.norm_params
         )
 
+    def check_context(self, input_tokens: float, output_tokens: float) -> None:
+        """Raise ValueError when a request of ``input_tokens`` + ``output_tokens`` exceeds the
+        context the model was built for (``max_position_embeddings``; no limit when unknown)."""
+        limit = self.max_position_embeddings
+        if limit and input_tokens + output_tokens > limit:
+            raise ValueError(
+                f"the longest request ({input_tokens:.0f} in + {output_tokens:.0f} out tokens) exceeds "
+                f"{self.name}'s context of {limit} tokens (max_position_embeddings); shorten the lengths"
+            )
+
     @property
     def total_params(self) -> float:
         """All language-model parameters (vision encoder excluded, see ``vision_params``)."""

@@ -348,12 +348,7 @@ def plan(
     headroom = headroom or Headroom()
     inp, out = as_lengths(input_len, "input_len"), as_lengths(output_len, "output_len")
     spec = load_model(model)
-    longest = inp.longest + out.longest
-    if spec.max_position_embeddings and longest > spec.max_position_embeddings:
-        raise ValueError(
-            f"the longest request ({inp.longest:.0f} in + {out.longest:.0f} out tokens) exceeds {spec.name}'s "
-            f"context of {spec.max_position_embeddings} tokens (max_position_embeddings); shorten the lengths"
-        )
+    spec.check_context(inp.longest, out.longest)
     gpu_list = [get_gpu(g, gpu_file) for g in gpus]
     if not gpu_list:
         raise ValueError("give at least one GPU to search")

@@ -314,3 +314,12 @@ def test_catalog_numbers_are_finite() -> None:
     for g in load_gpus().values():
         for v in (g.memory_bytes, g.hbm_bytes_per_s, g.link_bytes_per_s, *g.flops_per_s.values()):
             assert math.isfinite(v) and v >= 0
+
+
+def test_user_file_refuses_duplicate_keys_and_fractional_link_domains(tmp_path: Path) -> None:
+    path = write_gpu_file(tmp_path / "dup.csv", [gpu_row(key="MY-GPU"), gpu_row(key="MY-GPU")])
+    with pytest.raises(ValueError, match="key 'MY-GPU' appears twice"):
+        read_gpu_file(path)
+    path = write_gpu_file(tmp_path / "half.csv", [gpu_row(max_tp_on_link="0.5")])
+    with pytest.raises(ValueError, match="max_tp_on_link' = 0.5 is not a whole number"):
+        read_gpu_file(path)

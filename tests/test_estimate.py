@@ -101,3 +101,10 @@ def test_when_one_request_misses_the_slo_the_slo_is_named() -> None:
     assert e.recommended_concurrency == 0 and e.bottleneck == "ttft_slo"
     assert any("TTFT SLO 0.1 s" in n and "3,840-token prompt" in n for n in e.notes)
     assert e.bottleneck in BOTTLENECKS
+
+
+def test_a_request_longer_than_the_models_context_is_refused() -> None:
+    # Llama-2-7B was trained with a 4,096-token context (model card; max_position_embeddings 4096)
+    with pytest.raises(ValueError, match="exceeds .*context of 4096 tokens"):
+        estimate("meta-llama/Llama-2-7b-hf", "A100-SXM-80GB", 1, input_len=8000, output_len=200)
+    assert estimate("meta-llama/Llama-2-7b-hf", "A100-SXM-80GB", 1, input_len=3896, output_len=200).limits

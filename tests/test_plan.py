@@ -250,3 +250,15 @@ def test_one_output_token_has_no_tpot_slo(prices) -> None:
     p = plan(MODEL, simulate_top=1, **kw)
     assert not p.plans.empty and math.isnan(p.best["tpot_s"])  # a 1 ms TPOT SLO cannot bind
     assert p.best["meets_slo_simulated"]
+
+
+def test_hostile_planning_inputs_are_refused() -> None:
+    from gpucap.capacity import Headroom
+    from gpucap.cliargs import non_negative_float
+    from gpucap.lengths import Lengths
+
+    with pytest.raises(ValueError, match="burst_margin must be in"):
+        Headroom(burst_margin=1e30)
+    with pytest.raises(ValueError, match="p50 given twice"):
+        Lengths.parse("p50=800,p50=900,p99=4000", "input")
+    assert non_negative_float("0") == 0.0  # owned hardware with free power: --usd-per-kwh 0
