@@ -34,8 +34,10 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -121,7 +123,12 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--tpot-slo", type=positive_float, default=0.1, help="seconds (default 0.1)")
     st.add_argument("--stop-factor", type=positive_float, default=3.0, help="stop past this many x SLO (default 3)")
     st.add_argument("--stat", choices=STATS, default="median", help="statistic the stop rule reads")
-    st.add_argument("--level-timeout", type=positive_float, default=None, help="seconds one level may take")
+    st.add_argument(
+        "--level-timeout",
+        type=positive_float,
+        default=None,
+        help=f"seconds one level may take (default {BASE_TIMEOUT_S:g} s + {PER_PROMPT_TIMEOUT_S:g} s per prompt)",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("benchmarks/out/loadtest"), help="parent of the run folder")
     o.add_argument("--dry-run", action="store_true", help="print the commands and write nothing")
@@ -251,17 +258,31 @@ def bench_command(vllm: str, args: argparse.Namespace, level: Level, result_dir:
     return cmd + ["--metadata", *metadata(args)]
 
 
+# A level with no result by then has hung: a generous bound from the prompts it sends
+BASE_TIMEOUT_S = 600.0
+PER_PROMPT_TIMEOUT_S = 10.0
+
+
+def level_timeout_s(args: argparse.Namespace, level: Level) -> float:
+    """``--level-timeout``, else BASE_TIMEOUT_S + PER_PROMPT_TIMEOUT_S x the level's prompts."""
+    return args.level_timeout or BASE_TIMEOUT_S + PER_PROMPT_TIMEOUT_S * level.num_prompts
+
+
 def new_run_dir(parent: Path, now: dt.datetime | None = None) -> Path:
     """``parent/<YYYYmmdd-HHMMSS>`` (of ``now``, default the current time), created here; never
     an existing folder."""
     stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
     run = parent / stamp
+    if parent.exists() and not parent.is_dir():
+        raise LoadTestError(f"--out {parent} is a file; give a folder (the run folder goes inside it)")
     try:
         run.mkdir(parents=True, exist_ok=False)
     except FileExistsError:
         raise LoadTestError(
             f"{run} already exists; wait a second and run again (results are never overwritten)"
         ) from None
+    except OSError as exc:
+        raise LoadTestError(f"--out {parent}: cannot create {run} ({exc.strerror or exc})") from None
     return run
 
 
@@ -271,6 +292,13 @@ def level_latency_s(result: Path, stat: str) -> tuple[float, float]:
         data = json.loads(result.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise LoadTestError(f"{result}: cannot read the result ({exc})") from None
+    completed = data.get("completed") if isinstance(data, dict) else None
+    if not isinstance(completed, int | float) or isinstance(completed, bool) or completed <= 0:
+        failed = data.get("failed") if isinstance(data, dict) else None
+        raise LoadTestError(
+            f"{result.stem}: no request completed ({failed} failed); is the server at --base-url up and "
+            f"serving --model? (log: {result.with_suffix('.log')})"
+        )
     out = []
     for metric in ("ttft", "tpot"):
         key = f"{stat}_{metric}_ms"
@@ -294,12 +322,30 @@ def stop_reason(
     return "; ".join(reasons) or None
 
 
-def run_level(cmd: list[str], log: Path, timeout_s: float | None) -> None:
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the benchmark and everything it started (its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_level(cmd: list[str], log: Path, timeout_s: float) -> None:
+    """One ``vllm bench serve`` in its own process group: on timeout, Ctrl-C or SIGTERM the
+    whole group is killed, grandchildren included."""
     with log.open("x", encoding="utf-8") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise LoadTestError(f"{log.stem}: no result within --level-timeout {timeout_s:g} s (log: {log})") from None
+            _stop_group(proc)
+            raise LoadTestError(
+                f"{log.stem}: no result within {timeout_s:g} s (set --level-timeout to allow more; log: {log})"
+            ) from None
+        except BaseException:  # Ctrl-C, SIGTERM (Stopped), anything: leave no benchmark behind
+            _stop_group(proc)
+            raise
     if proc.returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
         raise LoadTestError(f"{log.stem}: vllm bench serve exited {proc.returncode}: {tail[0]} (log: {log})")
@@ -329,8 +375,15 @@ def run(args: argparse.Namespace) -> Path | None:
         with journal.open("a", encoding="utf-8") as j:
             j.write(shlex.join(cmd) + "\n")
         t0 = time.perf_counter()
-        run_level(cmd, result.with_suffix(".log"), args.level_timeout)
-        ttft, tpot = level_latency_s(result, args.stat)
+        try:
+            run_level(cmd, result.with_suffix(".log"), level_timeout_s(args, level))
+            ttft, tpot = level_latency_s(result, args.stat)
+        except (LoadTestError, Stopped, KeyboardInterrupt) as exc:
+            why = str(exc) if isinstance(exc, LoadTestError) else "stopped by a signal (Ctrl-C or SIGTERM)"
+            with journal.open("a", encoding="utf-8") as j:
+                j.write(f"# failed: {why}\n")
+            summarize(run_dir)
+            raise
         print(
             f"loadtest: {level.describe()}: {level.num_prompts} prompts, {args.stat} TTFT {ttft * 1e3:.0f} ms, "
             f"TPOT {tpot * 1e3:.1f} ms ({time.perf_counter() - t0:.0f} s)"
@@ -354,18 +407,36 @@ def summarize(run_dir: Path) -> None:
         from gpucap.results import read_results
     except ImportError:  # the harness also runs where gpucap is not installed
         return
-    rs = read_results(run_dir)
+    try:
+        rs = read_results(run_dir)
+    except ValueError:
+        print(f"loadtest: {run_dir}: no level has a result gpucap can read")
+        return
     print(f"loadtest: {run_dir}: {len(rs.runs)} runs readable by gpucap", end="")
     print("" if not (rs.bad or rs.incomplete) else f"; unreadable {rs.bad}, incomplete {rs.incomplete}")
 
 
+class Stopped(Exception):
+    """SIGTERM arrived: unwind like Ctrl-C, so the running benchmark is killed and the summary printed."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         run(args)
     except LoadTestError as exc:
         print(f"loadtest.py: error: {exc}", file=sys.stderr)
         return 2
+    except (Stopped, KeyboardInterrupt):
+        print("loadtest.py: stopped; what was measured is in the run folder above", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
 
 

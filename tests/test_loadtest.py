@@ -36,6 +36,11 @@ with open(os.environ["FAKE_VLLM_CALLS"], "a") as f:
 if os.environ.get("FAKE_VLLM_FAIL"):
     print("Connection refused")
     sys.exit(1)
+if os.environ.get("FAKE_VLLM_HANG"):  # a benchmark that hangs, with a child of its own
+    import subprocess, time
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(os.environ["FAKE_VLLM_HANG"]).write_text(str(child.pid))
+    time.sleep(120)
 p = argparse.ArgumentParser()
 p.add_argument("cmd", nargs=2)
 for flag in ("--backend", "--base-url", "--endpoint", "--model", "--tokenizer", "--dataset-name",
@@ -57,8 +62,11 @@ r = {"date": "20261129-120000", "backend": a.backend, "model_id": a.model, "toke
      "num_prompts": n}
 r.update(kv.split("=", 1) for kv in a.metadata)
 rate = "inf" if a.request_rate == "inf" else float(a.request_rate)
+dead = bool(os.environ.get("FAKE_VLLM_DEAD"))  # a server that is not listening: vLLM still exits 0
+if dead:
+    ttft_ms = tpot_ms = e2el_ms = 0.0
 r.update({"request_rate": rate, "burstiness": 1.0, "max_concurrency": int(a.max_concurrency) if a.max_concurrency else None,
-          "duration": duration, "completed": n, "failed": 0, "total_input_tokens": n * isl,
+          "duration": duration, "completed": 0 if dead else n, "failed": n if dead else 0, "total_input_tokens": n * isl,
           "total_output_tokens": n * osl, "request_throughput": n / duration, "request_goodput": None,
           "output_throughput": n * osl / duration, "total_token_throughput": n * (isl + osl) / duration})
 for m, v in (("ttft", ttft_ms), ("tpot", tpot_ms), ("itl", tpot_ms), ("e2el", e2el_ms)):
@@ -275,3 +283,45 @@ def test_engine_knobs_and_formats_go_into_the_metadata(fake_vllm: Path, tmp_path
 def test_rates_that_would_share_a_file_name_are_refused(fake_vllm: Path, tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         loadtest.parser().parse_args(argv(fake_vllm, tmp_path / "out", "--request-rate", "2.0001,2.0004"))
+
+
+def test_a_server_that_answers_nothing_stops_the_sweep(
+    fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_DEAD", "1")
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", "--concurrency", "1,4")) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "concurrency-0001: no request completed (32 failed)" in err
+    assert len(calls(tmp_path)) == 1 and "no level has a result gpucap can read" in out
+    [run] = (tmp_path / "out").iterdir()
+    assert "# failed: concurrency-0001: no request completed" in (run / "commands.log").read_text()
+
+
+def test_a_hung_level_is_killed_with_its_children(
+    fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("FAKE_VLLM_HANG", str(pid_file))
+    t0 = time.monotonic()
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", "--concurrency", "1", "--level-timeout", "2")) == 2
+    assert time.monotonic() - t0 < 30
+    assert "no result within 2 s (set --level-timeout to allow more" in capsys.readouterr().err
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    stat = Path(f"/proc/{child}/stat")  # the benchmark's own child is gone too (or a zombie left to init)
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def test_out_that_is_a_file_is_one_line(fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("x")
+    assert loadtest.main(argv(fake_vllm, tmp_path / "file", "--concurrency", "1")) == 2
+    assert "--out " + str(tmp_path / "file") + " is a file" in capsys.readouterr().err
+
+
+def test_default_level_timeout_grows_with_the_prompts(tmp_path: Path) -> None:
+    args = loadtest.parser().parse_args(argv(Path("vllm"), tmp_path, "--concurrency", "4"))
+    [level] = loadtest.plan_levels(args)
+    expected = loadtest.BASE_TIMEOUT_S + loadtest.PER_PROMPT_TIMEOUT_S * level.num_prompts
+    assert loadtest.level_timeout_s(args, level) == expected
