@@ -470,6 +470,14 @@ def estimate(
             "step_overhead": float(step.overhead_s),
         }
         bottleneck = max(shares, key=lambda k: shares[k])
+    domain = hw.gpu.max_tp_on_link
+    if hw.layout.tp > domain:
+        notes.append(
+            f"tp={hw.layout.tp} spans more than the {domain} GPUs one {hw.gpu.link_kind} domain of {hw.gpu.key} "
+            f"joins: gpucap models every all-reduce at {hw.gpu.link_kind} speed, but across servers it runs over "
+            "the network (InfiniBand/RoCE, several times slower), so TPOT and throughput here are optimistic; "
+            f"keep tp <= {domain} and add pipeline stages (pp) or replicas instead"
+        )
     if images is not None:
         notes.append(
             f"{images.per_request:g} image(s) per request add {image_tokens:.0f} prompt tokens; the vision encoder "

@@ -108,3 +108,11 @@ def test_a_request_longer_than_the_models_context_is_refused() -> None:
     with pytest.raises(ValueError, match="exceeds .*context of 4096 tokens"):
         estimate("meta-llama/Llama-2-7b-hf", "A100-SXM-80GB", 1, input_len=8000, output_len=200)
     assert estimate("meta-llama/Llama-2-7b-hf", "A100-SXM-80GB", 1, input_len=3896, output_len=200).limits
+
+
+def test_tp_beyond_the_link_domain_is_said() -> None:
+    # an HGX H100 server joins 8 GPUs over NVSwitch (data/gpus.csv max_tp_on_link 8)
+    e = estimate("meta-llama/Llama-3.1-405B", "H100-SXM-80GB", 32, tp=32, input_len=1000, output_len=200)
+    assert any("tp=32 spans more than the 8 GPUs" in n and "optimistic" in n for n in e.notes)
+    e = estimate("meta-llama/Llama-3.1-405B", "H100-SXM-80GB", 8, tp=8, input_len=1000, output_len=200)
+    assert not any("spans more than" in n for n in e.notes)
