@@ -19,11 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from gpucap.appserve import CULL_IDLE_S, CULL_INTERVAL_S, voila_command
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "02-interactive-estimator.ipynb"
 CHROMIUM = os.environ.get("GPUCAP_CHROMIUM", "/usr/bin/chromium")
 VOILA = Path(sys.executable).parent / "voila"
 STARTUP_S = 90
+SERVERS: dict[str, int] = {}  # page address -> Voila's process id
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM} (make chromium)")
 
@@ -40,12 +43,13 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("voila") / "voila.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [str(VOILA), str(NOTEBOOK), "--no-browser", "--Voila.ip=127.0.0.1", f"--port={port}"],
+            voila_command(VOILA, NOTEBOOK, port=port),
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
     url = f"http://127.0.0.1:{port}/"
+    SERVERS[url] = proc.pid
     try:
         deadline = time.monotonic() + STARTUP_S
         while True:  # a static file answers once the server is up; GET / would start a kernel
@@ -174,3 +178,38 @@ def test_changing_model_and_context_updates_the_recommendation(server, tmp_path)
             page.screenshot(path=str(tmp_path / "estimator-page.png"), full_page=True)
         finally:
             browser.close()
+
+
+def _kernels(server_pid: int) -> set[int]:
+    """Process ids of the kernels the Voila process runs now (its live ipykernel children)."""
+    pids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == server_pid and b"ipykernel" in cmd and fields[0] not in ("Z", "X"):
+            pids.add(int(stat.parent.name))
+    return pids
+
+
+def test_a_closed_page_leaves_no_kernel(server) -> None:
+    from playwright.sync_api import sync_playwright
+
+    voila = SERVERS[server]
+    before = _kernels(voila)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page()
+            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("http://127.0.0.1") else r.abort())
+            _open(page, server)
+            visit = _kernels(voila) - before
+            assert visit, "the page started no kernel"
+        finally:
+            browser.close()
+    deadline = time.monotonic() + CULL_IDLE_S + 2 * CULL_INTERVAL_S + 15
+    while _kernels(voila) & visit and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not _kernels(voila) & visit, "the closed page's kernel was not shut down"
