@@ -4,6 +4,7 @@ values read into ``Inputs``."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from .catalog import model_cards
 from .engine import ENGINES, EngineConfig
 from .gpus import get_gpu, load_gpus
 from .units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
+
+ALLOWED_ENV = "GPUCAP_APP_FILES"  # folders the served page may read files from (os.pathsep-separated)
 
 DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 DEFAULT_GPU = "A100-SXM-80GB"
@@ -189,23 +192,35 @@ class Controls:
             ]
         )
 
+    @staticmethod
+    def _readable(text: str, what: str) -> Path:
+        """The path in a box, checked: under the folders the page may read (``ALLOWED_ENV``,
+        set by ``gpucap.appserve``; anywhere in a notebook) and a regular file or folder."""
+        path = Path(text).expanduser()
+        roots = [Path(r).resolve() for r in os.environ.get(ALLOWED_ENV, "").split(os.pathsep) if r]
+        if roots and not any(path.resolve().is_relative_to(r) for r in roots):
+            raise ValueError(
+                f"this page reads {what}s under {', '.join(map(str, roots))} only ({ALLOWED_ENV}); copy the file there"
+            )
+        if not path.exists():
+            raise ValueError(f"{what} {text!r} does not exist")
+        return path
+
     def read(self) -> Inputs:
         """The current values, normalized (paths resolved and stamped, no slider float noise);
         raises ValueError for a model path that does not exist."""
         model, model_stamp = self.model.value, 0
         path_text = self.model_path.value.strip()
         if path_text:
-            path = Path(path_text).expanduser()
-            if not path.exists():
-                raise ValueError(
-                    f"model config {path_text!r} does not exist; give a path to a config.json "
-                    "(or its folder), or clear the box to use the list"
-                )
+            try:
+                path = self._readable(path_text, "model config")
+            except ValueError as exc:
+                raise ValueError(f"{exc}; give a path to a config.json (or its folder), or clear the box") from None
             model, model_stamp = str(path.resolve()), stamp(path)
         calibration, calibration_stamp = "", 0
         calibration_text = self.calibration.value.strip()
         if calibration_text:
-            path = Path(calibration_text).expanduser()
+            path = self._readable(calibration_text, "coefficients file")
             calibration, calibration_stamp = str(path.resolve()), stamp(path)
         return Inputs(
             model=model,

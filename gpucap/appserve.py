@@ -3,7 +3,9 @@ kernels culled, so that closed pages do not keep their kernels (~70 MB each) for
 
 Voila starts one kernel per visit; Jupyter Server's culler (``MappingKernelManager``) shuts a
 kernel down once it has had no connection and no activity for CULL_IDLE_S seconds, checking
-every CULL_INTERVAL_S: a closed page's kernel is gone within about a minute.
+every CULL_INTERVAL_S: a closed page's kernel is gone within about a minute. The page's path
+boxes read files only under the folders in ``GPUCAP_APP_FILES`` (default: the shipped data and
+the folder ``make app`` runs in); in a notebook they read anywhere.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+from .appcontrols import ALLOWED_ENV
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02-interactive-estimator.ipynb"
 CULL_IDLE_S = 30
@@ -39,7 +43,15 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     voila = Path(sys.executable).parent / "voila"
     cmd = voila_command(voila, port=a.port, ip=a.ip)
+    # the page's path boxes read files under these folders only (gpucap.appcontrols)
+    os.environ.setdefault(ALLOWED_ENV, os.pathsep.join(map(str, default_readable())))
     os.execv(cmd[0], cmd)
+
+
+def default_readable() -> list[Path]:
+    """Folders the served page may read a config.json or coefficients file from, unless
+    ``GPUCAP_APP_FILES`` says otherwise: the shipped data and the folder it was started from."""
+    return [NOTEBOOK.parents[1] / "data", Path.cwd()]
 
 
 if __name__ == "__main__":

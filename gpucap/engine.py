@@ -19,6 +19,7 @@ from .gpus import GPU
 from .units import MS, GiB
 
 ENGINES = ("vllm", "sglang", "trtllm")
+MAX_COEFFICIENTS_BYTES = 1 << 20
 # How requests reach the engine: through its OpenAI-compatible HTTP server ("http": vllm serve,
 # SGLang's launch_server, trtllm-serve), or handed to it in-process ("offline": trtllm-bench,
 # vllm bench throughput), with no front end at all.
@@ -234,8 +235,12 @@ class Coefficients:
         finite number within the coefficient's bounds."""
         path = Path(path)
         try:
-            if path.is_dir():
-                raise ValueError(f"coefficients file {path} is a folder")
+            if path.exists() and not path.is_file():
+                raise ValueError(f"coefficients file {path} is {'a folder' if path.is_dir() else 'not a regular file'}")
+            if path.exists() and path.stat().st_size > MAX_COEFFICIENTS_BYTES:
+                raise ValueError(
+                    f"coefficients file {path} is {path.stat().st_size:,} bytes, not a calibration (<= 1 MiB)"
+                )
             data: Any = json.loads(path.read_text())
         except FileNotFoundError:
             raise ValueError(f"coefficients file {path} does not exist") from None

@@ -105,6 +105,8 @@ class ModelSpec:
             if path.is_dir():
                 path = path / "config.json"
             try:
+                if path.exists() and not path.is_file():
+                    raise ValueError(f"{path}: not a regular file")
                 if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
                     raise ValueError(f"{path}: {path.stat().st_size:,} bytes is not a config.json (at most 16 MiB)")
                 raw = json.loads(path.read_text())

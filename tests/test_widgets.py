@@ -18,6 +18,7 @@ pytest.importorskip("ipywidgets")
 
 import gpucap  # noqa: E402
 import gpucap.widgets as gw  # noqa: E402
+from gpucap.appcontrols import ALLOWED_ENV  # noqa: E402
 from gpucap.widgets import EstimatorApp  # noqa: E402
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
@@ -271,3 +272,25 @@ def test_fixed_lengths_show_the_waves_and_their_knee(app: EstimatorApp) -> None:
     root = ET.fromstring(app.svgs["curves"])
     assert any(el.get("class") == "knee" for el in root.iter())
     assert f" knee {app.knee.concurrency:,.0f}" in texts(app.svgs["curves"])
+
+
+def test_served_page_reads_files_only_under_its_folders(
+    app: EstimatorApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app.model_path.value = "/dev/zero"  # in a notebook any path, but never an endless read
+    assert app.result is None and app.status_text.startswith("error:") and "/dev/zero" in app.status_text
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    monkeypatch.setenv(ALLOWED_ENV, str(allowed))
+    app.model_path.value = "/etc/hostname"
+    assert (
+        f"reads model configs under {allowed} only" in app.status_text
+        and "hostname" not in app.status_text.split("only")[1]
+    )
+    config = allowed / "config.json"
+    config.write_text(Path(gpucap.model_cards()[LLAMA_70B]["path"]).read_text())
+    app.model_path.value = str(config)
+    assert app.result is not None
+    app.model_path.value = ""
+    app.calibration.value = "/etc/passwd"
+    assert "reads coefficients files under" in app.status_text and "root:x:0:0" not in app.status_text
