@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .gpus import GPU
+from .textfiles import read_text
 from .units import MS, GiB
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -235,17 +236,9 @@ class Coefficients:
         finite number within the coefficient's bounds."""
         path = Path(path)
         try:
-            if path.exists() and not path.is_file():
-                raise ValueError(f"coefficients file {path} is {'a folder' if path.is_dir() else 'not a regular file'}")
-            if path.exists() and path.stat().st_size > MAX_COEFFICIENTS_BYTES:
-                raise ValueError(
-                    f"coefficients file {path} is {path.stat().st_size:,} bytes, not a calibration (<= 1 MiB)"
-                )
-            data: Any = json.loads(path.read_text())
+            data: Any = json.loads(read_text(path, "coefficients file", MAX_COEFFICIENTS_BYTES))
         except FileNotFoundError:
             raise ValueError(f"coefficients file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"coefficients file {path} cannot be read ({exc})") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"coefficients file {path} is not valid JSON ({exc})") from None
         except RecursionError:

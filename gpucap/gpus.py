@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .textfiles import read_text
 from .units import GB, TB, TERA, US, GiB
 
 DATA_DIR = Path(os.environ.get("GPUCAP_DATA", Path(__file__).resolve().parent.parent / "data"))
@@ -144,7 +145,7 @@ def read_gpu_file(path: str | Path) -> dict[str, GPU]:
     """Read a GPU CSV (the columns of ``data/gpus.csv``); errors name the file, row and column."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_text(path, "GPU file")
     except FileNotFoundError:
         raise ValueError(f"GPU file {path} does not exist") from None
     reader = csv.DictReader(text.splitlines())

@@ -7,6 +7,7 @@ amortized price per hour the user's file gives).
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from .gpus import DATA_DIR, GPU
+from .textfiles import read_text
 
 PRICE_FILE = DATA_DIR / "prices.csv"
 REQUIRED = ("gpu", "usd_per_gpu_hour")
@@ -52,11 +54,13 @@ def read_prices(source: str | Path | pd.DataFrame | None = None, *, usd_per_kwh:
     else:
         path = Path(source) if source is not None else PRICE_FILE
         where = str(path)
-        if not path.is_file():
-            raise ValueError(f"price file {where} not found; give a CSV with columns gpu,usd_per_gpu_hour")
         try:
-            df = pd.read_csv(path, comment="#")
-        except (pd.errors.ParserError, UnicodeDecodeError) as err:
+            text = read_text(path, "price file")
+        except FileNotFoundError:
+            raise ValueError(f"price file {where} not found; give a CSV with columns gpu,usd_per_gpu_hour") from None
+        try:
+            df = pd.read_csv(io.StringIO(text), comment="#")
+        except (pd.errors.ParserError, pd.errors.EmptyDataError) as err:
             raise ValueError(f"{where}: not a readable CSV ({err})") from None
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:

@@ -1,0 +1,27 @@
+"""Reading a file a user names (a GPU list, prices, coefficients, a config.json): a regular file
+of bounded size, UTF-8 text (a byte-order mark is dropped); anything else is one line naming the
+file and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_BYTES = 16 << 20  # no GPU list, price list, coefficients or config.json is this large
+
+
+def read_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
+    """The text of ``path``; ``what`` names the file in errors ("GPU file", "price file")."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(path)  # callers say what to give instead
+    if not path.is_file():
+        raise ValueError(f"{what} {path} is {'a folder' if path.is_dir() else 'not a regular file'}")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise ValueError(f"{what} {path} is {size:,} bytes, more than such a file holds ({max_bytes:,} at most)")
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {path} is not UTF-8 text (a binary file?)") from None
+    except OSError as exc:
+        raise ValueError(f"{what} {path} cannot be read ({exc.strerror or exc})") from None
