@@ -48,10 +48,12 @@ def error_table(
     *,
     by: str = "size",
     before: Coefficients | dict[str, Coefficients] | None = None,
+    method: str = "simulate",
 ) -> pd.DataFrame:
     """Median absolute error per group of ``by`` ("size", "gpu", "engine", "model") and metric,
-    with ``before`` (default: each engine's defaults) and ``after`` coefficients side by side."""
-    res_before, res_after = validate(cases, before), validate(cases, after)
+    with ``before`` (default: each engine's defaults) and ``after`` coefficients side by side;
+    each case predicted by ``method`` (``gpucap.validate.predict_prepared``)."""
+    res_before, res_after = validate(cases, before, method=method), validate(cases, after, method=method)
     for res in (res_before, res_after):
         res["size"] = [size_bucket(str(m)) for m in res["model"]]
     table = _summary(res_before, by, "before").merge(_summary(res_after, by, "after"), on=[by, "metric"], how="outer")

@@ -22,16 +22,24 @@ CULL_IDLE_S = 30
 CULL_INTERVAL_S = 10
 
 
-def voila_command(voila: str | Path, notebook: str | Path = NOTEBOOK, *, port: int, ip: str = "127.0.0.1") -> list[str]:
-    """The Voila command line of the page."""
+def voila_command(
+    voila: str | Path,
+    notebook: str | Path = NOTEBOOK,
+    *,
+    port: int,
+    ip: str = "127.0.0.1",
+    cull_idle_s: int = CULL_IDLE_S,
+    cull_interval_s: int = CULL_INTERVAL_S,
+) -> list[str]:
+    """The Voila command line of the page (a test may cull sooner)."""
     return [
         str(voila),
         str(notebook),
         "--no-browser",
         f"--Voila.ip={ip}",
         f"--port={port}",
-        f"--MappingKernelManager.cull_idle_timeout={CULL_IDLE_S}",
-        f"--MappingKernelManager.cull_interval={CULL_INTERVAL_S}",
+        f"--MappingKernelManager.cull_idle_timeout={cull_idle_s}",
+        f"--MappingKernelManager.cull_interval={cull_interval_s}",
         "--MappingKernelManager.cull_connected=False",
     ]
 

@@ -364,8 +364,9 @@ def _calibrate(a: argparse.Namespace) -> int:
         print(json.dumps(fit.to_dict(), indent=2))
         return 0
     print(fit.report())
-    print("\nmedian absolute error by model size, default -> calibrated coefficients:")
-    print(error_table(cases, fit.coefficients, by="size").to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"\nmedian absolute error by model size, default -> calibrated coefficients ({a.method}):")
+    table = error_table(cases, fit.coefficients, by="size", method=a.method)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     for line in fit.provenance.get("not_sweeps", []):
         print(f"no limit: {line}")
     print(f"\nwrote {out}")

@@ -16,8 +16,6 @@ from gpucap.limits import Slo
 from gpucap.plots import history_figure
 from gpucap.validate import synthetic_cases
 
-from .conftest import ROOT
-
 TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3, t_seq_s=10e-6, t_request_s=0.01)
 SLOWER = dataclasses.replace(TRUTH, u_compute=0.45)  # the same box after, say, a power cap
 LEVELS = np.unique(np.round(np.geomspace(1, 256, 16)))
@@ -90,9 +88,10 @@ def test_corrupt_history_is_named_and_never_written(fits, tmp_path) -> None:
 
 
 def test_cli_appends_to_the_history(tmp_path, capsys) -> None:
-    folder = ROOT / "data" / "loadtests" / "datacrunch-h200-sglang"
+    from .test_limits import small_cases_csv
+
     history = tmp_path / "history.jsonl"
-    args = ["calibrate", str(folder), "--free", "u_compute", "--history", str(history)]
+    args = ["calibrate", small_cases_csv(tmp_path), "--free", "u_compute", "--history", str(history)]
     assert main([*args, "--out", str(tmp_path / "a.json"), "--label", "first"]) == 0
     assert calibration_history(history)["label"].unique().tolist() == ["first"]
     history.write_text(history.read_text() + "oops\n")

@@ -139,14 +139,24 @@ def dense_start_zero_overlap() -> Coefficients:
     return Coefficients(**{**START.as_dict(), "overlap": 0.0})
 
 
+def small_cases_csv(tmp_path) -> str:
+    """The 405B Poisson sweeps of the SGLang files as a cases CSV (six runs: a quick fit)."""
+    cases = cases_from_runs(
+        read_results(DATACRUNCH / "llama_405b_online_output.jsonl", manifest=DATACRUNCH / "manifest.json").runs
+    )
+    path = tmp_path / "cases.csv"
+    cases.to_csv(path, index=False)
+    return str(path)
+
+
 def test_cli_fits_limits_and_writes_nothing_on_bad_input(tmp_path, capsys) -> None:
     out = tmp_path / "coef.json"
-    args = ["calibrate", str(DATACRUNCH), "--free", "u_compute", "--slo-ttft", "0.5", "--slo-tpot", "0.05"]
+    args = ["calibrate", small_cases_csv(tmp_path), "--free", "u_compute", "--slo-ttft", "0.5", "--slo-tpot", "0.05"]
     assert main([*args, "--out", str(out), "--targets", "runs,limits", "--stat", "median"]) == 0
     text = capsys.readouterr().out
-    assert "[[Limits]]" in text and "measured 6.38" in text
+    assert "[[Limits]]" in text and "measured 2.15" in text  # 405B at 509/534 tokens (see the 70B case above)
     saved = json.loads(out.read_text())
-    assert saved["provenance"]["targets"] == ["runs", "limits"] and len(saved["limits"]) == 4
+    assert saved["provenance"]["targets"] == ["runs", "limits"] and len(saved["limits"]) == 2
     bad = tmp_path / "bad.json"
     assert main([*args, "--out", str(bad), "--targets", "limits"]) == 2  # the files give medians only
     assert "no mean TTFT" in capsys.readouterr().err and not bad.exists()
@@ -164,7 +174,7 @@ def test_cli_saves_no_unconverged_fit_unless_asked(tmp_path, capsys, monkeypatch
 
     monkeypatch.setattr(cal, "calibrate", stalled)
     out = tmp_path / "coef.json"
-    args = ["calibrate", str(DATACRUNCH), "--free", "u_compute", "--out", str(out)]
+    args = ["calibrate", small_cases_csv(tmp_path), "--free", "u_compute", "--out", str(out)]
     assert main(args) == 2
     assert "did not converge (max_nfev reached); nothing written" in capsys.readouterr().err and not out.exists()
     assert main([*args, "--save-unconverged"]) == 0 and out.exists()

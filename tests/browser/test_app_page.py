@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucap.appserve import CULL_IDLE_S, CULL_INTERVAL_S, voila_command
+from gpucap.appserve import voila_command
+
+# the page's kernels are culled as `make app` culls them, sooner: 8 s idle, checked every 2 s
+CULL_IDLE_S, CULL_INTERVAL_S = 8, 2
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "02-interactive-estimator.ipynb"
@@ -43,7 +46,7 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("voila") / "voila.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            voila_command(VOILA, NOTEBOOK, port=port),
+            voila_command(VOILA, NOTEBOOK, port=port, cull_idle_s=CULL_IDLE_S, cull_interval_s=CULL_INTERVAL_S),
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
