@@ -14,7 +14,8 @@ COUNT_CAPS = {"num_hidden_layers": 10_000, "n_layer": 10_000, "depth": 10_000}
 INT_CAP = 2**31 - 1
 
 
-def _show(v: Any) -> str:
+def show_value(v: Any) -> str:
+    """A value for an error message, cut to a readable length."""
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 200:
         return f"{str(v)[:12]}... ({len(str(v))} digits)"
     text = repr(v)
@@ -40,7 +41,7 @@ class Fields:
         return self._pick(keys)[1] is not None
 
     def bad(self, key: str, value: Any, expected: str) -> ValueError:
-        return ValueError(f"{self.where}: {key} = {_show(value)} is not {expected}")
+        return ValueError(f"{self.where}: {key} = {show_value(value)} is not {expected}")
 
     def count(self, *keys: str, default: int | None = None, least: int = 1) -> int:
         """A whole number >= ``least`` (JSON integers, or floats like 4.0); ``default`` when the

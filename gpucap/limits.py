@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .engine import Coefficients
-from .loadtests import MeasuredLimit, measured_limit
+from .loadtests import MeasuredLimit, crossing, measured_limit
 from .validate import PreparedCase, predict_prepared, prepare_case
 
 SWEEP_X = {"fixed-concurrency": "concurrency", "poisson": "request_rate"}
@@ -201,22 +201,6 @@ def find_sweeps(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[str]]:
                 )
             )
     return sweeps, skipped
-
-
-def crossing(x: np.ndarray, y: np.ndarray, slo: float) -> float:
-    """First ``x`` where ``y`` reaches ``slo``, linear between the bracketing points (the rule of
-    ``gpucap.loadtests.measured_limit``); 0 when the first point is over, inf when none is, and
-    the last point under where the next has no finite value."""
-    over = np.flatnonzero(~(y <= slo))  # NaN (no prediction) counts as over
-    if over.size == 0:
-        return float("inf")
-    k = int(over[0])
-    if k == 0:
-        return 0.0
-    x0, x1, y0, y1 = x[k - 1], x[k], y[k - 1], y[k]
-    if not np.isfinite(y1):
-        return float(x0)
-    return float(x0 + (slo - y0) * (x1 - x0) / (y1 - y0))
 
 
 BISECTIONS = 12  # halvings of the step from a stable load to an unstable one (2^-12 of it)

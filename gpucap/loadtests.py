@@ -106,16 +106,20 @@ class MeasuredLimit:
     above: float | None  # the first that missed one
 
 
-def _crossing(c: np.ndarray, y: np.ndarray, slo: float) -> float | None:
-    """First concurrency where y reaches slo, linear between the bracketing runs; None if never."""
-    over = np.flatnonzero(y > slo)
+def crossing(x: np.ndarray, y: np.ndarray, slo: float) -> float:
+    """First ``x`` where ``y`` reaches ``slo``, linear between the two points that bracket it; 0
+    when the first point is already over, inf when none is; where the first point over has no
+    finite value (a queue without bound), the last point under."""
+    over = np.flatnonzero(~(y <= slo))  # NaN counts as over
     if over.size == 0:
-        return None
-    k = over[0]
+        return float("inf")
+    k = int(over[0])
     if k == 0:
         return 0.0
-    c0, c1, y0, y1 = c[k - 1], c[k], y[k - 1], y[k]
-    return float(c0 + (slo - y0) * (c1 - c0) / (y1 - y0))
+    x0, x1, y0, y1 = x[k - 1], x[k], y[k - 1], y[k]
+    if not np.isfinite(y1):
+        return float(x0)
+    return float(x0 + (slo - y0) * (x1 - x0) / (y1 - y0))
 
 
 def measured_limit(
@@ -147,7 +151,7 @@ def measured_limit(
         return MeasuredLimit(None, "already violated", "ttft" if ttft[0] > ttft_slo_s else "tpot", None, float(c[0]))
     if ok.all():
         return MeasuredLimit(None, "not reached", "", float(c[-1]), None)
-    crossings = {"ttft": _crossing(c, ttft, ttft_slo_s), "tpot": _crossing(c, tpot, tpot_slo_s)}
-    binding = min((k for k, v in crossings.items() if v is not None), key=lambda k: crossings[k] or 0.0)
+    crossings = {"ttft": crossing(c, ttft, ttft_slo_s), "tpot": crossing(c, tpot, tpot_slo_s)}
+    binding = min(crossings, key=lambda k: crossings[k])
     first_bad = int(np.flatnonzero(~ok)[0])
     return MeasuredLimit(crossings[binding], "interpolated", binding, float(c[first_bad - 1]), float(c[first_bad]))

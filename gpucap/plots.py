@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from .history import Z_95
 from .loadtests import MeasuredLimit
 from .validate import METRICS
 
@@ -95,7 +96,7 @@ def history_figure(history: pd.DataFrame) -> Figure:
     axes = np.atleast_1d(fig.subplots(1, len(names)))
     for ax, name in zip(axes, names, strict=True):
         d = free[free["coefficient"] == name].sort_values("entry")
-        err = 1.959963984540054 * d["stderr"].fillna(0.0).where(np.isfinite(d["stderr"]), 0.0)
+        err = Z_95 * d["stderr"].fillna(0.0).where(np.isfinite(d["stderr"]), 0.0)
         ax.errorbar(d["entry"], d["value"], yerr=err, fmt="o-", capsize=3)
         ax.set(xlabel="calibration", ylabel=name, title=name)
         ax.set_xticks(d["entry"])

@@ -60,6 +60,7 @@ from typing import Any
 
 import pandas as pd
 
+from .configfields import show_value as _show
 from .units import MS
 
 COLUMNS = (
@@ -151,12 +152,6 @@ def _num(d: Mapping[str, Any], key: str, where: str, scale: float = 1.0, infinit
     if x > ABSURD:
         raise ValueError(f"{where}: {key} = {_show(v)} is beyond any measurement (> {ABSURD:g})")
     return x * scale
-
-
-def _show(v: Any) -> str:
-    """A value for an error message, cut to a readable length."""
-    text = repr(v) if not isinstance(v, int) or v.bit_length() < 200 else f"{str(v)[:12]}... ({len(str(v))} digits)"
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _row(**values: Any) -> dict[str, Any]:
