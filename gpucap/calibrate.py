@@ -32,6 +32,7 @@ from scipy.optimize import least_squares
 
 from . import __version__
 from .engine import COEFFICIENT_INFO, Coefficients
+from .fitchecks import metric_changes, worse_flags
 from .limits import LIMIT_STATS, Slo, Sweep, find_sweeps, predicted_limits
 from .validate import METRICS, PreparedCase, measured_metrics, predict_prepared, prepare_cases
 
@@ -69,7 +70,8 @@ class FitResult:
     sum_squares_before: float = float("nan")  # plain sum of squared residuals, start and solution
     sum_squares_after: float = float("nan")
     limits: pd.DataFrame = field(default_factory=pd.DataFrame)  # per sweep (``limit_table``)
-    flags: tuple[str, ...] = ()  # coefficients pushed out of their physical range (``sanity_flags``)
+    flags: tuple[str, ...] = ()  # coefficients out of range (``sanity_flags``), metrics made worse
+    metric_errors: pd.DataFrame = field(default_factory=pd.DataFrame)  # per metric (fitchecks.metric_changes)
 
     # ---- for people ------------------------------------------------------------------------
     def report(self) -> str:
@@ -116,6 +118,13 @@ class FitResult:
                     f"{_fmt_limit(r['default'])}, fitted {_fmt_limit(r['fitted'])} "
                     f"[{_fmt_limit(r['fitted_low'])}, {_fmt_limit(r['fitted_high'])}] {r['unit']}"
                 )
+        if not self.metric_errors.empty:
+            lines.append("[[Errors by metric]] (median |predicted / measured - 1| over the runs, start -> fit)")
+            for r in self.metric_errors.itertuples():
+                mark = "  WORSE" if r.worse else ""
+                lines.append(
+                    f"    {r.metric:<14} {r.before:6.1%} -> {r.after:6.1%}  (n {r.n}, noise of the change {r.noise:.1%}){mark}"
+                )
         if self.flags:
             lines.append("[[Flags]] (the model is missing something for these runs)")
             lines.extend(f"    {f}" for f in self.flags)
@@ -152,6 +161,9 @@ class FitResult:
             out += f"<h4>Limits ({html.escape(str(self.provenance.get('slo', '')))})</h4>" + self.limits.to_html(
                 index=False, float_format=lambda v: f"{v:.3g}", na_rep=""
             )
+        if not self.metric_errors.empty:
+            out += "<h4>Errors by metric (median |predicted / measured - 1|, start and fit)</h4>"
+            out += self.metric_errors.to_html(index=False, float_format=lambda v: f"{v:.1%}")
         if self.flags:
             items = "".join(f"<li>{html.escape(f)}</li>" for f in self.flags)
             out += f"<p><b>The model is missing something for these runs:</b></p><ul>{items}</ul>"
@@ -184,6 +196,9 @@ class FitResult:
             },
             "limits": json.loads(self.limits.to_json(orient="records")) if not self.limits.empty else [],
             "flags": list(self.flags),
+            "metric_errors": json.loads(self.metric_errors.to_json(orient="records"))
+            if not self.metric_errors.empty
+            else [],
             "provenance": self.provenance,
         }
 
@@ -227,12 +242,19 @@ def _file_hash(path: str | Path) -> str:
 
 
 def _log_residuals(pred: pd.DataFrame, measured: np.ndarray, metrics: tuple[str, ...]) -> np.ndarray:
-    p = pred[[f"{m}_predicted" for m in metrics]].to_numpy()
-    mask = np.isfinite(measured) & (measured > 0)
+    """The measured values' log ratios, run by run (row-major), as the fit's residual vector."""
+    r = _log_ratios(pred, measured, metrics).to_numpy()
+    return np.asarray(r[np.isfinite(r)], dtype=float)
+
+
+def _log_ratios(pred: pd.DataFrame, measured: np.ndarray, metrics: tuple[str, ...]) -> pd.DataFrame:
+    """log(predicted / measured) per run and metric; NaN where the run did not measure it."""
+    p = pred[[f"{m}_predicted" for m in metrics]].to_numpy(dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.log(p / measured)
     r = np.where(np.isfinite(r), r, MISSING_PREDICTION_LOG_ERROR)
-    return np.asarray(r[mask], dtype=float)
+    r = np.where(np.isfinite(measured) & (measured > 0), r, np.nan)
+    return pd.DataFrame(r, columns=list(metrics))
 
 
 def _fmt_limit(value: float, status: str = "interpolated") -> str:
@@ -436,8 +458,12 @@ def calibrate(
     given = (table > 0) & np.isfinite(table)
     metrics = tuple(m for m in metrics if given[f"{m}_measured"].any())  # never fit what nobody measured
     measured = table[[f"{m}_measured" for m in metrics]].to_numpy()
-    if not prepared or not metrics:
-        raise ValueError("no run can be predicted and compared; check the models, GPUs and measured columns")
+    if not prepared:
+        reasons = sorted(set(errors.values()))
+        more = f" (and {len(reasons) - 2} more reasons)" if len(reasons) > 2 else ""
+        raise ValueError(f"no run can be predicted: {'; '.join(reasons[:2])}{more}")
+    if not metrics:
+        raise ValueError("no run measured throughput, TTFT or TPOT; check the measured columns")
     sweeps: list[Sweep] = []
     usable: list[Sweep] = []
     skipped: list[str] = []
@@ -521,6 +547,10 @@ def calibrate(
         ),
     }
     fitted = coefs(sol.x)
+    changes = metric_changes(
+        _log_ratios(predict_prepared(prepared, start, method), measured, metrics),
+        _log_ratios(predict_prepared(prepared, fitted, method), measured, metrics),
+    )
     limits = pd.DataFrame()
     if slo is not None and sweeps:
         limits = limit_table(sweeps, slo, start, fitted, free, cov)
@@ -544,5 +574,6 @@ def calibrate(
         sum_squares_before=float(r0 @ r0),
         sum_squares_after=float(sol.fun @ sol.fun),
         limits=limits,
-        flags=sanity_flags(start, fitted, free, at_bound),
+        flags=sanity_flags(start, fitted, free, at_bound) + worse_flags(changes),
+        metric_errors=changes,
     )

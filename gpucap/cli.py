@@ -123,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
     v.add_argument("cases", help="CSV in the schema of measured-public.csv")
+    v.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
     v.add_argument("--json", action="store_true", help="one object per row")
     v.add_argument("--out", default=None, help="also write the per-row table as CSV here (never overwrites)")
     v.add_argument(
@@ -143,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("num-gpus", "tp", "pp", "ep"):
         c.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
     c.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
+    c.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
     c.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
     c.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
     c.add_argument(
@@ -198,6 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("num-gpus", "tp", "pp", "ep"):
         e.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
     e.add_argument("--manifest", default=None)
+    e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
     e.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
     e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
     e.add_argument("--length-dist", default="fixed", choices=["fixed", "dataset"])
@@ -256,6 +259,7 @@ def _validate(a: argparse.Namespace) -> int:
     out = Path(a.out) if a.out else None
     if out is not None and out.exists():
         raise ValueError(f"{out} exists; choose another --out (results are never overwritten)")
+    _add_gpu_file(a)
     result = validate(read_cases(a.cases), method=a.method)
     if out is not None:
         result.to_csv(out, index=False)
@@ -290,10 +294,19 @@ def _validate(a: argparse.Namespace) -> int:
     return 0
 
 
+def _add_gpu_file(a: argparse.Namespace) -> None:
+    """``--gpu-file``'s GPUs join the catalog for this command (read now: a bad file stops it)."""
+    if a.gpu_file:
+        from .gpus import add_gpu_file
+
+        add_gpu_file(a.gpu_file)
+
+
 def _read_calibration_cases(a: argparse.Namespace) -> tuple[Any, Any]:
     """Cases to fit (schema of measured-public.csv) and the tidy runs they came from (or None)."""
     import pandas as pd
 
+    _add_gpu_file(a)
     from .loadtests import cases_from_runs
     from .results import read_results, runs_needing
     from .validate import read_cases

@@ -1,7 +1,8 @@
 """GPU catalog: sourced datasheet numbers in ``data/gpus.csv``, converted to SI on load.
 
 Users add or override GPUs with a CSV of the same columns (``load_gpus(extra=...)``, the
-``--gpu-file`` option, or the ``GPUCAP_GPU_FILE`` environment variable), never by editing code.
+``--gpu-file`` option, ``add_gpu_file(path)`` for the rest of a Python session, or the
+``GPUCAP_GPU_FILE`` environment variable), never by editing code.
 """
 
 from __future__ import annotations
@@ -172,9 +173,24 @@ def _load(extra: tuple[str, ...]) -> dict[str, GPU]:
     return gpus
 
 
+_ADDED_FILES: list[str] = []  # add_gpu_file's, in the order added
+
+
+def add_gpu_file(path: str | Path) -> list[str]:
+    """Add the GPUs in ``path`` (a CSV of ``data/gpus.csv``'s columns) to every later lookup in
+    this process, overriding catalog rows of the same key; the file is read now, so a bad one
+    fails here, naming its line. Returns the keys it adds."""
+    text = str(Path(path).resolve())
+    keys = list(read_gpu_file(text))
+    if text not in _ADDED_FILES:
+        _ADDED_FILES.append(text)
+    return keys
+
+
 def load_gpus(extra: str | Path | None = None) -> dict[str, GPU]:
-    """The catalog, plus (overriding) the GPUs in ``extra`` and ``$GPUCAP_GPU_FILE``."""
-    files = [p for p in (os.environ.get("GPUCAP_GPU_FILE"), extra) if p]
+    """The catalog, plus (overriding, later wins) the GPUs in ``$GPUCAP_GPU_FILE``, the files of
+    ``add_gpu_file`` and ``extra``."""
+    files = [p for p in (os.environ.get("GPUCAP_GPU_FILE"), *_ADDED_FILES, extra) if p]
     return dict(_load(tuple(str(p) for p in files)))
 
 

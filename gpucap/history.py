@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from .calibrate import FitResult
+from .fitchecks import Z_95
 
 HISTORY_NAME = "calibration-history.jsonl"
-Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
 def history_path(path: str | Path) -> Path:

@@ -34,7 +34,9 @@ Hardware, parallelism and model of a run, field by field: the run's own metadata
 ``--metadata gpu=H100-SXM-80GB tp=2``; keys gpu, num_gpus, tp or tensor_parallel_size, pp or
 pipeline_parallel_size, ep, engine, model; a gpu value like ``4xNVIDIA_L40S`` also gives
 num_gpus 4), then the file's ``model_id`` (model only), then a manifest, then ``defaults``, and
-for the engine last of all the tool's ``backend`` when it names an engine.
+for the engine last of all the tool's ``backend`` when it names an engine. A model given as a
+relative path to a ``config.json`` is read relative to the folder of the file (result file or
+manifest) that names it, so a results folder can carry the config of a model no catalog has.
 
 Manifest: maps file-name globs to those fields. JSON ``{"runs/*.json": {"gpu": "H100-SXM-80GB",
 "tp": 2, "engine": "vllm"}}``, or CSV with a ``pattern`` column and any of the columns gpu,
@@ -99,6 +101,9 @@ LATENCY = tuple(c for c in COLUMNS if c.startswith(("ttft", "tpot", "itl", "e2el
 SUFFIXES = (".json", ".jsonl", ".csv", ".txt")
 MANIFEST_NAMES = ("manifest.json", "manifest.csv")
 SKIP = {".pytorch.json": "vLLM's PyTorch-benchmark copy of the result next to it", "warmup.json": "sweep warm-up run"}
+# Files a results folder may carry beside the runs: the config.json of the model they served (named
+# by a relative path in the metadata or manifest) and a GPU file for hardware no catalog has.
+SKIP_NAMES = {"config.json": "a model's config.json, not a result", "gpus.csv": "a GPU file, not a result"}
 # No count, time (s or ms) or rate a load test reports reaches this; a larger value is corrupt.
 ABSURD = 1e12
 MAX_RESULT_BYTES = 1 << 29  # a result file larger than this (512 MiB; ~7x that once parsed) is not read
@@ -523,8 +528,19 @@ def read_manifest(source: str | Path | Mapping[str, Mapping[str, Any]]) -> Manif
             continue
         if not glob or not isinstance(fields, dict):
             raise ValueError(f"{where}: entry {glob!r} must be a glob mapping to a dict of fields")
-        out.append((folder, str(glob), _hardware(fields, f"{where}: {glob}", strict=True)))
+        checked = _hardware(fields, f"{where}: {glob}", strict=True)
+        if folder is not None and "model" in checked:
+            checked["model"] = model_beside(checked["model"], folder)
+        out.append((folder, str(glob), checked))
     return out
+
+
+def model_beside(model: Any, folder: Path) -> Any:
+    """``model`` with a relative ``.json`` path (a config.json) made absolute from ``folder``;
+    names of catalog models and absolute paths as they are."""
+    if isinstance(model, str) and model.lower().endswith(".json") and not Path(model).is_absolute():
+        return str((folder / model).resolve())
+    return model
 
 
 def _manifest_fields(manifest: Manifest, file: Path) -> dict[str, Any]:
@@ -548,7 +564,8 @@ def _files(item: Path) -> tuple[list[Path], list[Path], list[tuple[str, str]]]:
     manifests = sorted((f for f in found if f.name in MANIFEST_NAMES), key=lambda m: len(m.parts))
     files = [f for f in found if f.name not in MANIFEST_NAMES]
     skipped = [(str(f), SKIP[n]) for f in files for n in SKIP if f.name.endswith(n)]
-    files = [f for f in files if not any(f.name.endswith(n) for n in SKIP)]
+    skipped += [(str(f), SKIP_NAMES[f.name]) for f in files if f.name in SKIP_NAMES]
+    files = [f for f in files if not any(f.name.endswith(n) for n in SKIP) and f.name not in SKIP_NAMES]
     if not files:
         raise ValueError(f"{item}: no result files ({', '.join(SUFFIXES)}) in this folder")
     return files, manifests, skipped
@@ -601,6 +618,7 @@ def read_results(
                     continue
                 seen[key] = name
                 engine = BACKEND_ENGINES.get(str(run.pop("backend") or "").lower())
+                run["model"] = model_beside(run["model"], f.parent)
                 run.update({k: fields.get(k) for k in HARDWARE if run[k] is None})
                 run["engine"] = run["engine"] or engine
                 rows.append(run)

@@ -245,6 +245,22 @@ def test_user_file_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "ENV-GPU-1" in load_gpus()
 
 
+def test_added_file_serves_every_later_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucap import gpus as gpus_module
+
+    monkeypatch.setattr(gpus_module, "_ADDED_FILES", [])
+    path = write_gpu_file(tmp_path / "added.csv", [gpu_row(key="ADDED-GPU")])
+    assert "ADDED-GPU" not in load_gpus()
+    assert gpus_module.add_gpu_file(path) == ["ADDED-GPU"]
+    assert get_gpu("ADDED-GPU").hbm_bytes_per_s == pytest.approx(2.5e12)  # no file named at the lookup
+    gpus_module.add_gpu_file(path)  # twice: still one entry
+    assert gpus_module._ADDED_FILES == [str(path.resolve())]
+    broken = write_gpu_file(tmp_path / "broken.csv", [gpu_row(key="BAD", memory_GB="-1")])
+    with pytest.raises(ValueError, match="broken.csv"):
+        gpus_module.add_gpu_file(broken)  # read at once: a bad file fails where it is added
+    assert gpus_module._ADDED_FILES == [str(path.resolve())]
+
+
 def test_user_file_missing_required_column(tmp_path: Path) -> None:
     cols = [c for c in HEADER if c != "hbm_TB_per_s"]
     path = write_gpu_file(tmp_path / "no_hbm_column.csv", [gpu_row()], cols)

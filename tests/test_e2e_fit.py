@@ -66,3 +66,76 @@ def test_cases_carry_the_served_engine() -> None:
     assert units.kv_bytes_per_element("fp32") == 4.0  # a float32 KV cache: 4 bytes an element
     hw, _, _ = validate.case_hardware(row.replace({"fp32": "auto"}))
     assert hw.engine.max_num_seqs != 64  # without the columns: the engine's own default
+
+
+# --- the shipped example: data/loadtests/vllm-cpu-tiny-llama, a `make e2e` run --------------------
+
+CPU_RUNS = ROOT / "data" / "loadtests" / "vllm-cpu-tiny-llama"
+
+
+@pytest.fixture()
+def cpu_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucap import gpus
+
+    monkeypatch.setattr(gpus, "_ADDED_FILES", [])
+    gpus.add_gpu_file(CPU_RUNS / "gpus.csv")
+
+
+def test_shipped_cpu_runs_carry_the_served_engine(cpu_gpu: None) -> None:
+    """The manifest's memory share is fit.py's for the server's 1 GiB KV cache (make e2e's
+    settings), and every case is predicted with the engine the server ran."""
+    import json
+
+    args = server_args(model=str(CPU_RUNS / "config.json"), gpu="CPU-E2E", dtype="fp32", kv_cache_gib=1.0,
+                       max_num_seqs=256, max_num_batched_tokens=2048)  # fmt: skip
+    engine = fit.server_engine(args)
+    entry = json.loads((CPU_RUNS / "manifest.json").read_text())["concurrency-*.json"]
+    assert entry["gpu_memory_utilization"] == pytest.approx(engine.gpu_memory_utilization, rel=1e-6)
+    cases = _cpu_cases()
+    assert len(cases) == 5 and list(cases["concurrency"]) == [1, 2, 4, 8, 16]
+    hw, replicas, _ = validate.case_hardware(cases.iloc[0])
+    assert replicas == 1 and hw.gpu.key == "CPU-E2E" and hw.spec.num_layers == 6 and hw.weight_dtype == "fp32"
+    assert (hw.engine.max_num_seqs, hw.engine.max_num_batched_tokens, hw.engine.block_size) == (256, 2048, 128)
+    assert hw.engine.cuda_graphs is False
+
+
+def _cpu_cases() -> pd.DataFrame:
+    from gpucap.loadtests import cases_from_runs
+    from gpucap.results import read_results
+
+    return cases_from_runs(read_results(CPU_RUNS).runs.sort_values("concurrency"))
+
+
+def test_shipped_cpu_sweep_limit_and_its_fit(cpu_gpu: None) -> None:
+    from gpucap.calibrate import calibrate
+    from gpucap.limits import Slo, find_sweeps
+
+    slo = Slo(1.0, 0.05, "mean")
+    cases = _cpu_cases()
+    (sweep,), _ = find_sweeps(cases, slo)
+    # concurrency-0004.json: mean TTFT 736.24 ms; -0008: 1534.4 ms (TPOT 42 ms < 50 there): the
+    # TTFT SLO of 1 s is crossed at 4 + (1000 - 736.24) / (1534.4 - 736.24) x 4 = 5.323
+    assert sweep.measured.binding == "ttft"
+    assert sweep.measured.limit == pytest.approx(4 + (1000 - 736.245) / (1534.396 - 736.245) * 4, rel=1e-3)
+    result = calibrate(cases, free=("u_compute", "u_hbm", "t_layer_s", "t_seq_s"), targets=("runs", "limits"), slo=slo)
+    row = result.limits.iloc[0]
+    assert row["fitted_low"] <= row["measured"] <= row["fitted_high"]
+    assert not result.metric_errors["worse"].any()
+    assert (result.metric_errors["after"] < result.metric_errors["before"]).all()
+
+
+def test_cli_calibrates_the_shipped_cpu_runs_with_their_gpu_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpucap import gpus
+    from gpucap.cli import main
+
+    monkeypatch.setattr(gpus, "_ADDED_FILES", [])
+    common = [str(CPU_RUNS), "--targets", "runs,limits", "--slo-ttft", "1", "--slo-tpot", "0.05"]
+    assert main(["calibrate", *common, "--out", str(tmp_path / "none.json")]) == 2
+    assert "CPU-E2E" in capsys.readouterr().err  # the runs name a GPU no catalog has
+    assert not (tmp_path / "none.json").exists()
+    out = tmp_path / "cpu.json"
+    argv = ["calibrate", *common, "--gpu-file", str(CPU_RUNS / "gpus.csv"), "--free", "u_compute,t_seq_s", "--out"]
+    assert main([*argv, str(out)]) == 0
+    assert "measured 5.32" in capsys.readouterr().out and out.exists()

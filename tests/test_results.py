@@ -107,9 +107,11 @@ def test_shipped_loadtests_load_complete() -> None:
     rs = read_results(LOADTESTS)
     assert isinstance(rs, ResultSet)
     assert list(rs.runs.columns) == list(COLUMNS)
-    # 1 vLLM JSON + 7 + 7 + 6 SGLang JSON lines + 1 console block
-    assert len(rs.runs) == 22
-    assert rs.bad == [] and rs.skipped == []
+    # 1 vLLM JSON + 7 + 7 + 6 SGLang JSON lines + 1 console block + 5 vLLM JSON of the CPU server
+    assert len(rs.runs) == 27
+    assert rs.bad == []
+    # the CPU server's folder carries its model's config.json and the CPU as a GPU-file row
+    assert sorted(Path(f).name for f, _ in rs.skipped) == ["config.json", "gpus.csv"]
     assert rs.incomplete == []  # the manifests give gpu, tp and model wherever the files lack them
 
 
@@ -302,6 +304,17 @@ def test_nothing_readable_is_an_error(tmp_path: Path) -> None:
 
 
 # --- hardware: metadata, then manifest, then defaults --------------------------------------------
+
+
+def test_relative_model_config_is_read_beside_the_file_that_names_it(tmp_path: Path) -> None:
+    by_meta, by_manifest = tmp_path / "a", tmp_path / "b"
+    for folder, meta in ((by_meta, {"model": "config.json"}), (by_manifest, {"model_id": None, "duration": 40.0})):
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        (folder / "run.json").write_text(json.dumps(vllm_serve_result(**meta)))
+    (by_manifest / "manifest.json").write_text(json.dumps({"*.json": {"model": "config.json", "gpu": "L40S"}}))
+    runs = read_results([by_meta, by_manifest]).runs
+    assert list(runs["model"]) == [str(by_meta / "config.json"), str(by_manifest / "config.json")]
 
 
 def test_metadata_beats_manifest_beats_defaults(tmp_path: Path) -> None:
