@@ -4,19 +4,24 @@ values read into ``Inputs``."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 
 from .appcache import Inputs, stamp
-from .catalog import model_cards
-from .engine import ENGINES, EngineConfig
+from .catalog import load_model, model_cards
+from .engine import ENGINES, Coefficients, EngineConfig
 from .gpus import get_gpu, load_gpus
 from .units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 ALLOWED_ENV = "GPUCAP_APP_FILES"  # folders the served page may read files from (os.pathsep-separated)
+# An uploaded config.json or coefficients file larger than this is refused unread: both are a few KB.
+UPLOAD_MAX_BYTES = 1 << 20
+UPLOADS = {"model_path": ("config.json", "model config"), "calibration": ("coefficients.json", "coefficients file")}
 
 DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 DEFAULT_GPU = "A100-SXM-80GB"
@@ -166,6 +171,17 @@ class Controls:
         self.inputs: dict[str, Any] = {name: getattr(self, name) for name in INPUT_NAMES}
         for name, w in self.inputs.items():
             w.add_class("gpucap-" + name.replace("_", "-"))
+        # Upload buttons beside the two path boxes: the file is kept in a folder of this page's own
+        # and its path put in the box, so an upload reads exactly like a path.
+        self.uploads: dict[str, Any] = {}
+        for name, (_, what) in UPLOADS.items():
+            button = widgets.FileUpload(accept=".json", multiple=False, description=f"upload {what}")
+            button.add_class(f"gpucap-{name.replace('_', '-')}-upload")
+            button.observe(lambda change, name=name: self._take_upload(name, change["new"]), names="value")
+            self.uploads[name] = button
+        self._upload_dir: Path | None = None
+        self._upload_count = itertools.count(1)
+        self.upload_error: str | None = None
 
         unknown = set(values) - set(self.inputs)
         if unknown:
@@ -181,24 +197,62 @@ class Controls:
                 self.inputs[name].value = value
 
     def controls_box(self) -> Any:
-        """The controls in three titled columns."""
+        """The controls in three titled columns (an upload button under each path box)."""
         return widgets.HBox(
             [
                 widgets.VBox(
-                    [widgets.HTML(f"<b>{title}</b>"), *(self.inputs[name] for name in names)],
+                    [
+                        widgets.HTML(f"<b>{title}</b>"),
+                        *(w for name in names for w in (self.inputs[name], self.uploads.get(name)) if w is not None),
+                    ],
                     layout=widgets.Layout(width=COLUMN_WIDTH),
                 )
                 for title, names in COLUMNS
             ]
         )
 
+    def refresh(self) -> None:
+        """Recompute after an input changed (the estimator's page does the work)."""
+
+    def _take_upload(self, name: str, files: Any) -> None:
+        """Keep an uploaded file in this page's upload folder and put its path in box ``name``;
+        a file over UPLOAD_MAX_BYTES is refused unread, with a message in place of the results."""
+        if not files:
+            return
+        file_name, what = UPLOADS[name]
+        item = files[0]
+        content = bytes(item["content"])
+        self.uploads[name].value = ()  # the same file can be uploaded again
+        if len(content) > UPLOAD_MAX_BYTES:
+            self.upload_error = (
+                f"the uploaded {what} {item['name']!r} is {len(content) / 2**20:.1f} MiB, over the "
+                f"{UPLOAD_MAX_BYTES / 2**20:g} MiB this page takes (a {what} is a few KB); upload the {what} itself"
+            )
+            self.refresh()
+            return
+        if self._upload_dir is None:
+            self._upload_dir = Path(tempfile.mkdtemp(prefix="gpucap-uploads-"))
+        folder = self._upload_dir / str(next(self._upload_count))
+        folder.mkdir()
+        path = folder / file_name
+        path.write_bytes(content)
+        self.upload_error = None
+        self.inputs[name].value = str(path)  # the box's observer recomputes
+
     @staticmethod
-    def _readable(text: str, what: str) -> Path:
-        """The path in a box, checked: under the folders the page may read (``ALLOWED_ENV``,
-        set by ``gpucap.appserve``; anywhere in a notebook) and a regular file or folder."""
+    def _roots() -> list[Path]:
+        """The folders a served page may read (``ALLOWED_ENV``); none: anywhere (a notebook)."""
+        return [Path(r).resolve() for r in os.environ.get(ALLOWED_ENV, "").split(os.pathsep) if r]
+
+    def _uploaded(self, path: Path) -> bool:
+        return self._upload_dir is not None and path.resolve().is_relative_to(self._upload_dir.resolve())
+
+    def _readable(self, text: str, what: str) -> Path:
+        """The path in a box, checked: an upload of this page, or under the folders the page may
+        read (``ALLOWED_ENV``, set by ``gpucap.appserve``; anywhere in a notebook), and existing."""
         path = Path(text).expanduser()
-        roots = [Path(r).resolve() for r in os.environ.get(ALLOWED_ENV, "").split(os.pathsep) if r]
-        if roots and not any(path.resolve().is_relative_to(r) for r in roots):
+        roots = self._roots()
+        if roots and not self._uploaded(path) and not any(path.resolve().is_relative_to(r) for r in roots):
             raise ValueError(
                 f"this page reads {what}s under {', '.join(map(str, roots))} only ({ALLOWED_ENV}); copy the file there"
             )
@@ -206,9 +260,32 @@ class Controls:
             raise ValueError(f"{what} {text!r} does not exist")
         return path
 
+    def _parses(self, path: Path, what: str, parse: Any) -> None:
+        """Parse the file once; on a served page a file read from the server's folders that does
+        not parse is named without its content (keys, values): the message says what kind of
+        problem it is and how to see the details. An upload (the user's own file) or a notebook
+        gets the full message."""
+        try:
+            parse()
+        except ValueError as exc:
+            if not self._roots() or self._uploaded(path):
+                raise
+            kind = (
+                "it is not valid JSON"
+                if "not valid JSON" in str(exc)
+                else "a field is missing, unknown or out of range"
+            )
+            option = "--model" if what == "model config" else "--coefficients"
+            raise ValueError(
+                f"{what} {path} does not read: {kind}; this page does not show a server file's content "
+                f"(`gpucap estimate {option} {path}` in a terminal names the field, or upload the file)"
+            ) from None
+
     def read(self) -> Inputs:
         """The current values, normalized (paths resolved and stamped, no slider float noise);
         raises ValueError for a model path that does not exist."""
+        if self.upload_error:
+            raise ValueError(self.upload_error)
         model, model_stamp = self.model.value, 0
         path_text = self.model_path.value.strip()
         if path_text:
@@ -216,11 +293,13 @@ class Controls:
                 path = self._readable(path_text, "model config")
             except ValueError as exc:
                 raise ValueError(f"{exc}; give a path to a config.json (or its folder), or clear the box") from None
+            self._parses(path, "model config", lambda: load_model(path))
             model, model_stamp = str(path.resolve()), stamp(path)
         calibration, calibration_stamp = "", 0
         calibration_text = self.calibration.value.strip()
         if calibration_text:
             path = self._readable(calibration_text, "coefficients file")
+            self._parses(path, "coefficients file", lambda: Coefficients.from_file(path, self.engine.value))
             calibration, calibration_stamp = str(path.resolve()), stamp(path)
         return Inputs(
             model=model,

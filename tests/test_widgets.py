@@ -4,6 +4,7 @@ called directly with the same inputs; and its SVG figures (gpucap.appfigures, gp
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import re
@@ -294,3 +295,39 @@ def test_served_page_reads_files_only_under_its_folders(
     app.model_path.value = ""
     app.calibration.value = "/etc/passwd"
     assert "reads coefficients files under" in app.status_text and "root:x:0:0" not in app.status_text
+
+
+def upload(data: bytes, name: str = "config.json") -> tuple[dict[str, object], ...]:
+    """What ipywidgets 8's FileUpload holds after a browser sends one file."""
+    return ({"name": name, "type": "application/json", "size": len(data), "content": memoryview(data),
+             "last_modified": dt.datetime(2026, 12, 1, tzinfo=dt.UTC)},)  # fmt: skip
+
+
+def test_uploads_read_like_paths_and_server_files_are_not_echoed(
+    app: EstimatorApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpucap.appcontrols import UPLOAD_MAX_BYTES
+
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    monkeypatch.setenv(ALLOWED_ENV, str(allowed))  # served: uploads still read
+    llama = Path(gpucap.model_cards()[LLAMA_70B]["path"]).read_bytes()
+    app.uploads["model_path"].value = upload(llama)
+    assert app.result is not None and app.model_path.value.endswith("config.json")
+    assert app.uploads["model_path"].value == ()  # ready for the next upload
+    # a file over the cap is refused unread, and the page says so instead of an answer
+    app.uploads["calibration"].value = upload(b" " * (UPLOAD_MAX_BYTES + 1), "huge.json")
+    assert app.result is None and "'huge.json' is 1.0 MiB, over the 1 MiB" in app.status_text
+    # the user's own coefficients file: errors say what is in it
+    app.uploads["calibration"].value = upload(b'{"SECRET_KEY": 1}', "mine.json")
+    assert "unknown coefficient 'SECRET_KEY'" in app.status_text
+    # a file on the server that does not parse: named, its content not shown
+    server_file = allowed / "coefficients.json"
+    server_file.write_text('{"SECRET_KEY": "SECRET_VALUE"}')
+    app.calibration.value = str(server_file)
+    assert "does not read: a field is missing, unknown or out of range" in app.status_text
+    assert "SECRET" not in app.status_text
+    (allowed / "config.json").write_text('{"model_type": "llama", "SECRET_KEY": "SECRET_VALUE"')
+    app.calibration.value = ""
+    app.model_path.value = str(allowed / "config.json")
+    assert "it is not valid JSON" in app.status_text and "SECRET" not in app.status_text
