@@ -180,29 +180,29 @@ def _hardware(d: Mapping[str, Any], where: str, strict: bool = False) -> dict[st
                 n = float(v)
                 if isinstance(v, bool) or n != int(n) or n < 1:
                     raise ValueError
-            except (TypeError, ValueError):
-                raise ValueError(f"{where}: {key} = {v!r} is not a positive whole number") from None
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError(f"{where}: {key} = {_show(v)} is not a positive whole number") from None
             out[name] = int(n)
         elif name == "gpu_memory_utilization":
             try:
                 u = float(v)
                 if isinstance(v, bool) or not 0 < u <= 1:
                     raise ValueError
-            except (TypeError, ValueError):
-                raise ValueError(f"{where}: {key} = {v!r} is not a fraction in (0, 1]") from None
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError(f"{where}: {key} = {_show(v)} is not a fraction in (0, 1]") from None
             out[name] = u
         elif name == "range_ratio":
             try:
                 rr = float(v)
                 if isinstance(v, bool) or not 0 <= rr < 1:
                     raise ValueError
-            except (TypeError, ValueError):
-                raise ValueError(f"{where}: {key} = {v!r} is not a range ratio in [0, 1)") from None
+            except (TypeError, ValueError, OverflowError):
+                raise ValueError(f"{where}: {key} = {_show(v)} is not a range ratio in [0, 1)") from None
             out[name] = rr
         elif name in ("enforce_eager", "overlap_host"):
             text = str(v).strip().lower()
             if text not in TRUE + FALSE:
-                raise ValueError(f"{where}: {key} = {v!r} is not true or false")
+                raise ValueError(f"{where}: {key} = {_show(v)} is not true or false")
             out[name] = text in TRUE
         else:
             out[name] = str(v).strip()

@@ -397,6 +397,8 @@ def test_bad_engine_knob_is_named(tmp_path: Path, key: str, value: str, says: st
         (json.dumps(vllm_serve_result()).replace('"duration": 50.0', '"duration": 1e13'), "beyond any measurement"),
         (json.dumps(vllm_serve_result()).replace('"completed": 100', '"completed": ' + "9" * 5000), "unreadable JSON"),
         ("[" * 100_000, "nested too deeply"),
+        (json.dumps(vllm_serve_result(gpu_memory_utilization=1)).replace(": 1}", ": " + "9" * 400 + "}"), "fraction"),
+        (json.dumps(vllm_serve_result(random_range_ratio=0)).replace(": 0}", ": " + "9" * 400 + "}"), "range ratio"),
     ],
 )
 def test_non_finite_absurd_and_hostile_values_are_named(tmp_path: Path, text: str, says: str) -> None:

@@ -1,0 +1,190 @@
+"""Hostile-input probe: bad values and damaged files, by family, as a careless or hostile user
+would try them. Prints, per family, how many cases were tried and how many were clean.
+
+    .venv/bin/python benchmarks/probe.py
+
+Clean means: the input is accepted with sane values (positive sizes, finite metrics), or it is
+refused with one line that names the file, field or value (a ValueError from the library, exit
+status 2 or 3 with a ``gpucap:`` line from the command line). Anything else (another exception,
+a traceback, a negative size, a non-finite metric, a whole folder lost for one bad file) is not
+clean and is listed. The same classes are kept as tests (tests/test_config_probe.py,
+tests/test_results.py, tests/test_cli.py, tests/test_loadtest.py, tests/test_widgets.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpucap.cli import main  # noqa: E402
+from gpucap.models import ModelSpec  # noqa: E402
+from gpucap.results import read_results  # noqa: E402
+from tests.test_config_probe import mutations  # noqa: E402
+
+LOADTESTS = ROOT / "data" / "loadtests"
+# Values a careless edit or a hostile file puts where a metric belongs (JSON text).
+BAD_METRICS = ("Infinity", "-Infinity", "NaN", "1e400", "9" * 400, "-1", '"abc"', "true", "null", "[]", "{}")
+
+
+def config_family(tmp: Path) -> tuple[int, list[str]]:
+    """Every shipped config.json, every scalar field, every bad value (tests/test_config_probe.py)."""
+    tried, bad = 0, []
+    probe = tmp / "config" / "config.json"
+    probe.parent.mkdir()
+    for config in sorted((ROOT / "data" / "models").glob("*/*/config.json")):
+        for section, key, value, new in mutations(json.loads(config.read_text())):
+            tried += 1
+            probe.write_text(json.dumps(new))
+            case = f"{config.parent.name} {section + '.' if section else ''}{key}={str(value)[:12]}"
+            try:
+                spec = ModelSpec.from_hf_config(probe)
+            except ValueError as exc:
+                if "\n" in str(exc) or str(probe) not in str(exc):
+                    bad.append(f"{case}: message {str(exc)[:80]!r}")
+                continue
+            except Exception as exc:  # noqa: BLE001 - what the probe looks for
+                bad.append(f"{case}: {type(exc).__name__}")
+                continue
+            sizes = (spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.total_params)
+            if min(sizes) <= 0 or (spec.is_moe and spec.experts_per_token > spec.num_experts):
+                bad.append(f"{case}: accepted with sizes {sizes}")
+    return tried, bad
+
+
+def _result_mutations() -> Iterator[tuple[str, str, str]]:
+    """(name, file suffix, text) of damaged copies of the shipped real result files: each metric
+    of a vLLM JSON and of the first SGLang JSON line set to each bad value, plus damaged shapes."""
+    sources = [
+        LOADTESTS / "nerdalert-llama-3.2-3b-l40s" / "vllm-10qps-Llama-3.2-3B-Instruct.json",
+        LOADTESTS / "vllm-cpu-tiny-llama" / "concurrency-0004.json",
+    ]
+    for src in sources:
+        data = json.loads(src.read_text())
+        for key, v in data.items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                for bad in BAD_METRICS:
+                    text = json.dumps({k: ("@@" if k == key else x) for k, x in data.items()})
+                    yield f"{src.name} {key}={bad[:10]}", ".json", text.replace('"@@"', bad)
+    line = (LOADTESTS / "datacrunch-h200-sglang" / "llama_405b_online_output.jsonl").read_text().splitlines()[0]
+    data = json.loads(line)
+    for key, v in data.items():
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            for bad in BAD_METRICS:
+                text = json.dumps({k: ("@@" if k == key else x) for k, x in data.items()})
+                yield f"sglang {key}={bad[:10]}", ".jsonl", text.replace('"@@"', bad)
+    console = (LOADTESTS / "gpustack-qwen3-8b-h100" / "vllm-bench-serve-console.txt").read_text()
+    whole = (LOADTESTS / "nerdalert-llama-3.2-3b-l40s" / "vllm-10qps-Llama-3.2-3B-Instruct.json").read_text()
+    shapes = {
+        "deep nesting": ("[" * 100_000, ".json"),
+        "list of numbers": ("[1, 2, 3]", ".json"),
+        "empty": ("", ".json"),
+        "half a JSON file": (whole[: len(whole) // 2], ".json"),
+        "binary": ("\x00\x01\x02" * 1000, ".json"),
+        "console without its closing line": (console.rsplit("=", 60)[0], ".txt"),
+        "console half": (console[: len(console) // 2], ".txt"),
+    }
+    for name, (text, suffix) in shapes.items():
+        yield name, suffix, text
+
+
+def results_family(tmp: Path) -> tuple[int, list[str]]:
+    """Each damaged file in a folder beside one good file: the good run still loads, the damaged
+    one loads with finite values or is named in the bad list; read_results never raises."""
+    tried, bad = 0, []
+    good = LOADTESTS / "vllm-cpu-tiny-llama" / "concurrency-0001.json"
+    for k, (name, suffix, text) in enumerate(_result_mutations()):
+        tried += 1
+        folder = tmp / f"results-{k}"
+        folder.mkdir()
+        (folder / "good.json").write_text(good.read_text())
+        (folder / f"damaged{suffix}").write_text(text)
+        try:
+            rs = read_results(folder)
+        except Exception as exc:  # noqa: BLE001
+            bad.append(f"{name}: {type(exc).__name__} {str(exc)[:60]}")
+            continue
+        files = set(rs.runs["source_file"].astype(str).map(lambda p: Path(p).name))
+        if "good.json" not in files:
+            bad.append(f"{name}: the good file did not load")
+        runs = rs.runs[rs.runs["source_file"].astype(str).str.endswith("damaged" + suffix)]
+        numbers = runs.drop(columns=["request_rate"]).select_dtypes("number").to_numpy().ravel()
+        if any(not math.isnan(x) and (math.isinf(x) or x < 0) for x in numbers):
+            bad.append(f"{name}: loaded a non-finite or negative value")
+        named = any(Path(f).name.startswith("damaged") for f, _ in rs.bad)
+        if runs.empty and not named and name not in ("empty",):
+            bad.append(f"{name}: neither loaded nor named")
+    return tried, bad
+
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as exc:  # argparse refusals
+            rc = int(exc.code or 0)
+    return rc, err.getvalue()
+
+
+def cli_family() -> tuple[int, list[str]]:
+    """`gpucap estimate` and `plan` with each numeric option set to each bad number."""
+    base_estimate = ["estimate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100-SXM-80GB",
+                     "--num-gpus", "1", "--input-len", "1000", "--output-len", "200"]  # fmt: skip
+    base_plan = ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpus", "H100-SXM-80GB",
+                 "--input-len", "1000", "--output-len", "200", "--target-rps", "5", "--simulate-top", "0"]  # fmt: skip
+    options: dict[str, tuple[list[str], list[str]]] = {
+        "estimate": (base_estimate, ["--num-gpus", "--tp", "--pp", "--ep", "--input-len", "--output-len",
+                                     "--ttft-slo", "--tpot-slo", "--concurrency", "--request-rate",
+                                     "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens"]),
+        "plan": (base_plan, ["--target-rps", "--input-len", "--output-len", "--ttft-slo", "--tpot-slo",
+                             "--burst-margin", "--usd-per-kwh"]),
+    }  # fmt: skip
+    values = ("0", "-1", "nan", "inf", "1e30", "abc", "1.5", "")
+    tried, bad = 0, []
+    for command, (base, opts) in options.items():
+        rc, err = _cli(base)
+        if rc != 0:  # the probe changes one option of a command that works
+            raise SystemExit(f"probe: {' '.join(base)} fails by itself (rc {rc}): {err.strip()[-200:]}")
+        for opt in opts:
+            for v in values:
+                tried += 1
+                argv = [a for i, a in enumerate(base) if not (a == opt or (i > 0 and base[i - 1] == opt))]
+                rc, err = _cli([*argv, opt, v])
+                lines = [ln for ln in err.strip().splitlines() if ln]
+                if "Traceback" in err or rc not in (0, 2, 3) or (rc != 0 and not lines):
+                    bad.append(f"{command} {opt} {v!r}: rc {rc}, {err.strip()[-80:]!r}")
+    return tried, bad
+
+
+FAMILIES: dict[str, Callable[[Path], tuple[int, list[str]]]] = {
+    "model configs (shipped configs, one field at a time)": config_family,
+    "result files (metrics set to bad values, damaged shapes)": results_family,
+    "estimate / plan options (bad numbers)": lambda tmp: cli_family(),
+}
+
+
+def run() -> None:
+    total_tried = total_clean = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, family in FAMILIES.items():
+            sub = Path(tmp) / str(len(name))
+            sub.mkdir()
+            tried, bad = family(sub)
+            total_tried, total_clean = total_tried + tried, total_clean + tried - len(bad)
+            print(f"{name}: {tried - len(bad)} of {tried} clean")
+            for line in bad[:10]:
+                print(f"    not clean: {line}")
+    print(f"all: {total_clean} of {total_tried} clean")
+
+
+if __name__ == "__main__":
+    run()
