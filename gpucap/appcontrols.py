@@ -157,8 +157,8 @@ class Controls:
             style=wide,
             layout=row,
         )
-        self.ttft_slo_s = stops(TTFT_SLO_CHOICES_S, 2.0, "TTFT SLO (s)")
-        self.tpot_slo_ms = stops(TPOT_SLO_CHOICES_MS, 100.0, "TPOT SLO (ms)")
+        self.ttft_slo_s = stops(TTFT_SLO_CHOICES_S, 2.0, "mean TTFT SLO (s)")
+        self.tpot_slo_ms = stops(TPOT_SLO_CHOICES_MS, 100.0, "mean TPOT SLO (ms)")
         self.calibration = text("coefficients file", "calibration JSON (empty: engine defaults)")
         self.curve_max = stops(CURVE_MAX_CHOICES, 1000.0, "curves up to")
         self.auto_range = widgets.Checkbox(
@@ -175,7 +175,13 @@ class Controls:
         # and its path put in the box, so an upload reads exactly like a path.
         self.uploads: dict[str, Any] = {}
         for name, (_, what) in UPLOADS.items():
-            button = widgets.FileUpload(accept=".json", multiple=False, description=f"upload {what}")
+            button = widgets.FileUpload(
+                accept=".json",
+                multiple=False,
+                description=f"upload {UPLOADS[name][0]}",
+                tooltip=f"send a {what} from this computer; its path goes in the box above",
+                layout=widgets.Layout(width="auto", margin=f"0 0 4px {DESCRIPTION_WIDTH}"),
+            )
             button.add_class(f"gpucap-{name.replace('_', '-')}-upload")
             button.observe(lambda change, name=name: self._take_upload(name, change["new"]), names="value")
             self.uploads[name] = button

@@ -17,6 +17,7 @@ from .memory import MemoryBreakdown
 from .svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks, log_label, log_ticks, padded_limits
 from .units import GiB
 
+BAR_NAMES = {"hbm_bandwidth": "HBM bandwidth"}  # resources as people say them; the rest are plain words
 RED, GRAY, BLUE, GREEN, ORANGE = "#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e"  # matplotlib's tab: colors
 SMALL, TEXT, TITLE = 9.7, 11.0, 12.5  # px: 7, 8 and 9 pt at 100 dpi
 MEMORY_COLORS = {
@@ -119,7 +120,7 @@ def constraints_svg(estimate: Estimate) -> str:
             c.rect(x0, py - half_bar, x1 - x0, 2 * half_bar, fill=color, opacity=0.85, kind="bar")
             c.text(ax.x(v * 1.08), py, f"{v:,.0f}", size=TEXT)
         c.line(ax.left - 3.5, py, ax.left, py, color="#000", width=0.8)
-        c.text(ax.left - 5, py, name, size=TEXT, anchor="end")
+        c.text(ax.left - 5, py, BAR_NAMES.get(name, name), size=TEXT, anchor="end")
     if rec >= 1:
         ax.vline(rec, color=BLUE, width=1.2, dash=DASHED, kind="recommended")
         c.text(ax.x(rec), ax.y(n - 0.45), f" recommended {rec:,}", size=TEXT, color=BLUE, valign="bottom")

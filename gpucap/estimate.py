@@ -32,6 +32,13 @@ RESOURCES = ("memory", "compute", "hbm_bandwidth", "interconnect", "host")
 # what ``Estimate.bottleneck`` may name: a resource, the engine's slot cap, the host's time per
 # step, or, when not even one request meets them, the SLO that fails
 BOTTLENECKS = (*RESOURCES, "max_num_seqs", "step_overhead", "ttft_slo", "tpot_slo")
+# The same, as the page and figures say them to people.
+PLAIN_NAMES = {
+    "memory": "memory (KV cache)", "compute": "compute", "hbm_bandwidth": "HBM bandwidth",
+    "interconnect": "interconnect", "host": "host (HTTP server, scheduler)",
+    "max_num_seqs": "engine batch limit (max_num_seqs)", "step_overhead": "time per step outside the GPU",
+    "ttft_slo": "TTFT SLO (missed by one request alone)", "tpot_slo": "TPOT SLO (missed by one request alone)",
+}  # fmt: skip
 # Request lengths of the load: "varied" (desynchronized traffic: the steady state of
 # gpucap.batching.closed_loop) or "fixed" (a load test with one length for all, whose closed loop
 # runs in waves: gpucap.waves.wave_loop).

@@ -34,7 +34,17 @@ from .appcontrols import CURVE_MAX_CHOICES, Controls, choose, engine_default_uti
 from .appfigures import constraints_svg, curves_svg, memory_svg
 from .batching import LoadPoint
 from .engine import Coefficients
-from .estimate import DoesNotFit, Estimate, Workload, batch_slots, estimate, hardware, hardware_memory, loop_point
+from .estimate import (
+    PLAIN_NAMES,
+    DoesNotFit,
+    Estimate,
+    Workload,
+    batch_slots,
+    estimate,
+    hardware,
+    hardware_memory,
+    loop_point,
+)
 from .knee import Knee, ttft_knee
 from .memory import MemoryBreakdown
 from .step import Hardware
@@ -80,7 +90,8 @@ class EstimatorApp(Controls):
         self.figures = widgets.VBox(
             [widgets.HBox([self.memory_out, self.constraints_out]), self.memory_text, self.curves_out, self.knee_text]
         )
-        self.widget = widgets.VBox([self.controls_box(), self.recommendation, self.warnings, self.figures]).add_class(
+        # answer first: the recommendation and its warnings above the controls, on a laptop's first screen
+        self.widget = widgets.VBox([self.recommendation, self.warnings, self.controls_box(), self.figures]).add_class(
             "gpucap-estimator"
         )
 
@@ -173,11 +184,16 @@ class EstimatorApp(Controls):
     def _show_text(self, est: Estimate, mem: MemoryBreakdown) -> None:
         hw = est.hw
         coef_source = f"from {Path(self.calibration.value.strip()).name}" if self.calibration.value.strip() else ""
+        # completions per second in the steady state: output tokens/s over output tokens per request
+        per_s = est.output_tokens_per_s / max(float(self.output_len.value), 1.0)
+        rate = f" (about {per_s:,.3g} requests/s)" if est.recommended_concurrency else ""
+        where = f"at {est.concurrency:,.0f} concurrent requests" if est.recommended_concurrency else "one request alone"
         self._set_recommendation(
             [
-                f"recommended concurrency: {est.recommended_concurrency:,} · bottleneck: {est.bottleneck}",
-                f"at {est.concurrency:,.0f} concurrent requests: TTFT {est.ttft_s * 1e3:,.0f} ms, "
-                f"TPOT {est.tpot_s * 1e3:,.1f} ms, {est.output_tokens_per_s:,.0f} output tokens/s, "
+                f"recommended concurrency: {est.recommended_concurrency:,}{rate} · bottleneck: "
+                f"{PLAIN_NAMES.get(est.bottleneck, est.bottleneck)}",
+                f"{where}: mean TTFT {est.ttft_s * 1e3:,.0f} ms, "
+                f"mean TPOT {est.tpot_s * 1e3:,.1f} ms, {est.output_tokens_per_s:,.0f} output tokens/s, "
                 f"communication {est.comm_share:.0%} of a step",
                 f"{est.replicas} replica(s) of {hw.layout.gpus_per_replica} GPU(s); memory holds "
                 f"{est.limits['memory'] or 0:,.0f} requests at input+output "

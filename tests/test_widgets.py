@@ -66,7 +66,7 @@ def test_defaults_show_what_estimate_computes(app: EstimatorApp) -> None:
     assert app.error is None and app.result is not None
     assert app.result.recommended_concurrency == expected.recommended_concurrency
     assert shown_concurrency(app) == expected.recommended_concurrency
-    assert f"bottleneck: {expected.bottleneck}" in app.status_text
+    assert f"bottleneck: {gw.PLAIN_NAMES[expected.bottleneck]}" in app.status_text
     assert "gpucap-recommendation" in app.recommendation._dom_classes
     # hand-derived: 80 layers x 8 KV heads x 128 head dim x 2 (K and V) x 2 bytes (bf16)
     assert 80 * 8 * 128 * 2 * 2 == 327_680

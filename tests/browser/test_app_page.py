@@ -29,6 +29,7 @@ NOTEBOOK = ROOT / "notebooks" / "02-interactive-estimator.ipynb"
 CHROMIUM = os.environ.get("GPUCAP_CHROMIUM", "/usr/bin/chromium")
 VOILA = Path(sys.executable).parent / "voila"
 STARTUP_S = 90
+LAPTOP = {"width": 1280, "height": 800}  # the first screen of a laptop browser
 SERVERS: dict[str, int] = {}  # page address -> Voila's process id
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM} (make chromium)")
@@ -156,7 +157,7 @@ def test_changing_model_and_context_updates_the_recommendation(server, tmp_path)
             ],
         )
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1800})
+            page = browser.new_page(viewport=LAPTOP)
             # the page asks a CDN for fonts: only this machine's server is reachable
             page.route(
                 "**/*",
@@ -164,6 +165,10 @@ def test_changing_model_and_context_updates_the_recommendation(server, tmp_path)
             )
             _open(page, server)
             first = _recommendation(page)
+            # answer first: the recommendation and its bottleneck on a laptop's first screen, unscrolled
+            box = page.locator(".gpucap-recommendation").bounding_box()
+            assert box is not None and box["y"] + box["height"] <= LAPTOP["height"], box
+            page.screenshot(path=str(tmp_path / "estimator-first-screen.png"))
 
             app = EstimatorApp()  # the page's starting inputs, read from the same defaults
             model = next(m for m in app.model.options if m != app.model.value and "Qwen3-8B" in m)
