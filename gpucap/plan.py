@@ -171,7 +171,18 @@ class Plan:
 
     @property
     def best(self) -> pd.Series | None:
+        """The cheapest plan by the queueing model."""
         return None if self.plans.empty else self.plans.iloc[0]
+
+    @property
+    def best_checked(self) -> pd.Series | None:
+        """The cheapest plan that also meets the SLOs in the step-level simulation, where plans
+        were simulated (``simulate_top``); without a simulation, or when none simulated passes,
+        the cheapest by the queueing model (``simulation_notes`` says which)."""
+        if self.plans.empty or "meets_slo_simulated" not in self.plans:
+            return self.best
+        ok = self.plans[self.plans["meets_slo_simulated"].eq(True)]
+        return ok.iloc[0] if not ok.empty else self.best
 
     def to_dict(self) -> dict[str, Any]:
         def records(df: pd.DataFrame) -> list[dict[str, Any]]:

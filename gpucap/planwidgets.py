@@ -28,6 +28,9 @@ DEFAULT_GPUS = ("H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB")
 TOP = 10  # plans shown
 TARGET_LABELS = {"request_rate": "requests/s", "concurrency": "requests in flight", "output_tps": "output tokens/s"}
 TABLE_COLUMNS = [c for c in PLAN_COLUMNS if c not in ("spare_replicas", "comm_share")]
+# Plans checked by the step-level simulation on every run (as `gpucap plan` does), and its columns.
+SIMULATE_TOP = 3
+SIMULATED_COLUMNS = ["meets_slo_simulated", "ttft_s_simulated", "tpot_s_simulated"]
 INPUT_NAMES = (
     "model",
     "target_kind",
@@ -156,6 +159,7 @@ class PlannerApp:
             "headroom": Headroom(
                 failure_spares=int(self.failure_spares.value), burst_margin=float(self.burst_margin_pct.value) / 100
             ),
+            "simulate_top": SIMULATE_TOP,
             **self.search,
         }
 
@@ -201,7 +205,7 @@ class PlannerApp:
         )
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
         self.status.value = head + (f"<ul>{notes}</ul>" if notes else "")
-        top = result.plans[TABLE_COLUMNS].head(TOP)
+        top = result.plans[self._columns(result)].head(TOP)
         self.table.value = (
             "<p>no plan meets the SLOs</p>"
             if top.empty
@@ -212,16 +216,27 @@ class PlannerApp:
             "" if counts.empty else f"<b>Rejected: {len(result.rejected)} options</b>" + _html_table(counts)
         )
 
+    @staticmethod
+    def _columns(result: Plan) -> list[str]:
+        """The table's columns: the plan's, then what the simulation found where it ran."""
+        return TABLE_COLUMNS + [c for c in SIMULATED_COLUMNS if c in result.plans]
+
     @property
     def table_frame(self) -> pd.DataFrame:
         """The plans the table shows (empty before a run or after an error)."""
         if self.result is None:
             return pd.DataFrame(columns=TABLE_COLUMNS)
-        return self.result.plans[TABLE_COLUMNS].head(TOP).reset_index(drop=True)
+        return self.result.plans[self._columns(self.result)].head(TOP).reset_index(drop=True)
 
 
 def _short(name: str) -> str:
-    return name.replace("cost_per_million_output_tokens", "$/M output tokens").replace("cost_per_hour", "$/hour")
+    return (
+        name.replace("cost_per_million_output_tokens", "$/M output tokens")
+        .replace("cost_per_hour", "$/hour")
+        .replace("meets_slo_simulated", "meets SLOs in simulation")
+        .replace("ttft_s_simulated", "TTFT simulated (s)")
+        .replace("tpot_s_simulated", "TPOT simulated (s)")
+    )
 
 
 def _html_table(frame: pd.DataFrame) -> str:

@@ -218,6 +218,12 @@ def test_planner_app_runs_and_shows_the_cheapest_plans(prices) -> None:
         **SMALL,
     )
     assert shown["cost_per_hour"].iloc[0] == pytest.approx(direct.best["cost_per_hour"])
+    # the widget checks the cheapest plans by simulation, as `gpucap plan` does, and shows it
+    assert shown["meets_slo_simulated"].iloc[0] in (True, False)
+    assert "meets SLOs in simulation" in app.table.value
+    checked = app.result.best_checked
+    assert checked is not None and (checked["meets_slo_simulated"] is True or not shown["meets_slo_simulated"].any())
+    assert direct.best_checked is not None and direct.best_checked.equals(direct.best)  # nothing simulated
     counts = rejected_counts(app.result)
     assert counts["options"].sum() == len(app.result.rejected)
     assert counts["options"].is_monotonic_decreasing
