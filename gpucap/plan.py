@@ -48,6 +48,9 @@ COMM_BOUND_SHARE = 0.5  # seed 1: more than half the step on the link
 PROGRESS_AFTER_S = 1.0  # show progress once the search has run this long
 PROGRESS_EVERY_S = 0.25
 SIMULATE_MORE = 10  # plans simulated beyond the top ones while none has passed
+# A cheapest plan whose replicas run below this share of their service rate is flagged: its GPUs
+# are bought for an SLO near the physical floor, not for the load (a judgement, not a constant).
+LOW_UTILIZATION = 0.25
 PLAN_COLUMNS = [
     "gpu",
     "gpus_per_replica",
@@ -280,6 +283,36 @@ def _check_by_simulation(
     return plans
 
 
+def low_utilization_notes(
+    best: pd.Series,
+    spec: ModelSpec,
+    coef: Coefficients,
+    engine: str,
+    inp: Lengths,
+    out: Lengths,
+    tpot_slo_s: float,
+    gpus: dict[str, GPU],
+) -> list[str]:
+    """A note when the cheapest plan runs its replicas below LOW_UTILIZATION of their service
+    rate: the fleet is sized by an SLO close to what the hardware can do at all. The note states
+    that floor: one request alone on the plan's split (``closed_loop`` at concurrency 1), below
+    which no fleet of it goes."""
+    if not best["utilization"] < LOW_UTILIZATION:
+        return []
+    hw = hardware(
+        spec, gpus[str(best["gpu"])], tp=int(best["tp"]), pp=int(best["pp"]), ep=int(best["ep"]),
+        weight_dtype=str(best["weight_dtype"]), kv_dtype=str(best["kv_dtype"]), engine=EngineConfig(engine=engine),
+    )  # fmt: skip
+    alone = closed_loop(hw, coef, concurrency=1.0, input_len=inp.mean, output_len=out.mean)
+    return [
+        f"the cheapest plan runs each replica at {best['utilization']:.0%} of its service rate: the fleet is sized "
+        f"by an SLO near the physical floor, not by the load. One request alone on {best['gpus_per_replica']} x "
+        f"{best['gpu']} (tp={best['tp']}, {best['weight_dtype']} weights) takes {float(alone.tpot_s) * 1e3:.3g} ms "
+        f"per output token and {float(alone.ttft_s):.3g} s to its first, against a TPOT SLO of {tpot_slo_s * 1e3:g} ms. "
+        "A looser SLO costs far less"
+    ]
+
+
 def simulation_notes(plans: pd.DataFrame) -> list[str]:
     """What the simulation check found, in words."""
     checked = plans[plans["meets_slo_simulated"].notna()]
@@ -508,6 +541,10 @@ def plan(
         notes += simulation_notes(plans)
     elif simulate_top and target.kind == "concurrency":
         notes.append("the simulation check runs for request-rate and output-token targets only")
+    if not plans.empty:
+        notes += low_utilization_notes(
+            plans.iloc[0], spec, coef, engine, inp, out, tpot_slo_s, {g.key: g for g in gpu_list}
+        )
     rej = pd.DataFrame(rejected, columns=[*PLAN_COLUMNS[:7], "reason"])
     if plans.empty:
         notes.append(f"no option carries {target.describe()} within the SLOs; see rejected for why each failed")

@@ -13,7 +13,7 @@ from gpucap.engine import Coefficients
 from gpucap.estimate import hardware, memory_limit
 from gpucap.gpus import get_gpu
 from gpucap.lengths import Lengths
-from gpucap.plan import Headroom, plan, replicas_needed
+from gpucap.plan import LOW_UTILIZATION, Headroom, plan, replicas_needed
 from gpucap.prices import read_prices
 from gpucap.queueing import max_request_rate
 
@@ -262,3 +262,16 @@ def test_hostile_planning_inputs_are_refused() -> None:
     with pytest.raises(ValueError, match="p50 given twice"):
         Lengths.parse("p50=800,p50=900,p99=4000", "input")
     assert non_negative_float("0") == 0.0  # owned hardware with free power: --usd-per-kwh 0
+
+
+def test_a_plan_sized_by_an_slo_near_the_floor_says_so() -> None:
+    """TPOT 5 ms for Llama-3.3-70B: a fleet of mostly idle B200s. The note names the share and
+    the single-request floor; a plan at a 100 ms TPOT runs its replicas busy and has no note."""
+    common = dict(target_request_rate=20.0, input_len=2000, output_len=300, ttft_slo_s=2.0, gpus=["B200-180GB"])
+    tight = plan("meta-llama/Llama-3.3-70B-Instruct", tpot_slo_s=0.005, **common)
+    [note] = [n for n in tight.notes if "physical floor" in n]
+    assert tight.best["utilization"] < LOW_UTILIZATION and f"{tight.best['utilization']:.0%}" in note
+    floor_ms = float(note.split(" ms per output token")[0].rsplit(" ", 1)[1])
+    assert 0 < floor_ms <= 5.0  # a plan exists, so one request alone meets the SLO
+    loose = plan("meta-llama/Llama-3.3-70B-Instruct", tpot_slo_s=0.1, **common)
+    assert loose.best["utilization"] >= LOW_UTILIZATION and not any("physical floor" in n for n in loose.notes)
