@@ -126,7 +126,16 @@ class Controls:
                 options=labelled(choices), value=value, description=description, style=wide, layout=row
             )
 
-        self.model = dropdown(list(cards), DEFAULT_MODEL if DEFAULT_MODEL in cards else next(iter(cards)), "model")
+        # labelled by name without the organization, so that the box shows them whole
+        names = [m.split("/")[-1] for m in cards]
+        labels = [(n if names.count(n) == 1 else m, m) for n, m in zip(names, cards, strict=True)]
+        self.model = widgets.Dropdown(
+            options=labels,
+            value=DEFAULT_MODEL if DEFAULT_MODEL in cards else next(iter(cards)),
+            description="model",
+            style=wide,
+            layout=row,
+        )
         self.model_path = text("or config.json", "path to any config.json (overrides the list)")
         self.gpu = dropdown(list(gpus), DEFAULT_GPU if DEFAULT_GPU in gpus else next(iter(gpus)), "GPU")
         self.num_gpus = integer("number of GPUs", 8, 1, 4096)
@@ -180,7 +189,7 @@ class Controls:
                 multiple=False,
                 description=f"upload {UPLOADS[name][0]}",
                 tooltip=f"send a {what} from this computer; its path goes in the box above",
-                layout=widgets.Layout(width="auto", margin=f"0 0 4px {DESCRIPTION_WIDTH}"),
+                layout=widgets.Layout(width="220px", margin=f"0 0 4px {DESCRIPTION_WIDTH}"),
             )
             button.add_class(f"gpucap-{name.replace('_', '-')}-upload")
             button.observe(lambda change, name=name: self._take_upload(name, change["new"]), names="value")
@@ -192,6 +201,11 @@ class Controls:
         unknown = set(values) - set(self.inputs)
         if unknown:
             raise TypeError(f"EstimatorApp got unknown inputs {sorted(unknown)}; known: {', '.join(self.inputs)}")
+        if ("model" in values or "model_path" in values) and "weight_dtype" not in values:
+            for name in ("model", "model_path"):
+                if name in values:
+                    self.inputs[name].value = values[name]
+            values["weight_dtype"] = self.checkpoint_dtype() or "bf16"
         if "engine" in values and "gpu_memory_utilization" not in values:
             values["gpu_memory_utilization"] = engine_default_utilization(values["engine"], self.gpu.value)
         if "curve_max" in values and "auto_range" not in values:
@@ -265,6 +279,16 @@ class Controls:
         if not path.exists():
             raise ValueError(f"{what} {text!r} does not exist")
         return path
+
+    def checkpoint_dtype(self) -> str | None:
+        """The weight format of the chosen model's checkpoint (its config's quantization_config);
+        None when the config.json in the box does not read (the update then says why)."""
+        try:
+            path_text = self.model_path.value.strip()
+            source = self._readable(path_text, "model config") if path_text else self.model.value
+            return load_model(source).checkpoint_dtype
+        except ValueError:
+            return None
 
     def _parses(self, path: Path, what: str, parse: Any) -> None:
         """Parse the file once; on a served page a file read from the server's folders that does

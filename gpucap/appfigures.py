@@ -12,12 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from .batching import LoadPoint
-from .estimate import Estimate
+from .estimate import BAR_NAMES, Estimate
 from .memory import MemoryBreakdown
 from .svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks, log_label, log_ticks, padded_limits
 from .units import GiB
 
-BAR_NAMES = {"hbm_bandwidth": "HBM bandwidth"}  # resources as people say them; the rest are plain words
 RED, GRAY, BLUE, GREEN, ORANGE = "#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e"  # matplotlib's tab: colors
 SMALL, TEXT, TITLE = 9.7, 11.0, 12.5  # px: 7, 8 and 9 pt at 100 dpi
 MEMORY_COLORS = {

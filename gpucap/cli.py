@@ -80,7 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--pp", type=positive_int, default=1)
     e.add_argument("--ep", type=positive_int, default=1)
     e.add_argument("--attn-dp", type=positive_int, default=1, help="attention data-parallel degree")
-    e.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
+    e.add_argument(
+        "--weight-dtype",
+        default=None,
+        choices=list(WEIGHT_BYTES_PER_PARAM),
+        help="weight format (default: the checkpoint's own, from its quantization_config; bf16 for most)",
+    )
     e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
     e.add_argument("--input-len", type=positive_float, required=True, help="input tokens per request")
     e.add_argument("--output-len", type=positive_float, required=True, help="output tokens per request")
@@ -145,7 +150,12 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
     c.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
     c.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
-    c.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
+    c.add_argument(
+        "--weight-dtype",
+        default=None,
+        choices=list(WEIGHT_BYTES_PER_PARAM),
+        help="weight format of runs that do not say (default: the checkpoint's own)",
+    )
     c.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
     c.add_argument(
         "--length-dist", default="fixed", choices=["fixed", "dataset"], help="dataset: ShareGPT-like output lengths"
@@ -201,7 +211,12 @@ def _parser() -> argparse.ArgumentParser:
         e.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
     e.add_argument("--manifest", default=None)
     e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
-    e.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
+    e.add_argument(
+        "--weight-dtype",
+        default=None,
+        choices=list(WEIGHT_BYTES_PER_PARAM),
+        help="weight format of runs that do not say (default: the checkpoint's own)",
+    )
     e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
     e.add_argument("--length-dist", default="fixed", choices=["fixed", "dataset"])
 

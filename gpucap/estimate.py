@@ -39,6 +39,8 @@ PLAIN_NAMES = {
     "max_num_seqs": "engine batch limit (max_num_seqs)", "step_overhead": "time per step outside the GPU",
     "ttft_slo": "TTFT SLO (missed by one request alone)", "tpot_slo": "TPOT SLO (missed by one request alone)",
 }  # fmt: skip
+# ... and as bar labels, where space is short: the resources in plain words
+BAR_NAMES = {name: "HBM bandwidth" if name == "hbm_bandwidth" else name for name in RESOURCES}
 # Request lengths of the load: "varied" (desynchronized traffic: the steady state of
 # gpucap.batching.closed_loop) or "fixed" (a load test with one length for all, whose closed loop
 # runs in waves: gpucap.waves.wave_loop).
@@ -151,13 +153,15 @@ def hardware(
     pp: int = 1,
     ep: int = 1,
     attn_dp: int = 1,
-    weight_dtype: str = "bf16",
+    weight_dtype: str | None = None,
     kv_dtype: str = "auto",
     engine: str | EngineConfig = "vllm",
     gpu_file: str | Path | None = None,
 ) -> Hardware:
-    """Resolve names into a checked ``Hardware`` (model, GPU, layout, formats, engine knobs)."""
+    """Resolve names into a checked ``Hardware`` (model, GPU, layout, formats, engine knobs).
+    ``weight_dtype`` None: the checkpoint's own format (``ModelSpec.checkpoint_dtype``)."""
     spec = load_model(model)
+    weight_dtype = weight_dtype or spec.checkpoint_dtype
     g = get_gpu(gpu, gpu_file)
     layout = Layout(tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)
     layout.check(spec)
@@ -348,7 +352,7 @@ def estimate(
     pp: int = 1,
     ep: int = 1,
     attn_dp: int = 1,
-    weight_dtype: str = "bf16",
+    weight_dtype: str | None = None,
     kv_dtype: str = "auto",
     concurrency: float | None = None,
     request_rate: float | None = None,
@@ -369,7 +373,9 @@ def estimate(
     counts requests across all replicas. The speed is evaluated at ``concurrency`` requests kept
     in flight (closed loop), or at ``request_rate`` arrivals per second spread over the replicas
     (open loop: the reported concurrency is then the mean number in the system), or else at the
-    recommendation. Raises ``DoesNotFit`` when the weights leave no room.
+    recommendation. Raises ``DoesNotFit`` when the weights leave no room. ``weight_dtype`` None:
+    the checkpoint's own format (fp8 for DeepSeek-V3, MXFP4 for gpt-oss; bf16 for most), said in
+    the notes when it is not bf16.
 
     Multimodal: ``images_per_request`` images of ``image_size_px`` (side or (height, width)) per
     request; their tokens lengthen the prompt and the KV cache, the encoder's time adds to the
@@ -405,7 +411,11 @@ def estimate(
     per_replica = hw.layout.gpus_per_replica
     num_gpus = num_gpus or per_replica
     if num_gpus % per_replica:
-        raise ValueError(f"num_gpus={num_gpus} is not a multiple of tp x pp x attn_dp = {per_replica}")
+        split = "tp x pp" + (" x attn_dp" if attn_dp > 1 else "")
+        raise ValueError(
+            f"num_gpus={num_gpus} is not a multiple of the GPUs per replica, {split} = {per_replica}: "
+            f"use {per_replica * max(num_gpus // per_replica, 1)} GPUs or another split"
+        )
     replicas = num_gpus // per_replica
     if isinstance(coefficients, (str, Path)):
         coef = Coefficients.from_file(coefficients, hw.engine.engine)
@@ -445,6 +455,11 @@ def estimate(
         limits[k] = None if v is None else v * replicas
 
     notes: list[str] = []
+    if weight_dtype is None and hw.weight_dtype != "bf16":
+        notes.append(
+            f"weights in the checkpoint's own format, {hw.weight_dtype} (its quantization_config); "
+            "give a weight format to estimate another"
+        )
     # the recommendation and one request beyond it, in one call
     pair = loop_point(
         hw,

@@ -30,7 +30,11 @@ def _given(v: object) -> bool:
 
 
 def cases_from_runs(
-    runs: pd.DataFrame, *, weight_dtype: str = "bf16", kv_cache_dtype: str = "auto", length_dist: str = "fixed"
+    runs: pd.DataFrame,
+    *,
+    weight_dtype: str | None = None,
+    kv_cache_dtype: str = "auto",
+    length_dist: str = "fixed",
 ) -> pd.DataFrame:
     """One case row per run, in the schema of ``measured-public.csv``, times in ms.
 
@@ -38,7 +42,8 @@ def cases_from_runs(
     sent as fast as allowed is ``fixed-concurrency``, neither is ``saturation`` (all at once; the
     prompts are the completed plus failed requests). Lengths are the run's means. GPU names as
     tools write them ("NVIDIA_L40S") map to catalog keys. ``weight_dtype`` and ``kv_cache_dtype``
-    apply to runs whose metadata does not say; ``length_dist`` to every run. Engine knobs in the
+    apply to runs whose metadata does not say (``weight_dtype`` None: the checkpoint's own format,
+    resolved when the case is predicted); ``length_dist`` to every run. Engine knobs in the
     metadata (max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
     enforce_eager) become columns ``gpucap.validate`` builds the engine from. A run that gives
     ITL but no TPOT (older SGLang files) has its ITL as TPOT, ``tpot_from`` "itl".

@@ -308,7 +308,7 @@ def does_not_fit_message(mem: MemoryBreakdown, spec: ModelSpec, gpu: GPU, layout
             weight_bytes_per_param(lighter) < bpp
             and mem.weights.total * weight_bytes_per_param(lighter) / bpp < 0.9 * room
         ):
-            tries.append(f"--weight-dtype {lighter}")
+            tries.append(f"{lighter} weights")
             break
     tries.append("a GPU with more memory")
     return (

@@ -93,6 +93,9 @@ class ModelSpec:
     layer_window: tuple[int | None, ...] = ()
     # weights that stay 16-bit whatever the checkpoint format ("attention" for gpt-oss MXFP4)
     unquantized_modules: frozenset[str] = field(default_factory=frozenset)
+    # the format the checkpoint's weights are published in (``checkpoint_format``): what a server
+    # loads unless told to re-quantize, and so the weight format gpucap takes when none is given
+    checkpoint_dtype: str = "bf16"
     vision: VisionEncoder | None = None  # the vision encoder of a multimodal config (gpucap.vision)
     max_position_embeddings: int = 0
 
@@ -327,6 +330,27 @@ def _moe_layout(f: Fields, family: str, n: int) -> tuple[bool, ...]:
     return tuple(i >= first_dense and (i % freq == 0) and i not in mlp_only for i in range(n))
 
 
+# quantization_config.quant_method (and modelopt's quant_algo) -> gpucap weight format
+CHECKPOINT_FORMATS = {"fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+CHECKPOINT_INT_METHODS = ("awq", "gptq")  # integer weight-only formats: int4 or int8 by their ``bits``
+
+
+def checkpoint_format(quant: Fields) -> str:
+    """The weight format a checkpoint is published in, from its ``quantization_config``
+    (Hugging Face transformers' quantization configs: ``quant_method`` fp8, mxfp4, awq/gptq with
+    ``bits``; ModelOpt's ``quant_algo`` FP8/NVFP4); 16-bit ("bf16") when it has none or one
+    gpucap does not read (vLLM serves a 16-bit checkpoint in its own 16-bit dtype)."""
+    method = quant.text("quant_method").lower()
+    if method in CHECKPOINT_FORMATS:
+        return CHECKPOINT_FORMATS[method]
+    if method in CHECKPOINT_INT_METHODS:
+        bits = quant.count("bits", "w_bit", default=0, least=0)
+        return {4: "int4", 8: "int8"}.get(bits, "bf16")
+    if method == "modelopt":
+        return CHECKPOINT_FORMATS.get(quant.text("quant_algo").lower(), "bf16")
+    return "bf16"
+
+
 def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
     """The spec of the config ``raw``; ``where`` (default ``name``) names it in errors."""
     where = where or name
@@ -400,6 +424,7 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
     skip = quant.items("modules_to_not_convert", (str,)) or []
     if quant.text("quant_method") == "mxfp4" and any("self_attn" in m for m in skip):
         unquantized.add("attention")
+    checkpoint = checkpoint_format(quant)
 
     return ModelSpec(
         name=name,
@@ -430,6 +455,7 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         layer_is_moe=layer_is_moe,
         layer_window=_layer_windows(f, family, n),
         unquantized_modules=frozenset(unquantized),
+        checkpoint_dtype=checkpoint,
         vision=parse_vision_config(family, vision, raw, hidden, where),
         max_position_embeddings=f.count("max_position_embeddings", default=0, least=0),
     )

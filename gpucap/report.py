@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from .estimate import BAR_NAMES
 from .step import experts_touched
 from .units import GiB
 
@@ -16,17 +17,19 @@ BAR_WIDTH = 40
 
 
 def text_bars(values: dict[str, float | None], highlight: str = "", width: int = BAR_WIDTH) -> str:
-    """Horizontal bars on a log scale, one line per key; None means 'not binding'."""
+    """Horizontal bars on a linear scale (length proportional to the value, the longest ``width``
+    characters), the value printed beside each; None means 'not binding'."""
     finite = [v for v in values.values() if v is not None and v > 0]
-    top = math.log10(max(finite)) if finite else 1.0
+    top = max(finite) if finite else 1.0
     lines = []
     for name, v in values.items():
+        label = BAR_NAMES.get(name, name)
         if v is None:
-            lines.append(f"  {name:<14} {'':<{width}}  not binding")
+            lines.append(f"  {label:<14} {'':<{width}}  not binding")
             continue
-        n = 0 if v <= 0 else max(1, round(width * (1 + math.log10(v)) / (1 + top)))
+        n = 0 if v <= 0 else max(1, round(width * v / top))
         mark = "  <- binds first" if name == highlight else ""
-        lines.append(f"  {name:<14} {'#' * n:<{width}}  {v:>9,.0f}{mark}")
+        lines.append(f"  {label:<14} {'#' * n:<{width}}  {v:>9,.0f}{mark}")
     return "\n".join(lines)
 
 
@@ -50,7 +53,7 @@ def format_estimate(e: Estimate) -> str:
         f"  KV budget {m.kv_budget / GiB:8.2f}   = {m.kv_tokens_per_gpu:,.0f} tokens "
         f"({m.kv_bytes_per_token_per_gpu:,.0f} B/token/GPU; {m.kv_bytes_per_token:,.0f} B/token whole model)"
     )
-    bars = "concurrency each resource allows (all replicas):\n" + text_bars(e.limits, e.bottleneck)
+    bars = "concurrency each resource allows (all replicas; bars to scale):\n" + text_bars(e.limits, e.bottleneck)
     speed = (
         f"recommended concurrency: {e.recommended_concurrency:,}   bottleneck: {e.bottleneck}\n"
         f"  memory holds {e.limits['memory']:,.0f} at input+output, {e.memory_limit_mean_context:,.0f} at input+output/2\n"

@@ -148,10 +148,10 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
         tp = max(num_gpus // (pp * attn_dp), 1)
         notes.append(f"tp not stated: taken as {tp}")
     ep = _int(row, "ep", 1)
-    wd = row.get("weight_dtype")
+    wd: str | None = row.get("weight_dtype")
     if not isinstance(wd, str) or not wd:
-        wd = "bf16"
-        notes.append("weight dtype not stated: taken as bf16")
+        wd = None  # the checkpoint's own format (gpucap.estimate.hardware)
+        notes.append("weight dtype not stated: taken as the checkpoint's format")
     kv = str(row.get("kv_cache_dtype") or "auto")
     gpu = str(row["gpu"])
     if kv == "fp8-on-blackwell":

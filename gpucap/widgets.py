@@ -143,6 +143,8 @@ class EstimatorApp(Controls):
         with self._quietly():
             if owner is self.engine:  # each engine's own default fraction (SGLang 0.88, ...)
                 self.gpu_memory_utilization.value = engine_default_utilization(self.engine.value, self.gpu.value)
+            elif owner is self.model or owner is self.model_path:  # the new checkpoint's own weight format
+                self.weight_dtype.value = self.checkpoint_dtype() or self.weight_dtype.value
             elif owner is self.curve_max:
                 self.auto_range.value = False
         self.refresh()
@@ -199,7 +201,8 @@ class EstimatorApp(Controls):
                 f"{est.limits['memory'] or 0:,.0f} requests at input+output "
                 f"({est.memory_limit_mean_context:,.0f} at input+output/2); all requests at once: "
                 f"{est.saturation_output_tokens_per_s:,.0f} output tokens/s; coefficients "
-                f"{coef_source or hw.engine.engine + ' defaults'}",
+                f"{coef_source or hw.engine.engine + ' defaults'}; weights {hw.weight_dtype}"
+                + (" (the checkpoint's own format)" if hw.weight_dtype == hw.spec.checkpoint_dtype != "bf16" else ""),
             ]
         )
         self._set_warnings(est.notes)

@@ -96,3 +96,30 @@ def test_bad_config_files(tmp_path) -> None:
         ModelSpec.from_hf_config(bad)
     bad.write_text(json.dumps(llama_like()))
     assert ModelSpec.from_hf_config(tmp_path).num_layers == 32  # a folder holding config.json
+
+
+def test_checkpoint_format_from_quantization_config() -> None:
+    # the published configs: DeepSeek-V3 {"quant_method": "fp8", "fmt": "e4m3"}, gpt-oss {"quant_method": "mxfp4"}
+    assert load_model("deepseek-ai/DeepSeek-V3").checkpoint_dtype == "fp8"
+    assert load_model("deepseek-ai/DeepSeek-V3.2").checkpoint_dtype == "fp8"
+    assert load_model("openai/gpt-oss-20b").checkpoint_dtype == "mxfp4"
+    assert load_model("meta-llama/Llama-3.1-8B").checkpoint_dtype == "bf16"  # no quantization_config
+    base = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "vocab_size": 100, "intermediate_size": 128}  # fmt: skip
+    for quant, fmt in (
+        ({"quant_method": "awq", "bits": 4}, "int4"),
+        ({"quant_method": "gptq", "bits": 8}, "int8"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "nvfp4"),
+        ({"quant_method": "bitsandbytes"}, "bf16"),  # not read: 16-bit
+    ):
+        assert ModelSpec.from_hf_config({**base, "quantization_config": quant}).checkpoint_dtype == fmt
+
+
+def test_estimate_takes_the_checkpoint_format_and_says_so() -> None:
+    from gpucap import estimate
+
+    est = estimate("openai/gpt-oss-20b", "H100-SXM-80GB", 1, input_len=1000, output_len=200)
+    assert est.hw.weight_dtype == "mxfp4"
+    assert any("checkpoint's own format, mxfp4" in n for n in est.notes)
+    bf16 = estimate("openai/gpt-oss-20b", "H100-SXM-80GB", 1, input_len=1000, output_len=200, weight_dtype="bf16")
+    assert bf16.hw.weight_dtype == "bf16" and not any("checkpoint" in n for n in bf16.notes)

@@ -331,3 +331,14 @@ def test_uploads_read_like_paths_and_server_files_are_not_echoed(
     app.calibration.value = ""
     app.model_path.value = str(allowed / "config.json")
     assert "it is not valid JSON" in app.status_text and "SECRET" not in app.status_text
+
+
+def test_a_quantized_checkpoint_starts_in_its_own_format() -> None:
+    """DeepSeek-V3 is published in fp8 (block-scaled e4m3) and gpt-oss in MXFP4: their configs'
+    quantization_config says so, and the page starts there."""
+    app = EstimatorApp(model="deepseek-ai/DeepSeek-V3", gpu="H200-SXM-141GB", num_gpus=8, tp=8)
+    assert app.weight_dtype.value == "fp8" and "weights fp8 (the checkpoint's own format)" in app.status_text
+    app.model.value = "openai/gpt-oss-120b"
+    assert app.weight_dtype.value == "mxfp4"
+    app.model.value = LLAMA_70B
+    assert app.weight_dtype.value == "bf16"

@@ -171,8 +171,8 @@ def test_changing_model_and_context_updates_the_recommendation(server, tmp_path)
             page.screenshot(path=str(tmp_path / "estimator-first-screen.png"))
 
             app = EstimatorApp()  # the page's starting inputs, read from the same defaults
-            model = next(m for m in app.model.options if m != app.model.value and "Qwen3-8B" in m)
-            page.locator(".gpucap-model select").select_option(model)
+            label, model = next((k, m) for k, m in app.model.options if m != app.model.value and "Qwen3-8B" in m)
+            page.locator(".gpucap-model select").select_option(label=label)
             after_model = _wait_for_change(page, first)
             assert after_model == _expected(app, model=model, input_len=app.input_len.value)
 
