@@ -290,13 +290,13 @@ def low_utilization_notes(
     engine: str,
     inp: Lengths,
     out: Lengths,
-    tpot_slo_s: float,
+    slo: tuple[float, float],
     gpus: dict[str, GPU],
 ) -> list[str]:
     """A note when the cheapest plan runs its replicas below LOW_UTILIZATION of their service
-    rate: the fleet is sized by an SLO close to what the hardware can do at all. The note states
-    that floor: one request alone on the plan's split (``closed_loop`` at concurrency 1), below
-    which no fleet of it goes."""
+    rate, saying why: an SLO within 2x of what one request alone gets on the plan's split
+    (``closed_loop`` at concurrency 1: the floor no fleet of it goes below), or a target smaller
+    than the replicas the plan needs anyway (spares, the smallest split that fits)."""
     if not best["utilization"] < LOW_UTILIZATION:
         return []
     hw = hardware(
@@ -304,13 +304,37 @@ def low_utilization_notes(
         weight_dtype=str(best["weight_dtype"]), kv_dtype=str(best["kv_dtype"]), engine=EngineConfig(engine=engine),
     )  # fmt: skip
     alone = closed_loop(hw, coef, concurrency=1.0, input_len=inp.mean, output_len=out.mean)
+    ttft_s, tpot_s = float(alone.ttft_s), float(alone.tpot_s)
+    where = f"{best['gpus_per_replica']} x {best['gpu']} (tp={best['tp']}, {best['weight_dtype']} weights)"
+    busy = f"the cheapest plan runs each replica at {best['utilization']:.0%} of its service rate"
+    if tpot_s >= 0.5 * slo[1] or ttft_s >= 0.5 * slo[0]:
+        return [
+            f"{busy}: the fleet is sized by an SLO near the physical floor, not by the load. One request alone on "
+            f"{where} takes {tpot_s * 1e3:.3g} ms per output token and {ttft_s:.3g} s to its first, against SLOs of "
+            f"{slo[1] * 1e3:g} ms and {slo[0]:g} s. A looser SLO costs far less"
+        ]
     return [
-        f"the cheapest plan runs each replica at {best['utilization']:.0%} of its service rate: the fleet is sized "
-        f"by an SLO near the physical floor, not by the load. One request alone on {best['gpus_per_replica']} x "
-        f"{best['gpu']} (tp={best['tp']}, {best['weight_dtype']} weights) takes {float(alone.tpot_s) * 1e3:.3g} ms "
-        f"per output token and {float(alone.ttft_s):.3g} s to its first, against a TPOT SLO of {tpot_slo_s * 1e3:g} ms. "
-        "A looser SLO costs far less"
+        f"{busy}: the target is small for one replica of {where}, the cheapest that fits; the fleet is its "
+        f"{best['replicas']} replica(s) with spares. A smaller GPU or split would be busier where one fits"
     ]
+
+
+def too_big_notes(rejected: pd.DataFrame, gpus: Sequence[GPU], plans: pd.DataFrame, most: int) -> list[str]:
+    """One note per GPU type on which no option fits the weights at all: the planner searches at
+    most ``most`` GPUs per replica (``gpu_counts``; one NVLink/NVSwitch domain), and replicas
+    spanning nodes are not modelled, so such a model is out of reach on that GPU, not merely
+    expensive."""
+    notes = []
+    for gpu in gpus:
+        if not plans.empty and (plans["gpu"] == gpu.key).any():
+            continue
+        mine = rejected[rejected["gpu"] == gpu.key]
+        if not mine.empty and mine["reason"].astype(str).str.startswith("does not fit").all():
+            notes.append(
+                f"{gpu.key}: the weights do not fit in any format even on {most} GPUs per replica, the most "
+                "searched (gpu_counts); replicas across nodes are not modelled"
+            )
+    return notes
 
 
 def simulation_notes(plans: pd.DataFrame) -> list[str]:
@@ -543,9 +567,10 @@ def plan(
         notes.append("the simulation check runs for request-rate and output-token targets only")
     if not plans.empty:
         notes += low_utilization_notes(
-            plans.iloc[0], spec, coef, engine, inp, out, tpot_slo_s, {g.key: g for g in gpu_list}
+            plans.iloc[0], spec, coef, engine, inp, out, (ttft_slo_s, tpot_slo_s), {g.key: g for g in gpu_list}
         )
     rej = pd.DataFrame(rejected, columns=[*PLAN_COLUMNS[:7], "reason"])
+    notes += too_big_notes(rej, gpu_list, plans, max(gpu_counts, default=1))
     if plans.empty:
         notes.append(f"no option carries {target.describe()} within the SLOs; see rejected for why each failed")
     return Plan(

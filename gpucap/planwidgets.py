@@ -101,7 +101,7 @@ class PlannerApp:
         self.tpot_slo_ms = widgets.BoundedFloatText(value=100.0, min=0.1, max=1e5, description="TPOT SLO (ms)", **kw)
         self.stat = widgets.Dropdown(options=list(STATS), value="p99", description="SLO statistic", **kw)
         self.gpus = widgets.SelectMultiple(
-            options=gpus, value=[g for g in DEFAULT_GPUS if g in gpus], rows=8, description="GPUs", **kw
+            options=gpus, value=[g for g in DEFAULT_GPUS if g in gpus], rows=len(gpus), description="GPUs", **kw
         )
         self.failure_spares = widgets.BoundedIntText(value=1, min=0, max=1000, description="failure spares (N+k)", **kw)
         self.burst_margin_pct = widgets.BoundedFloatText(
@@ -205,11 +205,12 @@ class PlannerApp:
         )
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
         self.status.value = head + (f"<ul>{notes}</ul>" if notes else "")
-        top = result.plans[self._columns(result)].head(TOP)
+        top = plan_table(result, TOP)
         self.table.value = (
             "<p>no plan meets the SLOs</p>"
             if top.empty
-            else f"<b>The {len(top)} cheapest plans</b>" + _html_table(top.rename(columns=_short))
+            else f"<b>The {len(top)} cheapest plans</b> (a KV format that ties on every column is listed with "
+            "the first)" + _html_table(top)
         )
         counts = rejected_counts(result)
         self.rejected.value = (
@@ -229,14 +230,39 @@ class PlannerApp:
         return self.result.plans[self._columns(self.result)].head(TOP).reset_index(drop=True)
 
 
-def _short(name: str) -> str:
-    return (
-        name.replace("cost_per_million_output_tokens", "$/M output tokens")
-        .replace("cost_per_hour", "$/hour")
-        .replace("meets_slo_simulated", "meets SLOs in simulation")
-        .replace("ttft_s_simulated", "TTFT simulated (s)")
-        .replace("tpot_s_simulated", "TPOT simulated (s)")
-    )
+def group_twins(plans: pd.DataFrame) -> pd.DataFrame:
+    """Plans that differ only in the KV cache format and tie on fleet and cost, as one row whose
+    ``kv_dtype`` lists the formats ("fp8 / auto"), first one's numbers kept."""
+    if plans.empty:
+        return plans
+    keys = ["gpu", "gpus_per_replica", "tp", "pp", "ep", "weight_dtype", "replicas", "total_gpus", "cost_per_hour"]
+    grouped = plans.groupby(keys, sort=False, dropna=False)
+    out = grouped.head(1).copy()
+    out["kv_dtype"] = grouped["kv_dtype"].transform(lambda k: " / ".join(dict.fromkeys(k))).loc[out.index]
+    return out
+
+
+def plan_table(result: Plan, top: int = TOP) -> pd.DataFrame:
+    """The ``top`` cheapest plans as people read them: KV-format twins grouped, plain headers
+    with units (capacity in the target's own unit, latencies at the SLOs' statistic)."""
+    plans = group_twins(result.plans).head(top)
+    cols = TABLE_COLUMNS + [c for c in SIMULATED_COLUMNS if c in plans]
+    table = plans[cols].copy()
+    for col in ("tpot_s", "tpot_s_simulated"):
+        if col in table:
+            table[col] = table[col] / MS
+    stat = str(result.slo["stat"]).upper() if result.slo["stat"] != "mean" else "mean"
+    unit = {"concurrency": "requests in flight"}.get(result.target.kind, "requests/s")
+    names = {
+        "gpu": "GPU", "gpus_per_replica": "GPUs per replica", "tp": "TP", "pp": "PP", "ep": "EP",
+        "weight_dtype": "weights", "kv_dtype": "KV cache", "replicas": "replicas (with spares)",
+        "total_gpus": "GPUs in all", "capacity_per_replica": f"capacity per replica ({unit})",
+        "utilization": "share of service rate", "ttft_s": f"{stat} TTFT (s)", "tpot_s": f"{stat} TPOT (ms)",
+        "cost_per_hour": "$ per hour", "cost_per_million_output_tokens": "$ per million output tokens",
+        "meets_slo_simulated": "meets SLOs in simulation", "ttft_s_simulated": f"simulated {stat} TTFT (s)",
+        "tpot_s_simulated": f"simulated {stat} TPOT (ms)",
+    }  # fmt: skip
+    return table.rename(columns=names).reset_index(drop=True)
 
 
 def _html_table(frame: pd.DataFrame) -> str:

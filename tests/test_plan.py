@@ -275,3 +275,16 @@ def test_a_plan_sized_by_an_slo_near_the_floor_says_so() -> None:
     assert 0 < floor_ms <= 5.0  # a plan exists, so one request alone meets the SLO
     loose = plan("meta-llama/Llama-3.3-70B-Instruct", tpot_slo_s=0.1, **common)
     assert loose.best["utilization"] >= LOW_UTILIZATION and not any("physical floor" in n for n in loose.notes)
+
+
+def test_a_model_too_big_for_any_split_of_a_gpu_is_named() -> None:
+    """DeepSeek-V3 in fp8 is ~671 GB of weights: more than 8 x H100 (8 x 80 GB = 640 GB) hold."""
+    p = plan(
+        "deepseek-ai/DeepSeek-V3", target_request_rate=5.0, input_len=2000, output_len=300,
+        ttft_slo_s=2.0, tpot_slo_s=0.1, gpus=["H100-SXM-80GB", "B200-180GB"],
+    )  # fmt: skip
+    assert any(n.startswith("H100-SXM-80GB: the weights do not fit in any format even on 8 GPUs") for n in p.notes)
+    assert not any(n.startswith("B200-180GB:") for n in p.notes) and (p.plans["gpu"] == "B200-180GB").all()
+    # 5 requests/s is little for a 4 x B200 replica: busy well under a quarter, and the note says why
+    assert p.best["utilization"] < LOW_UTILIZATION
+    assert any("the target is small for one replica of 4 x B200-180GB" in n for n in p.notes)

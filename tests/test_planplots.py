@@ -221,11 +221,13 @@ def test_planner_app_runs_and_shows_the_cheapest_plans(prices) -> None:
     # the widget checks the cheapest plans by simulation, as `gpucap plan` does, and shows it
     assert shown["meets_slo_simulated"].iloc[0] in (True, False)
     assert "meets SLOs in simulation" in app.table.value
+    assert "P99 TTFT (s)" in app.table.value and "capacity per replica (requests/s)" in app.table.value
     checked = app.result.best_checked
     assert checked is not None and (checked["meets_slo_simulated"] is True or not shown["meets_slo_simulated"].any())
     assert direct.best_checked is not None and direct.best_checked.equals(direct.best)  # nothing simulated
     counts = rejected_counts(app.result)
     assert counts["options"].sum() == len(app.result.rejected)
+    assert counts.empty or "example option" in app.rejected.value
     assert counts["options"].is_monotonic_decreasing
     for kind, example in zip(counts["reason"], counts["example"], strict=True):
         assert example.startswith(kind + ":") or example == kind
@@ -236,3 +238,35 @@ def test_planner_app_runs_and_shows_the_cheapest_plans(prices) -> None:
     assert "'lots'" in (app.error or "") and app.table.value == "" and app.progress.bar_style == "danger"
     with pytest.raises(ValueError, match="colour"):
         PlannerApp(colour="blue")
+
+
+def test_kv_format_twins_are_one_row() -> None:
+    from gpucap.planwidgets import group_twins
+
+    row = dict(gpu="H100-SXM-80GB", gpus_per_replica=2, tp=2, pp=1, ep=1, weight_dtype="fp8", replicas=4,
+               total_gpus=8, cost_per_hour=55.0)  # fmt: skip
+    plans = pd.DataFrame(
+        [
+            {**row, "kv_dtype": "fp8", "ttft_s": 0.5},
+            {**row, "kv_dtype": "auto", "ttft_s": 0.6},  # same fleet and cost: a twin
+            {**row, "kv_dtype": "auto", "total_gpus": 10, "replicas": 5, "cost_per_hour": 70.0, "ttft_s": 0.4},
+        ]
+    )
+    grouped = group_twins(plans)
+    assert list(grouped["kv_dtype"]) == ["fp8 / auto", "auto"]
+    assert list(grouped["ttft_s"]) == [0.5, 0.4]  # the first twin's numbers
+
+
+def test_rejection_examples_say_which_option() -> None:
+    p = plan(
+        "deepseek-ai/DeepSeek-V3", target_request_rate=5.0, input_len=2000, output_len=300,
+        ttft_slo_s=2.0, tpot_slo_s=0.1, gpus=["H100-SXM-80GB"], gpu_counts=[8], weight_dtypes=["fp8"],
+        kv_dtypes=["fp8"],
+    )  # fmt: skip
+    counts = rejected_counts(p)
+    # tp 8 pp 1, tp 4 pp 2, tp 2 pp 4, tp 1 pp 8: one fp8 option each, none fits 671 GB in 640 GB
+    assert list(counts["reason"]) == ["does not fit"]
+    assert (
+        counts["example option"][0].startswith("8 x H100-SXM-80GB tp=")
+        and "fp8 weights, fp8 KV" in counts["example option"][0]
+    )
