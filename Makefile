@@ -8,7 +8,7 @@ APP_PORT ?= 8866
 CHROMIUM ?= /usr/bin/chromium
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lab app test lint typecheck unit notebooks browser chromium accuracy speed peers golden e2e e2e-suite clean
+.PHONY: help venv lab app app-planner test lint typecheck unit notebooks browser chromium accuracy speed peers golden e2e e2e-suite clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ lab: $(STAMP) ## open JupyterLab on notebooks/ (prints the address; works headle
 
 app: $(STAMP) ## serve notebook 02 as a page for colleagues who do not code (127.0.0.1, port APP_PORT=8866)
 	$(BIN)/python -m gpucap.appserve --port $(APP_PORT)
+
+app-planner: $(STAMP) ## serve the capacity planner (notebook 05) as a page (127.0.0.1, port APP_PORT=8866)
+	$(BIN)/python -m gpucap.appserve --page planner --port $(APP_PORT)
 
 lint: $(STAMP) ## ruff lint and format check over code, tests, benchmarks and notebooks
 	$(BIN)/ruff check gpucap tests benchmarks notebooks

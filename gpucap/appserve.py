@@ -1,5 +1,7 @@
-"""Serve notebook 02 as a page for colleagues who do not code (``make app``): Voila with idle
-kernels culled, so that closed pages do not keep their kernels (~70 MB each) forever.
+"""Serve the pages for colleagues who do not code: the estimator, notebook 02 (``make app``), or
+the capacity planner, notebook 05 (``make app-planner``; the planner searches only when Run is
+pressed, so the page loads in seconds). Voila with idle kernels culled, so that closed pages do
+not keep their kernels (~70 MB each) forever.
 
 Voila starts one kernel per visit; Jupyter Server's culler (``MappingKernelManager``) shuts a
 kernel down once it has had no connection and no activity for CULL_IDLE_S seconds, checking
@@ -17,7 +19,12 @@ from pathlib import Path
 
 from .appcontrols import ALLOWED_ENV
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02-interactive-estimator.ipynb"
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+PAGES = {
+    "estimator": NOTEBOOKS_DIR / "02-interactive-estimator.ipynb",
+    "planner": NOTEBOOKS_DIR / "05-planner-page.ipynb",
+}
+NOTEBOOK = PAGES["estimator"]
 CULL_IDLE_S = 30
 CULL_INTERVAL_S = 10
 
@@ -48,9 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=8866)
     p.add_argument("--ip", default="127.0.0.1")
+    p.add_argument("--page", default="estimator", choices=list(PAGES), help="which page to serve (default estimator)")
     a = p.parse_args(argv)
     voila = Path(sys.executable).parent / "voila"
-    cmd = voila_command(voila, port=a.port, ip=a.ip)
+    cmd = voila_command(voila, PAGES[a.page], port=a.port, ip=a.ip)
     # the page's path boxes read files under these folders only (gpucap.appcontrols)
     os.environ.setdefault(ALLOWED_ENV, os.pathsep.join(map(str, default_readable())))
     os.execv(cmd[0], cmd)

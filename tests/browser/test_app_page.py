@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gpucap.appserve import voila_command
+from gpucap.appserve import PAGES, voila_command
 
 # the page's kernels are culled as `make app` culls them, sooner: 8 s idle, checked every 2 s
 CULL_IDLE_S, CULL_INTERVAL_S = 8, 2
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "notebooks" / "02-interactive-estimator.ipynb"
+NOTEBOOK = PAGES["estimator"]
 CHROMIUM = os.environ.get("GPUCAP_CHROMIUM", "/usr/bin/chromium")
 VOILA = Path(sys.executable).parent / "voila"
 STARTUP_S = 90
@@ -41,13 +41,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def _serve(notebook: Path, tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("voila") / "voila.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            voila_command(VOILA, NOTEBOOK, port=port, cull_idle_s=CULL_IDLE_S, cull_interval_s=CULL_INTERVAL_S),
+            voila_command(VOILA, notebook, port=port, cull_idle_s=CULL_IDLE_S, cull_interval_s=CULL_INTERVAL_S),
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
@@ -71,6 +70,25 @@ def server(tmp_path_factory):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from _serve(NOTEBOOK, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def planner_server(tmp_path_factory):
+    yield from _serve(PAGES["planner"], tmp_path_factory)
+
+
+def _browser(pw):
+    return pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+
+
+def _local_only(page) -> None:
+    """The page asks a CDN for fonts: only this machine's server is reachable."""
+    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("http://127.0.0.1") else r.abort())
 
 
 def _open(page, url: str, tries: int = 2) -> None:
@@ -208,10 +226,10 @@ def test_a_closed_page_leaves_no_kernel(server) -> None:
     voila = SERVERS[server]
     before = _kernels(voila)
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        browser = _browser(pw)
         try:
             page = browser.new_page()
-            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("http://127.0.0.1") else r.abort())
+            _local_only(page)
             _open(page, server)
             visit = _kernels(voila) - before
             assert visit, "the page started no kernel"
@@ -221,3 +239,27 @@ def test_a_closed_page_leaves_no_kernel(server) -> None:
     while _kernels(voila) & visit and time.monotonic() < deadline:
         time.sleep(2)
     assert not _kernels(voila) & visit, "the closed page's kernel was not shut down"
+
+
+def test_the_planner_page_loads_without_searching(planner_server, tmp_path, capsys) -> None:
+    """The planner page shows its controls and Run button and nothing else until Run is pressed
+    (no search at load). The time from the request to the Run button is printed."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = _browser(pw)
+        try:
+            page = browser.new_page(viewport=LAPTOP)
+            _local_only(page)
+            started = time.monotonic()
+            page.goto(planner_server, wait_until="commit", timeout=60_000)
+            page.locator(".gpucap-run").wait_for(timeout=90_000)
+            load_s = time.monotonic() - started
+            assert page.locator(".gpucap-plans").inner_text().strip() == ""
+            box = page.locator(".gpucap-run").bounding_box()
+            assert box is not None and box["y"] + box["height"] <= LAPTOP["height"], box
+            page.screenshot(path=str(tmp_path / "planner-page.png"))
+        finally:
+            browser.close()
+    with capsys.disabled():
+        print(f"\nplanner page: Run button shown {load_s:.1f} s after the request (kernel start included)")
