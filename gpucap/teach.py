@@ -45,25 +45,27 @@ def _arr(values: object) -> FloatArray:
 # ---- memory -----------------------------------------------------------------------------------
 def memory_parts_gib(mem: MemoryBreakdown) -> dict[str, float]:
     """One GPU's bytes split for a stacked bar, in GiB: weights, activations, CUDA graphs, runtime,
-    the KV budget (0 when the model does not fit) and what the engine leaves unused."""
+    the KV budget (0 when the model does not fit) and the share the engine leaves out
+    (``1 - gpu_memory_utilization`` of memory: the same whether or not the model fits)."""
     kv = max(mem.kv_budget, 0.0)
-    used = mem.weights.total + mem.reserved + kv
     return {
         "weights": mem.weights.total / GiB,
         "activations": mem.activations / GiB,
         "CUDA graphs": mem.cuda_graphs / GiB,
         "runtime": mem.runtime_overhead / GiB,
         "KV budget": kv / GiB,
-        "not usable": max(mem.total - used, 0.0) / GiB,
+        "not usable": (mem.total - mem.usable) / GiB,
     }
 
 
 def memory_table(breakdowns: Mapping[str, MemoryBreakdown]) -> pd.DataFrame:
-    """The stacked-bar numbers as a table (GiB per GPU), with the KV tokens each GPU holds."""
+    """The stacked-bar numbers as a table (GiB per GPU), how far a split that does not fit is short
+    of memory, and the KV tokens each GPU holds."""
     rows = {}
     for label, mem in breakdowns.items():
         row = memory_parts_gib(mem)
         row["total"] = mem.total / GiB
+        row["short by"] = max(-mem.kv_budget, 0.0) / GiB  # what the weights and reservations overrun
         row["KV tokens per GPU"] = mem.kv_tokens_per_gpu
         rows[label] = row
     return pd.DataFrame.from_dict(rows, orient="index")

@@ -136,6 +136,11 @@ def test_hardware_memory_does_not_raise_when_it_does_not_fit() -> None:
     mem = hardware_memory(hardware(LLAMA, "H100-SXM-80GB", tp=1))
     assert not mem.fits
     assert teach.memory_parts_gib(mem)["KV budget"] == 0
+    # the engine's unused share is 1 - gpu_memory_utilization of memory whether or not it fits,
+    # and the table says by how much the weights and reservations overrun the usable memory
+    assert teach.memory_parts_gib(mem)["not usable"] == pytest.approx(0.1 * mem.total / GiB)
+    short = teach.memory_table({"one GPU": mem}).loc["one GPU", "short by"]
+    assert short == pytest.approx((mem.weights.total + mem.reserved - mem.usable) / GiB)
 
 
 def test_split_step_separates_the_kernels(hw8) -> None:
