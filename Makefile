@@ -38,12 +38,15 @@ lint: $(STAMP) ## ruff lint and format check over code, tests, benchmarks and no
 typecheck: $(STAMP) ## mypy on gpucap/
 	$(BIN)/mypy
 
+# Tests run on every core (pytest-xdist): two on the reference machine.
+JOBS ?= auto
+
 unit: $(STAMP) ## unit and property tests with coverage
-	$(BIN)/python -m pytest --ignore=tests/browser --cov=gpucap --cov-report=term
+	$(BIN)/python -m pytest -n $(JOBS) --ignore=tests/browser --cov=gpucap --cov-report=term
 
 notebooks: $(STAMP) ## execute every notebook (outputs must not be committed)
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
-	$(BIN)/python -m pytest --nbmake notebooks -p no:cacheprovider
+	$(BIN)/python -m pytest -n $(JOBS) --nbmake notebooks -p no:cacheprovider
 
 chromium: ## install Debian's Chromium for the browser test when it is missing
 	@test -x $(CHROMIUM) || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
