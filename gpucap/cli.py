@@ -79,7 +79,13 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--tp", type=positive_int, default=1)
     e.add_argument("--pp", type=positive_int, default=1)
     e.add_argument("--ep", type=positive_int, default=1)
-    e.add_argument("--attn-dp", type=positive_int, default=1, help="attention data-parallel degree")
+    e.add_argument(
+        "--attn-dp",
+        type=positive_int,
+        default=1,
+        help="attention data-parallel copies: TensorRT-LLM's DEP8 is --tp 1 --ep 8 --attn-dp 8; SGLang's "
+        "--tp 8 --dp 8 --enable-dp-attention is --tp 8 --attn-dp 8 --num-gpus 8 (read as its convention)",
+    )
     e.add_argument(
         "--weight-dtype",
         default=None,

@@ -19,7 +19,7 @@ from .batching import Extras, LoadPoint, closed_loop, open_loop, take
 from .catalog import load_model
 from .engine import Coefficients, EngineConfig, front_end
 from .gpus import GPU, get_gpu
-from .layout import Layout
+from .layout import Layout, split_of
 from .memory import ArrayLike, MemoryBreakdown, concurrency_by_memory, does_not_fit_message, memory_breakdown
 from .models import ModelSpec
 from .runs import saturation_run
@@ -385,10 +385,11 @@ def estimate(
     ``lengths``: "varied" (traffic; steady state) or "fixed" (a fixed-length load test, whose
     closed loop runs in waves and whose TTFT grows with the concurrency; ``gpucap.waves``).
     """
+    split, convention = split_of(num_gpus, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)  # SGLang's DP attention too
     hw = hardware(
         model,
         gpu,
-        tp=tp,
+        tp=split.tp,
         pp=pp,
         ep=ep,
         attn_dp=attn_dp,
@@ -411,9 +412,9 @@ def estimate(
     per_replica = hw.layout.gpus_per_replica
     num_gpus = num_gpus or per_replica
     if num_gpus % per_replica:
-        split = "tp x pp" + (" x attn_dp" if attn_dp > 1 else "")
+        degrees = "tp x pp" + (" x attn_dp" if attn_dp > 1 else "")
         raise ValueError(
-            f"num_gpus={num_gpus} is not a multiple of the GPUs per replica, {split} = {per_replica}: "
+            f"num_gpus={num_gpus} is not a multiple of the GPUs per replica, {degrees} = {per_replica}: "
             f"use {per_replica * max(num_gpus // per_replica, 1)} GPUs or another split"
         )
     replicas = num_gpus // per_replica
@@ -454,7 +455,7 @@ def estimate(
     for k, v in limits_r.items():
         limits[k] = None if v is None else v * replicas
 
-    notes: list[str] = []
+    notes: list[str] = [convention] if convention else []
     if weight_dtype is None and hw.weight_dtype != "bf16":
         notes.append(
             f"weights in the checkpoint's own format, {hw.weight_dtype} (its quantization_config); "

@@ -6,6 +6,13 @@ copied ``attn_dp`` times (each copy serves its own requests, as TensorRT-LLM "DE
 ``--enable-dp-attention`` do); routed experts are spread over all ``tp x attn_dp`` GPUs of a
 pipeline stage: ``ep`` ways by expert and ``tp x attn_dp / ep`` ways inside each expert. Layers
 are split ``pp`` ways.
+
+Two conventions name the same split (``split_of`` reads both):
+
+- gpucap's and TensorRT-LLM's: ``tp`` is the attention split, ``attn_dp`` the number of its
+  copies; TensorRT-LLM's "DEP8" is tp 1, ep 8, attn_dp 8 on 8 GPUs.
+- SGLang's ``--tp 8 --dp 8 --enable-dp-attention``: ``tp`` counts all the GPUs of the group and
+  ``dp`` the attention copies inside it, each ``tp / dp`` GPUs wide: gpucap's tp 1, attn_dp 8.
 """
 
 from __future__ import annotations
@@ -62,3 +69,20 @@ class Layout:
     def kv_heads_per_gpu(self, spec: ModelSpec) -> float:
         """``max(1, num_kv_heads / tp)``: KV heads are replicated when tp exceeds them."""
         return max(1.0, spec.num_kv_heads / self.tp)
+
+
+def split_of(num_gpus: int | None, *, tp: int, pp: int = 1, ep: int = 1, attn_dp: int = 1) -> tuple[Layout, str]:
+    """The replica's Layout from parallel degrees in either convention (module docstring), and
+    a note when SGLang's was read: with attention data parallelism, ``num_gpus`` given, not a
+    multiple of ``tp x pp x attn_dp`` but a multiple of ``tp x pp``, and ``attn_dp`` dividing
+    ``tp``, the degrees are SGLang's (``--tp tp --dp attn_dp --enable-dp-attention``) and the
+    attention split is ``tp / attn_dp``."""
+    n = num_gpus or 0
+    sglang = attn_dp > 1 and n > 0 and n % (tp * pp * attn_dp) != 0 and n % (tp * pp) == 0 and tp % attn_dp == 0
+    if not sglang:
+        return Layout(tp=tp, pp=pp, ep=ep, attn_dp=attn_dp), ""
+    note = (
+        f"tp={tp} with attn_dp={attn_dp} on {num_gpus} GPUs read as SGLang's --tp {tp} --dp {attn_dp} "
+        f"--enable-dp-attention: {attn_dp} attention copies of tp={tp // attn_dp} over {tp * pp} GPUs per replica"
+    )
+    return Layout(tp=tp // attn_dp, pp=pp, ep=ep, attn_dp=attn_dp), note

@@ -26,6 +26,7 @@ from .batching import LoadPoint, closed_loop, open_loop
 from .engine import Coefficients, EngineConfig
 from .estimate import DoesNotFit, batch_slots, hardware, memory_limit
 from .gpus import scaled
+from .layout import split_of
 from .lengths import Lengths
 from .loads import Load
 from .runs import saturation_run, static_batch
@@ -148,6 +149,10 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
         tp = max(num_gpus // (pp * attn_dp), 1)
         notes.append(f"tp not stated: taken as {tp}")
     ep = _int(row, "ep", 1)
+    split, convention = split_of(num_gpus, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)
+    if convention:
+        tp = split.tp
+        notes.append(convention)
     wd: str | None = row.get("weight_dtype")
     if not isinstance(wd, str) or not wd:
         wd = None  # the checkpoint's own format (gpucap.estimate.hardware)

@@ -116,3 +116,20 @@ def test_tp_beyond_the_link_domain_is_said() -> None:
     assert any("tp=32 spans more than the 8 GPUs" in n and "optimistic" in n for n in e.notes)
     e = estimate("meta-llama/Llama-3.3-70B-Instruct", "H100-SXM-80GB", 8, tp=8, input_len=1000, output_len=200)
     assert not any("spans more than" in n for n in e.notes)
+
+
+def test_both_conventions_of_attention_data_parallelism() -> None:
+    from gpucap.layout import Layout, split_of
+
+    # TensorRT-LLM's DEP8: attention tp 1, eight copies, experts over the eight GPUs
+    assert split_of(8, tp=1, ep=8, attn_dp=8) == (Layout(tp=1, ep=8, attn_dp=8), "")
+    # SGLang's --tp 8 --dp 8 --enable-dp-attention on 8 GPUs: the same split, said the other way
+    layout, note = split_of(8, tp=8, ep=8, attn_dp=8)
+    assert layout == Layout(tp=1, ep=8, attn_dp=8) and "SGLang" in note
+    # 64 GPUs divide tp x attn_dp = 64: gpucap's own convention, nothing reinterpreted
+    assert split_of(64, tp=8, attn_dp=8) == (Layout(tp=8, attn_dp=8), "")
+    common = dict(input_len=2000, output_len=200, weight_dtype="fp8")
+    sglang = estimate("deepseek-ai/DeepSeek-V3", "H200-SXM-141GB", 8, tp=8, ep=8, attn_dp=8, **common)
+    dep = estimate("deepseek-ai/DeepSeek-V3", "H200-SXM-141GB", 8, tp=1, ep=8, attn_dp=8, **common)
+    assert sglang.recommended_concurrency == dep.recommended_concurrency and sglang.replicas == 1
+    assert any("SGLang" in n for n in sglang.notes)
