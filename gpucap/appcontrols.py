@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,27 @@ INPUT_NAMES = (
     "curve_max",
     "auto_range",
 )
+# What each control means and where its value goes: the tooltip over it.
+TIPS = {
+    "model": "a model from the catalog (data/models/: its config.json, as published)",
+    "model_path": "a path to any Hugging Face config.json (or its folder); replaces the list",
+    "gpu": "a GPU from the catalog (data/gpus.csv: datasheet memory, FLOP/s, HBM and link bandwidth)",
+    "num_gpus": "GPUs in the box; they form num_gpus / (TP x PP) replicas, each serving its own requests",
+    "tp": "tensor parallelism: GPUs one layer is split over (two all-reduces per layer per step)",
+    "pp": "pipeline parallelism: stages the layers are split into",
+    "ep": "expert parallelism (MoE models): GPUs the experts are spread over",
+    "weight_dtype": "the weights' format; starts at the checkpoint's own (its quantization_config)",
+    "kv_dtype": "the KV cache's format: auto is the model's own dtype, fp8 halves it",
+    "engine": "vLLM, SGLang or TensorRT-LLM: their batch limits, memory reservations and per-step overheads",
+    "cuda_graphs": "off (--enforce-eager) frees the CUDA-graph memory pool but adds kernel launch time per layer",
+    "input_len": "prompt tokens per request (type, then Enter)",
+    "output_len": "output tokens per request (type, then Enter)",
+    "lengths": "varied: traffic whose lengths differ (steady state); fixed: a load test's equal lengths (waves)",
+    "ttft_slo_s": "the mean time to first token the recommendation must meet",
+    "tpot_slo_ms": "the mean time per output token (after the first) the recommendation must meet",
+    "calibration": "a calibration JSON saved by notebook 03 or gpucap calibrate; empty: the engine's defaults",
+    "curve_max": "how far the curves go (concurrent requests, all replicas)",
+}
 COLUMNS = (  # (title, inputs) of the three columns of controls
     ("Model and hardware", ("model", "model_path", "gpu", "num_gpus", "tp", "pp", "ep")),
     (
@@ -70,6 +92,14 @@ COLUMNS = (  # (title, inputs) of the three columns of controls
         ("input_len", "output_len", "lengths", "ttft_slo_s", "tpot_slo_ms", "curve_max", "auto_range"),
     ),
 )
+
+
+def model_options(model_ids: Iterable[str]) -> list[tuple[str, str]]:
+    """(label, model id) for a dropdown: the name without its organization where that is
+    unambiguous, so that the box shows it whole."""
+    ids = list(model_ids)
+    names = [m.split("/")[-1] for m in ids]
+    return [(n if names.count(n) == 1 else m, m) for n, m in zip(names, ids, strict=True)]
 
 
 def labelled(values: tuple[float, ...]) -> list[tuple[str, float]]:
@@ -126,11 +156,8 @@ class Controls:
                 options=labelled(choices), value=value, description=description, style=wide, layout=row
             )
 
-        # labelled by name without the organization, so that the box shows them whole
-        names = [m.split("/")[-1] for m in cards]
-        labels = [(n if names.count(n) == 1 else m, m) for n, m in zip(names, cards, strict=True)]
         self.model = widgets.Dropdown(
-            options=labels,
+            options=model_options(cards),
             value=DEFAULT_MODEL if DEFAULT_MODEL in cards else next(iter(cards)),
             description="model",
             style=wide,
@@ -180,6 +207,8 @@ class Controls:
         self.inputs: dict[str, Any] = {name: getattr(self, name) for name in INPUT_NAMES}
         for name, w in self.inputs.items():
             w.add_class("gpucap-" + name.replace("_", "-"))
+            if name in TIPS:
+                w.tooltip = TIPS[name]
         # Upload buttons beside the two path boxes: the file is kept in a folder of this page's own
         # and its path put in the box, so an upload reads exactly like a path.
         self.uploads: dict[str, Any] = {}

@@ -17,6 +17,19 @@ from .memory import MemoryBreakdown
 from .svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks, log_label, log_ticks, padded_limits
 from .units import GiB
 
+# What each bar of the constraints figure means and where its number comes from (its tooltip).
+BAR_TIPS = {
+    "memory": "requests whose KV cache (input + output tokens, in paged blocks) fits the KV budget of every "
+    "replica: gpucap.memory.memory_breakdown and concurrency_by_memory",
+    "compute": "the concurrency at which the steps' matmul and attention FLOP alone, at u_compute of the GPU's "
+    "peak, would use up the TTFT or TPOT SLO (gpucap.step.step_time)",
+    "hbm_bandwidth": "the concurrency at which the weight and KV reads alone, at u_hbm of the HBM bandwidth, "
+    "would use up an SLO (gpucap.step.step_time)",
+    "interconnect": "the concurrency at which the tensor-parallel all-reduces alone (link latency and u_link of "
+    "its bandwidth) would use up an SLO",
+    "host": "the concurrency at which the HTTP server's core and the scheduler's time per step alone would use "
+    "up an SLO (gpucap.frontend)",
+}
 RED, GRAY, BLUE, GREEN, ORANGE = "#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e"  # matplotlib's tab: colors
 SMALL, TEXT, TITLE = 9.7, 11.0, 12.5  # px: 7, 8 and 9 pt at 100 dpi
 MEMORY_COLORS = {
@@ -116,7 +129,7 @@ def constraints_svg(estimate: Estimate) -> str:
             c.text(ax.x(0.8), py, "0 (fails at 1 request)", size=TEXT, color=color)
         else:
             x0, x1 = ax.x(0.5), ax.x(max(v, 0.5))
-            c.rect(x0, py - half_bar, x1 - x0, 2 * half_bar, fill=color, opacity=0.85, kind="bar")
+            c.rect(x0, py - half_bar, x1 - x0, 2 * half_bar, fill=color, opacity=0.85, kind="bar", tip=BAR_TIPS[name])
             c.text(ax.x(v * 1.08), py, f"{v:,.0f}", size=TEXT)
         c.line(ax.left - 3.5, py, ax.left, py, color="#000", width=0.8)
         c.text(ax.left - 5, py, BAR_NAMES.get(name, name), size=TEXT, anchor="end")

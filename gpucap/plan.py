@@ -319,6 +319,30 @@ def low_utilization_notes(
     ]
 
 
+def rejected_counts(result: Plan) -> pd.DataFrame:
+    """How many options were rejected for each kind of reason ("does not fit", "misses TPOT",
+    "communication-bound", ...: the reason up to its first colon), most frequent first, with the
+    first such option (which configuration it was) and its full reason as an example."""
+    rej = result.rejected
+    reasons = rej["reason"].astype(str)
+    kinds = reasons.str.split(":", n=1).str[0]
+    counts = kinds.value_counts(sort=False)
+    first = [rej[kinds == k].iloc[0] for k in counts.index]
+    out = pd.DataFrame(
+        {
+            "reason": counts.index,
+            "options": counts.to_numpy(),
+            "example option": [
+                f"{r['gpus_per_replica']} x {r['gpu']} tp={r['tp']} pp={r['pp']}, {r['weight_dtype']} weights, "
+                f"{r['kv_dtype']} KV"
+                for r in first
+            ],
+            "example": [str(r["reason"]) for r in first],
+        }
+    )
+    return out.sort_values("options", ascending=False, kind="stable").reset_index(drop=True)
+
+
 def too_big_notes(rejected: pd.DataFrame, gpus: Sequence[GPU], plans: pd.DataFrame, most: int) -> list[str]:
     """One note per GPU type on which no option fits the weights at all: the planner searches at
     most ``most`` GPUs per replica (``gpu_counts``; one NVLink/NVSwitch domain), and replicas

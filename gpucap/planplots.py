@@ -17,11 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from .engine import Coefficients
 from .estimate import batch_slots
 from .models import ModelSpec
-from .plan import Plan, plan
+from .plan import plan
+from .plan import rejected_counts as rejected_counts  # re-exported: notebook 04 and older code import it here
 from .queueing import STATS, open_loop_latency, service_curve
 from .simulate import simulate
 from .step import Hardware
@@ -125,10 +127,11 @@ def frontier_figure(frame: pd.DataFrame, *, title: str = "") -> Figure:
                 ax.plot(rows["slo_s"], cost, "-", color="0.6", lw=7, alpha=0.45, label=CHEAPEST)
                 continue
             ax.plot(rows["slo_s"], cost, "o-", color=colors[gpu], label=gpu)
+            lift = 4 + 9 * gpus.index(gpu)  # each GPU's counts at their own height: no two labels on one spot
             for x, y, n in zip(rows["slo_s"], cost, rows["total_gpus"], strict=True):
                 if np.isfinite(y):
                     ax.annotate(
-                        f"{n:.0f}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=colors[gpu]
+                        f"{n:.0f}", (x, y), textcoords="offset points", xytext=(4, lift), fontsize=7, color=colors[gpu]
                     )
         stat = part["stat"].iloc[0]
         ax.set(
@@ -140,6 +143,9 @@ def frontier_figure(frame: pd.DataFrame, *, title: str = "") -> Figure:
         )
         ax.set_xticks(sorted(part["slo_s"].unique()), labels=[f"{v:g}" for v in sorted(part["slo_s"].unique())])
         ax.minorticks_off()
+        plain = FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}")  # 1,000 rather than 10^3
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
         factor = _per_million_factor(part)
         if factor is not None:
             ax.secondary_yaxis("right", functions=(lambda c, f=factor: c * f, lambda m, f=factor: m / f)).set_ylabel(
@@ -148,30 +154,6 @@ def frontier_figure(frame: pd.DataFrame, *, title: str = "") -> Figure:
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
-
-
-def rejected_counts(result: Plan) -> pd.DataFrame:
-    """How many options were rejected for each kind of reason ("does not fit", "misses TPOT",
-    "communication-bound", ...: the reason up to its first colon), most frequent first, with the
-    first such option (which configuration it was) and its full reason as an example."""
-    rej = result.rejected
-    reasons = rej["reason"].astype(str)
-    kinds = reasons.str.split(":", n=1).str[0]
-    counts = kinds.value_counts(sort=False)
-    first = [rej[kinds == k].iloc[0] for k in counts.index]
-    out = pd.DataFrame(
-        {
-            "reason": counts.index,
-            "options": counts.to_numpy(),
-            "example option": [
-                f"{r['gpus_per_replica']} x {r['gpu']} tp={r['tp']} pp={r['pp']}, {r['weight_dtype']} weights, "
-                f"{r['kv_dtype']} KV"
-                for r in first
-            ],
-            "example": [str(r["reason"]) for r in first],
-        }
-    )
-    return out.sort_values("options", ascending=False, kind="stable").reset_index(drop=True)
 
 
 # ---- latency against the arrival rate ------------------------------------------------------------

@@ -14,11 +14,11 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
+from .appcontrols import model_options
 from .catalog import model_cards
 from .gpus import load_gpus
 from .lengths import Lengths
-from .plan import GPU_COUNTS, KV_DTYPES, PLAN_COLUMNS, TARGETS, WEIGHT_DTYPES, Headroom, Plan, plan
-from .planplots import rejected_counts
+from .plan import GPU_COUNTS, KV_DTYPES, PLAN_COLUMNS, TARGETS, WEIGHT_DTYPES, Headroom, Plan, plan, rejected_counts
 from .prices import Prices
 from .queueing import STATS
 from .units import MS
@@ -90,7 +90,9 @@ class PlannerApp:
         style, row = {"description_width": DESCRIPTION_WIDTH}, widgets.Layout(width=ROW_WIDTH)
         kw: dict[str, Any] = {"style": style, "layout": row}
 
-        self.model = widgets.Dropdown(options=cards, value=DEFAULT_MODEL if DEFAULT_MODEL in cards else cards[0], **kw)
+        self.model = widgets.Dropdown(
+            options=model_options(cards), value=DEFAULT_MODEL if DEFAULT_MODEL in cards else cards[0], **kw
+        )
         self.target_kind = widgets.Dropdown(
             options=[(TARGET_LABELS[t], t) for t in TARGETS], value="request_rate", description="target", **kw
         )

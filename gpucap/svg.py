@@ -44,11 +44,14 @@ class Canvas:
         opacity: float = 1.0,
         stroke: str = "",
         kind: str = "",
+        tip: str = "",
     ) -> None:
+        """``tip``: a tooltip (an SVG ``<title>``) the browser shows over the rectangle."""
         extra = f' fill-opacity="{opacity:g}"' if opacity < 1 else ""
         extra += f' stroke="{stroke}" stroke-width="0.8"' if stroke else ""
+        end = f"><title>{html.escape(tip)}</title></rect>" if tip else "/>"
         self._parts.append(
-            f'<rect{_kind(kind)} x="{_px(x)}" y="{_px(y)}" width="{_px(w)}" height="{_px(h)}" fill="{fill}"{extra}/>'
+            f'<rect{_kind(kind)} x="{_px(x)}" y="{_px(y)}" width="{_px(w)}" height="{_px(h)}" fill="{fill}"{extra}{end}'
         )
 
     def line(

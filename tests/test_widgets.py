@@ -342,3 +342,16 @@ def test_a_quantized_checkpoint_starts_in_its_own_format() -> None:
     assert app.weight_dtype.value == "mxfp4"
     app.model.value = LLAMA_70B
     assert app.weight_dtype.value == "bf16"
+
+
+def test_every_control_and_bar_says_what_it_is(app: EstimatorApp) -> None:
+    from gpucap.appcontrols import TIPS
+
+    for name, w in app.inputs.items():
+        assert (w.tooltip or "").strip(), f"{name} has no tooltip"
+    assert set(TIPS) <= set(app.inputs)
+    root = ET.fromstring(app.svgs["constraints"])
+    titles = [t.text or "" for t in root.iter(SVG_NS + "title")]
+    # one tooltip per drawn bar (a resource that is not binding draws none), each naming its source
+    bars = [el for el in root.iter(SVG_NS + "rect") if el.get("class") == "bar"]
+    assert len(titles) == len(bars) >= 4 and all("SLO" in t or "KV" in t for t in titles)

@@ -187,6 +187,16 @@ def test_changing_model_and_context_updates_the_recommendation(server, tmp_path)
             box = page.locator(".gpucap-recommendation").bounding_box()
             assert box is not None and box["y"] + box["height"] <= LAPTOP["height"], box
             page.screenshot(path=str(tmp_path / "estimator-first-screen.png"))
+            # nothing meets the SLOs: the page names the SLO one request alone misses, not a resource
+            length = page.locator(".gpucap-input-len input")
+            length.fill("30000")
+            length.press("Enter")
+            assert _wait_for_change(page, first) == 0
+            said = page.locator(".gpucap-recommendation").inner_text()
+            assert "bottleneck: TTFT SLO (missed by one request alone)" in said and "one request alone:" in said
+            length.fill(str(EstimatorApp().input_len.value))
+            length.press("Enter")
+            assert _wait_for_change(page, 0) == first
 
             app = EstimatorApp()  # the page's starting inputs, read from the same defaults
             label, model = next((k, m) for k, m in app.model.options if m != app.model.value and "Qwen3-8B" in m)
