@@ -17,6 +17,7 @@ import numpy.typing as npt
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from .batching import LoadPoint
 from .engine import Coefficients
@@ -103,7 +104,23 @@ def memory_comparison_figure(breakdowns: Mapping[str, MemoryBreakdown], title: s
     ax.set_ylim(0, float(bottom.max()) * 1.18)
     ax.legend(fontsize=8, loc="upper right", ncol=2)
     fig.tight_layout()
+    return _plain_ticks(fig)
+
+
+def _plain_ticks(fig: Figure) -> Figure:
+    """Log axes labelled in plain numbers (1,024 and 0.5, not 2^10 and 5x10^-1)."""
+    plain = FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}")
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_major_formatter(plain)
     return fig
+
+
+def _shade_beyond(ax: Axes, start: float | None, end: float, label: str) -> None:
+    """Grey out x beyond ``start`` (e.g. more requests than memory holds): not reachable."""
+    if start is not None and start < end:
+        ax.axvspan(start, end, color="0.5", alpha=0.15, lw=0, label=label)
 
 
 # ---- lines against context length ---------------------------------------------------------------
@@ -133,7 +150,7 @@ def kv_per_request_figure(contexts: Sequence[float] | FloatArray, kv_gib: Mappin
         title="KV cache of one request",
     )
     fig.tight_layout()
-    return fig
+    return _plain_ticks(fig)
 
 
 def concurrency_vs_context_figure(
@@ -151,7 +168,7 @@ def concurrency_vs_context_figure(
         title=title or "concurrency memory allows",
     )
     fig.tight_layout()
-    return fig
+    return _plain_ticks(fig)
 
 
 # ---- per-constraint bars -----------------------------------------------------------------------
@@ -188,7 +205,7 @@ def limits_figure(panels: Mapping[str, Limits], recommended: Mapping[str, float]
         ax.set_ylim(-0.7, len(names) - 0.1)
         ax.set(xlabel="concurrent requests", title=title)
     fig.tight_layout()
-    return fig
+    return _plain_ticks(fig)
 
 
 # ---- step time ---------------------------------------------------------------------------------
@@ -223,11 +240,13 @@ def step_time_figure(
     rate_label: str = "output tokens/s",
     title: str = "",
     marks: Mapping[str, float] | None = None,
+    memory_holds: float | None = None,
 ) -> Figure:
     """Left: one step's time and its terms against the tokens in the step: compute (FLOP / peak)
     and HBM (bytes / bandwidth), per kernel when ``parts`` (``split_step``) is given, plus
     communication and overhead. Right: tokens per second, ``tokens / step time``. ``marks`` draws
-    labelled vertical lines (e.g. the batch memory holds, a compute/HBM crossover)."""
+    labelled vertical lines (e.g. a compute/HBM crossover); beyond ``memory_holds`` (the batch the
+    KV cache holds) the figure is greyed out: no engine runs that batch."""
     x = _arr(tokens)
     fig = Figure(figsize=(11, 4.8))
     ax, ax_rate = fig.subplots(1, 2)
@@ -252,6 +271,7 @@ def step_time_figure(
     for a in (ax, ax_rate):
         for i, (label, xv) in enumerate((marks or {}).items()):
             a.axvline(xv, color=f"C{i + 4}", lw=1.2, ls=(0, (1, 1)), label=label)
+        _shade_beyond(a, memory_holds, float(x.max()), "beyond what memory holds")
         a.set_xscale("log", base=2)
         a.set_yscale("log")
         a.set_xlabel(xlabel)
@@ -262,7 +282,7 @@ def step_time_figure(
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.13, 1, 1))
-    return fig
+    return _plain_ticks(fig)
 
 
 def work_table(rows: Mapping[str, tuple[float, StepWork, StepTime]]) -> pd.DataFrame:
@@ -315,7 +335,7 @@ def step_split_figure(steps: Mapping[str, StepTime], title: str = "") -> Figure:
     ax.set(xlabel="ms per step", title=title or "one decode step")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    return fig
+    return _plain_ticks(fig)
 
 
 def comm_share_figure(batch: Sequence[float] | FloatArray, steps: Mapping[str, StepTime]) -> Figure:
@@ -336,7 +356,7 @@ def comm_share_figure(batch: Sequence[float] | FloatArray, steps: Mapping[str, S
         a.grid(True, which="both", alpha=0.3)
         a.legend(fontsize=8)
     fig.tight_layout()
-    return fig
+    return _plain_ticks(fig)
 
 
 # ---- continuous batching -----------------------------------------------------------------------
@@ -367,9 +387,11 @@ def latency_figure(
     tpot_slo_s: float | None = None,
     marks: Mapping[str, float] | None = None,
     title: str = "",
+    memory_holds: float | None = None,
 ) -> Figure:
     """TTFT, TPOT and output tokens/s against concurrency (closed loop), with the SLOs as dashed
-    lines and ``marks`` (e.g. the recommended concurrency, what memory holds) as vertical lines."""
+    lines and ``marks`` (e.g. the recommended concurrency, what memory holds) as vertical lines;
+    beyond ``memory_holds`` the requests wait for a free slot (greyed out)."""
     c = _arr(point.concurrency)
     fig = Figure(figsize=(13, 3.8))
     axes = fig.subplots(1, 3)
@@ -384,12 +406,13 @@ def latency_figure(
             ax.axhline(slo, color="tab:red", ls="--", lw=1, label=f"SLO {slo:g}")
         for i, (name, xv) in enumerate((marks or {}).items()):
             ax.axvline(xv, color=f"C{i}", ls="-.", lw=1, label=name)
+        _shade_beyond(ax, memory_holds, float(c.max()), "beyond what memory holds: requests queue")
         ax.set(xscale="log", yscale="log", xlabel="concurrency C", ylabel=label, title=f"{title} {label}".strip())
         ax.grid(True, which="both", alpha=0.3)
         if slo is not None or marks:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    return fig
+    return _plain_ticks(fig)
 
 
 def open_loop_figure(
@@ -424,7 +447,7 @@ def open_loop_figure(
         if (~finite).any():
             a.text(service_rate, 0.5, "  infinite", color="tab:red", fontsize=9, transform=a.get_xaxis_transform())
     fig.tight_layout()
-    return fig
+    return _plain_ticks(fig)
 
 
 def number_format(value: float) -> str:
