@@ -48,9 +48,14 @@ notebooks: $(STAMP) ## execute every notebook (outputs must not be committed)
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 	$(BIN)/python -m pytest -n $(JOBS) --nbmake notebooks -p no:cacheprovider
 
-chromium: ## install Debian's Chromium for the browser test when it is missing
+# A CJK font (1.6 MB) so that the glossary's Chinese terms render on a bare machine's browser.
+CJK_FONT := fonts-wqy-microhei
+
+chromium: ## install Debian's Chromium (and a CJK font) for the browser test when missing
 	@test -x $(CHROMIUM) || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi; }
+	@fc-list :lang=zh | grep -q . || { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $(CJK_FONT); \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq $(CJK_FONT); fi; }
 
 browser: $(STAMP) chromium ## the page in headless Chromium: change inputs, check the recommendation
 	$(BIN)/python -m pytest tests/browser -p no:cacheprovider
