@@ -319,6 +319,26 @@ def low_utilization_notes(
     ]
 
 
+# The columns of a plan a summary table shows (notebook 04), in reading order.
+SUMMARY_COLUMNS = [
+    "gpu", "gpus_per_replica", "tp", "pp", "weight_dtype", "kv_dtype", "replicas", "total_gpus",
+    "capacity_per_replica", "utilization", "ttft_s", "tpot_s", "cost_per_hour", "cost_per_million_output_tokens",
+]  # fmt: skip
+
+
+def describe_split(row: pd.Series | dict[str, Any]) -> str:
+    """One replica of a plan or option in words: "2 x H100-SXM-80GB (tp=2, pp=1, fp8 weights, fp8 KV)"."""
+    return (
+        f"{row['gpus_per_replica']} x {row['gpu']} (tp={row['tp']}, pp={row['pp']}, {row['weight_dtype']} weights, "
+        f"{row['kv_dtype']} KV)"
+    )
+
+
+def describe_plan(row: pd.Series) -> str:
+    """A plan (a row of ``Plan.plans``) in words: replicas, split, GPUs and cost per hour."""
+    return f"{row['replicas']} replica(s) of {describe_split(row)} = {row['total_gpus']} GPUs, ${row['cost_per_hour']:,.2f}/hour"
+
+
 def rejected_counts(result: Plan) -> pd.DataFrame:
     """How many options were rejected for each kind of reason ("does not fit", "misses TPOT",
     "communication-bound", ...: the reason up to its first colon), most frequent first, with the
@@ -332,11 +352,7 @@ def rejected_counts(result: Plan) -> pd.DataFrame:
         {
             "reason": counts.index,
             "options": counts.to_numpy(),
-            "example option": [
-                f"{r['gpus_per_replica']} x {r['gpu']} tp={r['tp']} pp={r['pp']}, {r['weight_dtype']} weights, "
-                f"{r['kv_dtype']} KV"
-                for r in first
-            ],
+            "example option": [describe_split(r) for r in first],
             "example": [str(r["reason"]) for r in first],
         }
     )

@@ -266,7 +266,15 @@ def test_rejection_examples_say_which_option() -> None:
     counts = rejected_counts(p)
     # tp 8 pp 1, tp 4 pp 2, tp 2 pp 4, tp 1 pp 8: one fp8 option each, none fits 671 GB in 640 GB
     assert list(counts["reason"]) == ["does not fit"]
-    assert (
-        counts["example option"][0].startswith("8 x H100-SXM-80GB tp=")
-        and "fp8 weights, fp8 KV" in counts["example option"][0]
+    assert counts["example option"][0].startswith("8 x H100-SXM-80GB (tp=")
+    assert counts["example option"][0].endswith("fp8 weights, fp8 KV)")
+
+
+def test_a_plan_in_words() -> None:
+    from gpucap.plan import describe_plan
+
+    row = pd.Series(dict(replicas=3, gpus_per_replica=2, gpu="H100-SXM-80GB", tp=2, pp=1, weight_dtype="fp8",
+                         kv_dtype="auto", total_gpus=6, cost_per_hour=41.25))  # fmt: skip
+    assert describe_plan(row) == (
+        "3 replica(s) of 2 x H100-SXM-80GB (tp=2, pp=1, fp8 weights, auto KV) = 6 GPUs, $41.25/hour"
     )
