@@ -150,22 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--out", required=True, help="coefficients JSON to write (never overwritten unless --overwrite)")
     c.add_argument("--overwrite", action="store_true")
-    for name in ("gpu", "engine", "model"):
-        c.add_argument(f"--{name}", default=None, help=f"{name} for runs whose files and manifest do not say")
-    for name in ("num-gpus", "tp", "pp", "ep"):
-        c.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
-    c.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
-    c.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
-    c.add_argument(
-        "--weight-dtype",
-        default=None,
-        choices=list(WEIGHT_BYTES_PER_PARAM),
-        help="weight format of runs that do not say (default: the checkpoint's own)",
-    )
-    c.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
-    c.add_argument(
-        "--length-dist", default="fixed", choices=["fixed", "dataset"], help="dataset: ShareGPT-like output lengths"
-    )
+    _results_options(c)
     c.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients to fit, comma-separated")
     c.add_argument(
         "--method",
@@ -211,20 +196,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--method", default="closed-form", choices=["closed-form", "simulate"], help="how each row is predicted"
     )
-    for name in ("gpu", "engine", "model"):
-        e.add_argument(f"--{name}", default=None, help=f"{name} for runs whose files and manifest do not say")
-    for name in ("num-gpus", "tp", "pp", "ep"):
-        e.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
-    e.add_argument("--manifest", default=None)
-    e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
-    e.add_argument(
-        "--weight-dtype",
-        default=None,
-        choices=list(WEIGHT_BYTES_PER_PARAM),
-        help="weight format of runs that do not say (default: the checkpoint's own)",
-    )
-    e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
-    e.add_argument("--length-dist", default="fixed", choices=["fixed", "dataset"])
+    _results_options(e)
 
     g = sub.add_parser("gpus", help="list the GPU catalog")
     g.add_argument("--gpu-file", default=None)
@@ -232,6 +204,27 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="list the model catalog")
     m.add_argument("--json", action="store_true")
     return p
+
+
+def _results_options(p: argparse.ArgumentParser) -> None:
+    """What `calibrate` and `errors` need to read load-test results: hardware and formats for
+    runs whose files and manifest do not say, a manifest, extra GPUs, the length distribution."""
+    for name in ("gpu", "engine", "model"):
+        p.add_argument(f"--{name}", default=None, help=f"{name} for runs whose files and manifest do not say")
+    for name in ("num-gpus", "tp", "pp", "ep"):
+        p.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
+    p.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
+    p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
+    p.add_argument(
+        "--weight-dtype",
+        default=None,
+        choices=list(WEIGHT_BYTES_PER_PARAM),
+        help="weight format of runs that do not say (default: the checkpoint's own)",
+    )
+    p.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
+    p.add_argument(
+        "--length-dist", default="fixed", choices=["fixed", "dataset"], help="dataset: ShareGPT-like output lengths"
+    )
 
 
 def _estimate(a: argparse.Namespace) -> int:

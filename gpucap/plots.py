@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .history import Z_95
+from .fitchecks import Z_95
 from .loadtests import MeasuredLimit
 from .validate import METRICS
 
