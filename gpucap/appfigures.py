@@ -133,6 +133,13 @@ def constraints_svg(estimate: Estimate) -> str:
             c.text(ax.x(v * 1.08), py, f"{v:,.0f}", size=TEXT)
         c.line(ax.left - 3.5, py, ax.left, py, color="#000", width=0.8)
         c.text(ax.left - 5, py, BAR_NAMES.get(name, name), size=TEXT, anchor="end")
+    span = estimate.ranges.get("recommended_concurrency")
+    if span is not None and span.high > 0:  # the recommendation's range as a pale band
+        x0, x1 = ax.x(max(span.low, 0.5)), ax.x(max(span.high, 0.5))
+        c.rect(
+            x0, ax.y(n - 0.45), max(x1 - x0, 1.0), ax.y(-0.6) - ax.y(n - 0.45), fill=BLUE, opacity=0.12,
+            kind="range", tip=f"{span.text('{:,.0f}')}: where the SLO limit lands if the latencies err as published runs did",
+        )  # fmt: skip
     if rec >= 1:
         ax.vline(rec, color=BLUE, width=1.2, dash=DASHED, kind="recommended")
         c.text(ax.x(rec), ax.y(n - 0.45), f" recommended {rec:,}", size=TEXT, color=BLUE, valign="bottom")

@@ -34,6 +34,7 @@ from . import __version__
 from .engine import COEFFICIENT_INFO, Coefficients
 from .fitchecks import metric_changes, worse_flags
 from .limits import LIMIT_STATS, Slo, Sweep, find_sweeps, predicted_limits
+from .ranges import fit_bands
 from .validate import METRICS, PreparedCase, measured_metrics, predict_prepared, prepare_cases
 
 DEFAULT_FREE = ("u_compute", "u_hbm", "overlap", "t_overhead_s")
@@ -72,6 +73,9 @@ class FitResult:
     limits: pd.DataFrame = field(default_factory=pd.DataFrame)  # per sweep (``limit_table``)
     flags: tuple[str, ...] = ()  # coefficients out of range (``sanity_flags``), metrics made worse
     metric_errors: pd.DataFrame = field(default_factory=pd.DataFrame)  # per metric (fitchecks.metric_changes)
+    # per metric, the fitted runs' measured / predicted quantiles (gpucap.ranges.fit_bands):
+    # the range an estimate made with these coefficients carries
+    ranges: dict[str, dict[str, float]] = field(default_factory=dict)
 
     # ---- for people ------------------------------------------------------------------------
     def report(self) -> str:
@@ -199,6 +203,7 @@ class FitResult:
             "metric_errors": json.loads(self.metric_errors.to_json(orient="records"))
             if not self.metric_errors.empty
             else [],
+            "ranges": self.ranges,
             "provenance": self.provenance,
         }
 
@@ -547,10 +552,8 @@ def calibrate(
         ),
     }
     fitted = coefs(sol.x)
-    changes = metric_changes(
-        _log_ratios(predict_prepared(prepared, start, method), measured, metrics),
-        _log_ratios(predict_prepared(prepared, fitted, method), measured, metrics),
-    )
+    after = _log_ratios(predict_prepared(prepared, fitted, method), measured, metrics)
+    changes = metric_changes(_log_ratios(predict_prepared(prepared, start, method), measured, metrics), after)
     limits = pd.DataFrame()
     if slo is not None and sweeps:
         limits = limit_table(sweeps, slo, start, fitted, free, cov)
@@ -576,4 +579,5 @@ def calibrate(
         limits=limits,
         flags=sanity_flags(start, fitted, free, at_bound) + worse_flags(changes),
         metric_errors=changes,
+        ranges=fit_bands(-after),
     )

@@ -22,6 +22,7 @@ from .gpus import GPU, get_gpu
 from .layout import Layout, split_of
 from .memory import ArrayLike, MemoryBreakdown, concurrency_by_memory, does_not_fit_message, memory_breakdown
 from .models import ModelSpec
+from .ranges import Band, Range, bands_from_coefficients, published_bands, slo_concurrency_range
 from .runs import saturation_run
 from .speculative import Speculative
 from .step import Hardware, StepTime
@@ -117,6 +118,10 @@ class Estimate:
     images: Images | None = None
     speculative: Speculative | None = None
     image_tokens_per_request: float = 0.0
+    # the range each answer's measured value has fallen in (gpucap.ranges): keys
+    # "recommended_concurrency", "output_tokens_per_s", "ttft_s", "tpot_s",
+    # "saturation_output_tokens_per_s"; a metric without a band has no key
+    ranges: dict[str, Range] = field(default_factory=dict)
 
     @property
     def ttft_s(self) -> float:
@@ -418,8 +423,12 @@ def estimate(
             f"use {per_replica * max(num_gpus // per_replica, 1)} GPUs or another split"
         )
     replicas = num_gpus // per_replica
+    bands = published_bands(hw.engine.engine, "poisson" if request_rate else "fixed-concurrency", model_class(hw.spec))
+    sat_band = published_bands(hw.engine.engine, "saturation", model_class(hw.spec)).get("output_tok_s")
     if isinstance(coefficients, (str, Path)):
         coef = Coefficients.from_file(coefficients, hw.engine.engine)
+        fitted = bands_from_coefficients(coefficients)  # the calibration's own, where it saved them
+        bands, sat_band = {**bands, **fitted}, fitted.get("output_tok_s", sat_band)
     else:
         coef = coefficients or Coefficients.for_engine(hw.engine.engine)
 
@@ -449,7 +458,8 @@ def estimate(
     limits_r = resource_limits(
         hw, coef, wl, MAX_SEARCH_CONCURRENCY, images=images, speculative=speculative, point=take(both, first)
     )
-    slo_r = slo_limit(hw, coef, wl, mem_limit, images=images, speculative=speculative, point=take(both, rest))
+    slo_pt = take(both, rest)
+    slo_r = slo_limit(hw, coef, wl, mem_limit, images=images, speculative=speculative, point=slo_pt)
     rec_r = min(slo_r, mem_limit)
     limits: dict[str, float | None] = {"memory": mem_limit * replicas}
     for k, v in limits_r.items():
@@ -556,6 +566,15 @@ def estimate(
         notes.append(
             f"concurrency {concurrency:g} exceeds what memory holds ({mem_limit * replicas:g}); the rest wait in the queue"
         )
+    ranges = answer_ranges(
+        bands,
+        int(rec_r * replicas),
+        slo_concurrency(g_slo, slo_pt, wl, bands, mem_limit, replicas),
+        output_tokens_per_s=float(at.output_tokens_per_s) * replicas,
+        ttft_s=float(at.ttft_s),
+        tpot_s=float(at.tpot_s),
+        saturation=(float(sat.output_tokens_per_s) * replicas, sat_band),
+    )
     return Estimate(
         hw=hw,
         workload=wl,
@@ -573,4 +592,70 @@ def estimate(
         images=images,
         speculative=speculative,
         image_tokens_per_request=image_tokens,
+        ranges=ranges,
     )
+
+
+def model_class(spec: ModelSpec) -> str:
+    """ "moe" or "dense": the model classes of ``gpucap.ranges``."""
+    return "moe" if spec.is_moe else "dense"
+
+
+def slo_concurrency(
+    grid: np.ndarray, point: LoadPoint, wl: Workload, bands: dict[str, Band], top: float, replicas: int
+) -> tuple[float, float] | None:
+    """Range of the SLO-limited concurrency, all replicas (``gpucap.ranges.slo_concurrency_range``
+    on the SLO search's own grid); None without both latency bands."""
+    if "ttft_ms" not in bands or "tpot_ms" not in bands:
+        return None
+    low, high = slo_concurrency_range(
+        grid,
+        np.asarray(point.ttft_s, dtype=float),
+        np.asarray(point.tpot_s, dtype=float),
+        ttft_slo_s=wl.ttft_slo_s,
+        tpot_slo_s=wl.tpot_slo_s,
+        ttft=bands["ttft_ms"],
+        tpot=bands["tpot_ms"],
+        top=top,
+    )
+    return low * replicas, high * replicas
+
+
+def answer_ranges(
+    bands: dict[str, Band],
+    recommended: int,
+    concurrency: tuple[float, float] | None,
+    *,
+    output_tokens_per_s: float,
+    ttft_s: float,
+    tpot_s: float,
+    saturation: tuple[float, Band | None],
+) -> dict[str, Range]:
+    """Each answer with its range: ``value x (f_low, f_high)`` of its metric's band; the
+    concurrency's from ``slo_concurrency``, named after the TTFT band it comes from."""
+    out: dict[str, Range] = {}
+    for key, value, metric in (
+        ("output_tokens_per_s", output_tokens_per_s, "output_tok_s"),
+        ("ttft_s", ttft_s, "ttft_ms"),
+        ("tpot_s", tpot_s, "tpot_ms"),
+    ):
+        band = bands.get(metric)
+        if band is not None and np.isfinite(value):
+            out[key] = Range(value, *band.apply(value), band)
+    sat_value, sat_band = saturation
+    if sat_band is not None and np.isfinite(sat_value):
+        out["saturation_output_tokens_per_s"] = Range(sat_value, *sat_band.apply(sat_value), sat_band)
+    if concurrency is not None:
+        low, high = concurrency
+        t, d = bands["ttft_ms"], bands["tpot_ms"]
+        band = Band(
+            "concurrency",
+            low / max(recommended, 1),
+            high / max(recommended, 1),
+            min(t.runs, d.runs),
+            f"TTFT: {t.group}; TPOT: {d.group}",
+            t.level,
+            t.basis,
+        )
+        out["recommended_concurrency"] = Range(float(recommended), float(np.floor(low)), float(np.floor(high)), band)
+    return out

@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .estimate import BAR_NAMES
+from .ranges import Range
 from .step import experts_touched
 from .units import GiB
 
@@ -14,6 +15,12 @@ if TYPE_CHECKING:
     from .plan import Plan
 
 BAR_WIDTH = 40
+RANGE_NAMES = {
+    "ttft_s": "TTFT",
+    "tpot_s": "TPOT",
+    "output_tokens_per_s": "tokens/s",
+    "saturation_output_tokens_per_s": "saturation",
+}
 
 
 def text_bars(values: dict[str, float | None], highlight: str = "", width: int = BAR_WIDTH) -> str:
@@ -54,17 +61,29 @@ def format_estimate(e: Estimate) -> str:
         f"({m.kv_bytes_per_token_per_gpu:,.0f} B/token/GPU; {m.kv_bytes_per_token:,.0f} B/token whole model)"
     )
     bars = "concurrency each resource allows (all replicas; bars to scale):\n" + text_bars(e.limits, e.bottleneck)
+    r = e.ranges
     speed = (
-        f"recommended concurrency: {e.recommended_concurrency:,}   bottleneck: {e.bottleneck}\n"
+        f"recommended concurrency: {e.recommended_concurrency:,}{_range(r, 'recommended_concurrency', '{:,.0f}')}"
+        f"   bottleneck: {e.bottleneck}\n"
         f"  memory holds {e.limits['memory']:,.0f} at input+output, {e.memory_limit_mean_context:,.0f} at input+output/2\n"
         + (
-            f"at concurrency {e.concurrency:,.1f}: TTFT {e.ttft_s * 1e3:,.0f} ms, TPOT {e.tpot_s * 1e3:,.1f} ms, "
+            f"at concurrency {e.concurrency:,.1f}: TTFT {e.ttft_s * 1e3:,.0f} ms{_range(r, 'ttft_s', '{:,.0f}', 1e3)}, "
+            f"TPOT {e.tpot_s * 1e3:,.1f} ms{_range(r, 'tpot_s', '{:,.1f}', 1e3)}, "
             if math.isfinite(e.concurrency)
-            else f"overloaded (queue grows without bound, TTFT unbounded): TPOT {e.tpot_s * 1e3:,.1f} ms, "
+            else "overloaded (queue grows without bound, TTFT unbounded): "
+            f"TPOT {e.tpot_s * 1e3:,.1f} ms{_range(r, 'tpot_s', '{:,.1f}', 1e3)}, "
         )
-        + f"{e.output_tokens_per_s:,.0f} output tokens/s, communication {e.comm_share:.0%} of a step\n"
+        + f"{e.output_tokens_per_s:,.0f} output tokens/s{_range(r, 'output_tokens_per_s', '{:,.0f}')}, "
+        f"communication {e.comm_share:.0%} of a step\n"
         f"saturation (all requests at once): {e.saturation_output_tokens_per_s:,.0f} output tokens/s"
+        f"{_range(r, 'saturation_output_tokens_per_s', '{:,.0f}')}"
     )
+    if r:
+        first = next(iter(r.values())).band
+        groups = "; ".join(
+            f"{RANGE_NAMES[k]} from {x.band.group} ({x.band.runs} runs)" for k, x in r.items() if k in RANGE_NAMES
+        )
+        speed += f"\nranges: {first.level:.0%} of {first.basis} measured inside them; {groups}"
     if hw.spec.is_moe:
         batch = float(e.at.decode_batch) / lay.pp
         speed += (
@@ -74,6 +93,11 @@ def format_estimate(e: Estimate) -> str:
         )
     notes = "".join(f"\nnote: {n}" for n in e.notes)
     return "\n\n".join([head, mem, bars, speed]) + notes
+
+
+def _range(ranges: dict[str, Range], key: str, fmt: str, scale: float = 1.0) -> str:
+    """' (80% range a-b)' for ``key`` when it has a range, else ''."""
+    return f" ({ranges[key].text(fmt, scale)})" if key in ranges else ""
 
 
 def _clean(v: float | None) -> float | None:
@@ -156,6 +180,18 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
             if e.speculative.draft_model is None
             else getattr(e.speculative.draft_model, "name", str(e.speculative.draft_model)),
             "draft_bytes_per_gpu": m.weights.draft,
+        },
+        "ranges": {
+            k: {
+                "value": _clean(x.value),
+                "low": _clean(x.low),
+                "high": _clean(x.high),
+                "level": x.level,
+                "group": x.band.group,
+                "runs": x.band.runs,
+                "basis": x.band.basis,
+            }
+            for k, x in e.ranges.items()
         },
         "notes": e.notes,
     }

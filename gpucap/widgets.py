@@ -190,19 +190,31 @@ class EstimatorApp(Controls):
         per_s = est.output_tokens_per_s / max(float(self.output_len.value), 1.0)
         rate = f" (about {per_s:,.3g} requests/s)" if est.recommended_concurrency else ""
         where = f"at {est.concurrency:,.0f} concurrent requests" if est.recommended_concurrency else "one request alone"
+        r = est.ranges
+
+        def rng(key: str, fmt: str, scale: float = 1.0) -> str:
+            return f" ({r[key].text(fmt, scale)})" if key in r else ""
+
         self._set_recommendation(
             [
-                f"recommended concurrency: {est.recommended_concurrency:,}{rate} · bottleneck: "
-                f"{PLAIN_NAMES.get(est.bottleneck, est.bottleneck)}",
-                f"{where}: mean TTFT {est.ttft_s * 1e3:,.0f} ms, "
-                f"mean TPOT {est.tpot_s * 1e3:,.1f} ms, {est.output_tokens_per_s:,.0f} output tokens/s, "
+                f"recommended concurrency: {est.recommended_concurrency:,}{rng('recommended_concurrency', '{:,.0f}')}"
+                f"{rate} · bottleneck: {PLAIN_NAMES.get(est.bottleneck, est.bottleneck)}",
+                f"{where}: mean TTFT {est.ttft_s * 1e3:,.0f} ms{rng('ttft_s', '{:,.0f}', 1e3)}, "
+                f"mean TPOT {est.tpot_s * 1e3:,.1f} ms{rng('tpot_s', '{:,.1f}', 1e3)}, "
+                f"{est.output_tokens_per_s:,.0f} output tokens/s{rng('output_tokens_per_s', '{:,.0f}')}, "
                 f"communication {est.comm_share:.0%} of a step",
                 f"{est.replicas} replica(s) of {hw.layout.gpus_per_replica} GPU(s); memory holds "
                 f"{est.limits['memory'] or 0:,.0f} requests at input+output "
                 f"({est.memory_limit_mean_context:,.0f} at input+output/2); all requests at once: "
                 f"{est.saturation_output_tokens_per_s:,.0f} output tokens/s; coefficients "
                 f"{coef_source or hw.engine.engine + ' defaults'}; weights {hw.weight_dtype}"
-                + (" (the checkpoint's own format)" if hw.weight_dtype == hw.spec.checkpoint_dtype != "bf16" else ""),
+                + (" (the checkpoint's own format)" if hw.weight_dtype == hw.spec.checkpoint_dtype != "bf16" else "")
+                + (
+                    f"; ranges hold {next(iter(r.values())).level:.0%} of measured values around gpucap's "
+                    f"predictions of {next(iter(r.values())).band.basis}"
+                    if r
+                    else ""
+                ),
             ]
         )
         self._set_warnings(est.notes)

@@ -351,7 +351,10 @@ def test_every_control_and_bar_says_what_it_is(app: EstimatorApp) -> None:
         assert (w.tooltip or "").strip(), f"{name} has no tooltip"
     assert set(TIPS) <= set(app.inputs)
     root = ET.fromstring(app.svgs["constraints"])
-    titles = [t.text or "" for t in root.iter(SVG_NS + "title")]
     # one tooltip per drawn bar (a resource that is not binding draws none), each naming its source
     bars = [el for el in root.iter(SVG_NS + "rect") if el.get("class") == "bar"]
+    titles = [t.text or "" for el in bars for t in el.iter(SVG_NS + "title")]
     assert len(titles) == len(bars) >= 4 and all("SLO" in t or "KV" in t for t in titles)
+    # the recommendation's range is a pale band that says what it is
+    (band,) = [el for el in root.iter(SVG_NS + "rect") if el.get("class") == "range"]
+    assert "80% range" in (band.find(SVG_NS + "title").text or "")
