@@ -168,6 +168,11 @@ def hardware(
     spec = load_model(model)
     weight_dtype = weight_dtype or spec.checkpoint_dtype
     g = get_gpu(gpu, gpu_file)
+    if g.vendor.upper() == "AMD" and kv_dtype == "fp8_e5m2":
+        raise ValueError(
+            f"kv_dtype fp8_e5m2 does not run on {g.key}: vLLM's ROCm KV-cache kernels take fp8 (= fp8_e4m3) "
+            "only (csrc/quantization/fp8/amd/quant_utils.cuh); use kv_dtype fp8 or auto"
+        )
     layout = Layout(tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)
     layout.check(spec)
     eng = EngineConfig(engine=engine) if isinstance(engine, str) else engine

@@ -46,6 +46,7 @@ class GPU:
     name: str = ""
     source: str = ""
     tdp_w: float = 0.0  # board power, W (0 when the catalog row gives none)
+    vendor: str = ""  # "NVIDIA", "AMD", ... (the catalog's vendor column)
 
     def peak_flops_per_s(self, fmt: str) -> float:
         """Dense peak for a compute format, falling back to the next wider format the chip has
@@ -53,10 +54,13 @@ class GPU:
         or bf16 after dequantizing. MXFP4 checkpoints (gpt-oss) run as weight-only W4A16 where
         there are no fp4 tensor cores: the weights are upcast and multiplied by bf16 activations
         (Marlin on Ampere, Triton ``matmul_ogs`` on Hopper; vLLM's GPT-OSS recipe), so at the bf16
-        rate, not fp8's."""
+        rate, not fp8's. On AMD GPUs vLLM runs MXFP4 checkpoints as W4A16 even where the chip has
+        fp4 matrix cores (MI355X): every ROCm MoE backend maps to ``mxfp4_w4a16_moe_quant_config``
+        (vllm ``fused_moe/oracle/mxfp4.py`` @ 001eda31); native fp4 x fp4 is for Quark OCP-MX
+        checkpoints only, so MXFP4 on AMD takes the bf16 rate."""
         chains = {
             "fp4": ("fp4", "fp8", "bf16"),
-            "mxfp4": ("fp4", "bf16"),
+            "mxfp4": ("bf16",) if self.vendor.upper() == "AMD" else ("fp4", "bf16"),
             "fp8": ("fp8", "bf16"),
             "int8": ("int8", "bf16"),
         }
@@ -129,6 +133,7 @@ def _gpu_from_row(row: dict[str, str], where: str) -> GPU:
         name=(row.get("name") or "").strip(),
         source=(row.get("source") or "").strip(),
         tdp_w=_num(row, "tdp_W", where),
+        vendor=(row.get("vendor") or "").strip(),
     )
 
 

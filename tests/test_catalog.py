@@ -135,6 +135,7 @@ GPU_KEYS = [
     "A100-SXM-40GB", "A100-SXM-80GB", "A100-PCIE-80GB", "H100-SXM-80GB", "H100-PCIE-80GB",
     "H200-SXM-141GB", "H20-96GB", "L4-24GB", "L40S-48GB", "A10G-24GB", "RTX-4090-24GB",
     "RTX-PRO-6000-96GB", "B200-180GB", "GB200-192GB", "MI300X-192GB", "MI325X-256GB",
+    "MI355X-288GB", "MI350X-288GB",
 ]  # fmt: skip
 
 
@@ -185,6 +186,31 @@ def test_peak_flops_fallback() -> None:
     assert gpus["A100-SXM-80GB"].peak_flops_per_s("fp4") == pytest.approx(312e12)
     # B200 has FP4: 18 PFLOPS with sparsity -> 9e15 dense.
     assert gpus["B200-180GB"].peak_flops_per_s("fp4") == pytest.approx(9e15)
+
+
+def test_cdna4_rates_and_mxfp4_on_amd() -> None:
+    gpus = load_gpus()
+    g = gpus["MI355X-288GB"]
+    # 256 CUs at 2.4 GHz x 4,096 / 8,192 / 16,384 FLOP per clock per CU (AMD prints 2.5 / 5.0 / 10 PF dense)
+    assert g.flops_per_s["bf16"] == pytest.approx(256 * 2.4e9 * 4096, rel=1e-4)
+    assert g.flops_per_s["fp8"] == pytest.approx(256 * 2.4e9 * 8192, rel=1e-4)
+    assert g.peak_flops_per_s("fp4") == pytest.approx(256 * 2.4e9 * 16384, rel=1e-4)
+    # vLLM on ROCm runs MXFP4 checkpoints (gpt-oss) as W4A16: the bf16 rate, fp4 cores or not
+    assert g.peak_flops_per_s("mxfp4") == g.flops_per_s["bf16"]
+    assert gpus["MI300X-192GB"].peak_flops_per_s("mxfp4") == pytest.approx(1307.4e12)
+    # NVIDIA Blackwell keeps its fp4 rate for MXFP4
+    assert gpus["B200-180GB"].peak_flops_per_s("mxfp4") == pytest.approx(9e15)
+    # 7 Infinity Fabric links of 153.6 GB/s both ways: 76.8 per direction per peer, 537.6 at TP=8
+    assert g.link_bytes_per_s == pytest.approx(7 * 153.6e9 / 2)
+
+
+def test_fp8_e5m2_kv_is_refused_on_amd() -> None:
+    from gpucap.estimate import hardware
+
+    # vLLM's ROCm KV kernels take fp8 = fp8_e4m3 only (csrc/quantization/fp8/amd/quant_utils.cuh)
+    with pytest.raises(ValueError, match="fp8_e5m2.*ROCm.*fp8"):
+        hardware("meta-llama/Llama-3.1-8B", "MI300X-192GB", kv_dtype="fp8_e5m2")
+    assert hardware("meta-llama/Llama-3.1-8B", "MI300X-192GB", kv_dtype="fp8").kv_dtype == "fp8"
 
 
 def test_get_gpu_is_case_insensitive_and_lists_close_matches() -> None:
