@@ -17,7 +17,7 @@ import numpy as np
 from .batching import closed_loop
 from .engine import Coefficients
 from .lengths import Lengths
-from .memory import held_tokens_per_layer
+from .memory import charged_tokens_per_layer
 from .queueing import QUANTILES, max_request_rate, open_loop_latency, service_curve
 from .simulate import simulate
 from .step import Hardware
@@ -191,7 +191,7 @@ def simulated(
     (``gpucap.simulate``), with lengths drawn from the distributions: a check of the queueing
     model's answer for a plan, which schedules whole prompt chunks as an engine does."""
     rng = np.random.default_rng(seed)
-    held = float(held_tokens_per_layer(hw.spec, inp.mean + out.mean))
+    held = float(charged_tokens_per_layer(hw.spec, hw.layout, hw.kv_dtype, inp.mean + out.mean))
     # a sliding window holds fewer tokens than a request has: the simulation charges whole
     # requests, so its capacity is scaled by the tokens held per token of context
     kv_capacity_tokens *= (inp.mean + out.mean) / max(held, 1.0)

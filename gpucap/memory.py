@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from .engine import EngineConfig
 from .gpus import GPU
+from .hybrid import STATE_COPIES
 from .layout import Layout
 from .models import ModelSpec
 from .speculative import Speculative, draft_layout, draft_spec, shares_output_head
@@ -70,7 +71,7 @@ def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout) -> 
     attn = spec.attention_params / layout.tp
     if not spec.is_mla:  # K/V projections replicated where tp exceeds the KV heads
         extra_heads = layout.kv_heads_per_gpu(spec) - spec.num_kv_heads / layout.tp
-        attn += 2 * spec.hidden_size * spec.head_dim * extra_heads * spec.num_layers
+        attn += 2 * spec.hidden_size * spec.head_dim * extra_heads * spec.num_kv_layers
     dense = (
         spec.dense_mlp_params * spec.num_dense_layers
         + (spec.shared_expert_params + spec.router_params) * spec.num_moe_layers
@@ -87,16 +88,18 @@ def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout) -> 
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "auto") -> float:
-    """KV-cache bytes of one token over all layers, unsharded, inside every window.
+    """KV-cache bytes of one token over all attention layers, unsharded, inside every window.
 
     GQA/MQA: ``layers x 2 x num_kv_heads x head_dim x kv_bytes`` (Llama-3-70B bf16:
     80 x 2 x 8 x 128 x 2 = 327,680). MLA: ``layers x (kv_lora_rank + qk_rope_head_dim) x
-    kv_bytes`` (DeepSeek-V3: 61 x 576 x 2 = 70,272), plus the V3.2 indexer keys.
+    kv_bytes`` (DeepSeek-V3: 61 x 576 x 2 = 70,272), plus the V3.2 indexer keys. A hybrid's
+    linear layers keep no KV: only its ``num_kv_layers`` count (Qwen3-Next: 12 x 2 x 2 x 256 x 2
+    = 24,576).
     """
     per_layer = spec.kv_elements_per_token_per_layer * kv_bytes_per_element(kv_dtype)
     if spec.index_head_dim:
         per_layer += spec.index_head_dim + INDEXER_SCALE_BYTES
-    return float(per_layer * spec.num_layers)
+    return float(per_layer * spec.num_kv_layers)
 
 
 def kv_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str, layout: Layout) -> float:
@@ -109,18 +112,20 @@ def kv_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str, layout: Layout) -
 
 
 def held_tokens_per_layer(spec: ModelSpec, context_tokens: ArrayLike, block_size: int = 1) -> ArrayLike:
-    """Tokens a request of ``context_tokens`` holds, summed over layers, in units of layers.
+    """Tokens a request of ``context_tokens`` holds, summed over attention layers, in units of
+    layers.
 
     A full-attention layer holds the whole context; a sliding-window or chunked layer holds
-    ``min(context, window)``. Each layer's tokens round up to whole paged blocks. Divided by the
-    layer count, so that ``result x kv_bytes_per_token`` is the request's KV bytes.
+    ``min(context, window)``; a hybrid's linear layer none. Each layer's tokens round up to whole
+    paged blocks. Divided by the attention-layer count (``num_kv_layers``), so that
+    ``result x kv_bytes_per_token`` is the request's KV bytes.
     """
     ctx = np.asarray(context_tokens, dtype=float)
     total = np.zeros_like(ctx)
     for window, count in window_counts(spec).items():
         held = ctx if window is None else np.minimum(ctx, window)
         total = total + count * np.ceil(held / block_size) * block_size
-    return total / spec.num_layers
+    return total / max(spec.num_kv_layers, 1)
 
 
 @lru_cache(maxsize=256)
@@ -129,6 +134,21 @@ def window_counts(spec: ModelSpec) -> dict[int | None, int]:
     for w in spec.layer_window:
         counts[w] = counts.get(w, 0) + 1
     return counts
+
+
+def state_bytes_per_request_per_gpu(spec: ModelSpec, layout: Layout) -> float:
+    """A hybrid model's per-request state on one GPU, all its linear layers:
+    ``STATE_COPIES x (conv + recurrent elements) x 2 bytes x linear layers / (tp x pp)``.
+
+    The state is kept in the model's 16-bit dtype (vLLM's ``mamba_cache_dtype`` and
+    ``mamba_ssm_cache_dtype`` default "auto"), split over tp with the heads, and held twice per
+    request (``gpucap.hybrid.STATE_COPIES``). Qwen3-Next at tp 1: 2 x (24,576 + 524,288) x 2 x 36
+    = 79,036,416 bytes, as much as ~3,200 tokens of its KV cache. 0 for other models.
+    """
+    if spec.linear is None:
+        return 0.0
+    per_layer = spec.linear.state_elements_per_request * ACTIVATION_BYTES
+    return STATE_COPIES * per_layer * spec.num_linear_layers / (layout.tp * layout.pp)
 
 
 def activation_bytes_per_gpu(spec: ModelSpec, layout: Layout, engine: EngineConfig) -> float:
@@ -181,6 +201,7 @@ class MemoryBreakdown:
     kv_bytes_per_token: float  # one token, all layers, unsharded
     kv_bytes_per_token_per_gpu: float
     encoder_cache: float = 0.0
+    state_bytes_per_request: float = 0.0  # a hybrid's linear-layer state, per request per GPU
 
     @property
     def fits(self) -> bool:
@@ -275,19 +296,32 @@ def memory_breakdown(
         kv_bytes_per_token=kv_tok,
         kv_bytes_per_token_per_gpu=kv_tok_gpu,
         encoder_cache=cache,
+        state_bytes_per_request=state_bytes_per_request_per_gpu(spec, layout),
     )
+
+
+def charged_tokens_per_layer(spec: ModelSpec, layout: Layout, kv_dtype: str, context_tokens: ArrayLike) -> ArrayLike:
+    """``held_tokens_per_layer`` plus a hybrid's state per request in tokens of KV it displaces
+    (``state bytes / kv bytes per token per GPU``): what one request takes from the KV budget,
+    in the units of ``kv_bytes_per_token``."""
+    held = held_tokens_per_layer(spec, context_tokens)
+    state = state_bytes_per_request_per_gpu(spec, layout)
+    if not state:
+        return held
+    return held + state / kv_bytes_per_token_per_gpu(spec, kv_dtype, layout)
 
 
 def concurrency_by_memory(
     mem: MemoryBreakdown, spec: ModelSpec, layout: Layout, context_tokens: ArrayLike, block_size: int = 1
 ) -> ArrayLike:
-    """Requests one replica can hold: ``attn_dp x kv_budget / (held tokens x kv bytes/token/GPU)``.
+    """Requests one replica can hold: ``attn_dp x kv_budget / (held tokens x kv bytes/token/GPU
+    + state bytes)`` (the state: a hybrid's linear layers, ``state_bytes_per_request_per_gpu``).
 
     ``context_tokens`` is the length each request is charged: the maximum (input + output, safe)
     or the average over its life (input + output / 2); the caller chooses and says which.
     """
     held = held_tokens_per_layer(spec, context_tokens, block_size)
-    per_request = held * mem.kv_bytes_per_token_per_gpu
+    per_request = held * mem.kv_bytes_per_token_per_gpu + mem.state_bytes_per_request
     return np.floor(layout.attn_dp * max(mem.kv_budget, 0.0) / per_request)
 
 

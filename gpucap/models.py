@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .configfields import Fields
+from .hybrid import HYBRID_FAMILIES, LinearMixer, linear_layers, linear_mixer
 from .textfiles import read_text
 from .vision import VisionEncoder, parse_vision_config
 
@@ -36,6 +37,11 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "gemma3": "Gemma 3 (nested text_config, 5:1 local/global attention)",
     "gemma3_text": "Gemma 3 text model",
     "falcon": "Falcon (dense, non-gated MLP)",
+    "qwen3_next": "Qwen3-Next (hybrid: Gated DeltaNet and gated full attention, MoE)",
+    "jamba": "Jamba (hybrid: Mamba and attention, MoE every other layer)",
+    "minimax_m1": "MiniMax-M1 (hybrid: lightning and softmax attention, MoE)",
+    "minimax_text_01": "MiniMax-Text-01 (hybrid: lightning and softmax attention, MoE)",
+    "minimax_m2": "MiniMax-M2 (full attention, MoE)",
 }
 
 # Keys every family needs (after family-specific renaming), named as in Hugging Face configs.
@@ -57,8 +63,9 @@ class ModelSpec:
     """Architecture of a decoder-only transformer, as the serving physics sees it.
 
     Per-layer tuples have one entry per decoder layer: ``layer_window[i]`` is ``None`` for full
-    attention or the number of tokens a sliding-window / chunked layer keeps; ``layer_is_moe[i]``
-    says whether layer i's MLP is a mixture of experts.
+    attention, the number of tokens a sliding-window / chunked layer keeps, or 0 for a linear
+    layer of a hybrid model, which keeps no KV cache but a state of constant size (``linear``,
+    ``gpucap.hybrid``); ``layer_is_moe[i]`` says whether layer i's MLP is a mixture of experts.
     """
 
     name: str
@@ -97,6 +104,8 @@ class ModelSpec:
     # loads unless told to re-quantize, and so the weight format gpucap takes when none is given
     checkpoint_dtype: str = "bf16"
     vision: VisionEncoder | None = None  # the vision encoder of a multimodal config (gpucap.vision)
+    linear: LinearMixer | None = None  # a hybrid model's linear-attention / state-space layer
+    attention_output_gate: bool = False  # q_proj also yields a sigmoid gate on the output (Qwen3-Next)
     max_position_embeddings: int = 0
 
     # ---- construction -------------------------------------------------------------------
@@ -170,7 +179,8 @@ class ModelSpec:
         q_out = self.num_heads * hd
         kv_out = 2 * self.num_kv_heads * hd
         bias = (q_out + kv_out) if self.qkv_bias else 0
-        return float(h * (q_out + kv_out) + q_out * h + bias)
+        gate = h * q_out if self.attention_output_gate else 0
+        return float(h * (q_out + kv_out) + q_out * h + bias + gate)
 
     # ---- MLP ------------------------------------------------------------------------------
     @property
@@ -216,8 +226,20 @@ class ModelSpec:
         return float(2 * self.hidden_size * self.num_layers + self.hidden_size)
 
     @property
+    def num_linear_layers(self) -> int:
+        """Linear-attention / state-space layers (window 0); 0 for a plain transformer."""
+        return sum(1 for w in self.layer_window if w == 0)
+
+    @property
+    def num_kv_layers(self) -> int:
+        """Layers that attend over a KV cache: all but the linear ones."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
     def attention_params(self) -> float:
-        return self.attention_params_per_layer * self.num_layers
+        """Token-mixing weights of all layers: attention layers, plus a hybrid's linear layers."""
+        linear = self.linear.params * self.num_linear_layers if self.linear else 0.0
+        return self.attention_params_per_layer * self.num_kv_layers + linear
 
     @property
     def routed_expert_params(self) -> float:
@@ -290,7 +312,9 @@ def _merge_text_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
 
 
 def _layer_windows(f: Fields, family: str, n: int) -> tuple[int | None, ...]:
-    """Tokens each layer's attention keeps: None = full context."""
+    """Tokens each layer's attention keeps: None = full context, 0 = a linear layer (no KV)."""
+    if family in HYBRID_FAMILIES:
+        return tuple(0 if lin else None for lin in linear_layers(f, family, n))
     types = f.items("layer_types", (str,))
     window = f.count("sliding_window", default=0, least=0)
     if family in ("llama4", "llama4_text") and f.count("attention_chunk_size", default=0, least=0):
@@ -324,6 +348,10 @@ def _moe_layout(f: Fields, family: str, n: int) -> tuple[bool, ...]:
         if moe_layers is not None:
             return tuple(i in moe_layers for i in range(n))
         return tuple((i + 1) % step == 0 for i in range(n))
+    if family == "jamba":  # JambaConfig.layers_num_experts
+        period = f.count("expert_layer_period", default=2)
+        offset = f.count("expert_layer_offset", default=1, least=0)
+        return tuple(i % period == offset for i in range(n))
     first_dense = f.count("first_k_dense_replace", default=0, least=0)
     freq = f.count("moe_layer_freq", "decoder_sparse_step", default=1)
     mlp_only = f.layers("mlp_only_layers", n) or set()
@@ -407,7 +435,10 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         dense_inter = f.count("intermediate_size_mlp", "intermediate_size", default=0, least=0)
         moe_inter = f.count("intermediate_size", default=0, least=0)
         shared_inter = moe_inter  # one shared expert per MoE layer
-    elif family in ("mixtral", "gpt_oss"):
+    elif family == "jamba":  # the dense and the expert MLPs share one width
+        dense_inter = moe_inter = f.count("intermediate_size")
+        shared_inter = 0
+    elif family in ("mixtral", "gpt_oss", "minimax_m1", "minimax_text_01", "minimax_m2"):
         dense_inter = 0
         moe_inter = f.count("intermediate_size", default=0, least=0)
         shared_inter = 0
@@ -458,4 +489,6 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         checkpoint_dtype=checkpoint,
         vision=parse_vision_config(family, vision, raw, hidden, where),
         max_position_embeddings=f.count("max_position_embeddings", default=0, least=0),
+        linear=linear_mixer(f, family, hidden, heads, head_dim),
+        attention_output_gate=family == "qwen3_next" and f.flag("attn_output_gate", True),
     )

@@ -50,7 +50,7 @@ from .engine import Coefficients, front_end
 from .frontend import SharedServer
 from .lengths import Lengths
 from .loads import Load, gamma_gaps, open_loop_sends
-from .memory import held_tokens_per_layer
+from .memory import charged_tokens_per_layer
 from .queueing import STATS, check_burstiness, summarize
 from .scheduler import Policy, policy_for
 from .step import Hardware, prefill_pairs_per_layer, step_time, step_work
@@ -164,14 +164,15 @@ def _leading(ok: Bools) -> int:
 def kv_capacity_tokens(hw: Hardware, context_tokens: float) -> float:
     """Tokens of context the replica's KV cache holds for requests of ``context_tokens`` (a
     sliding-window layer holds only its window, so a request is charged ``context x held /
-    context`` of the full-attention budget)."""
+    context`` of the full-attention budget; a hybrid's state adds to what it holds:
+    ``gpucap.memory.charged_tokens_per_layer``)."""
     from .estimate import hardware_memory  # the estimator imports this module
 
     mem = hardware_memory(hw)
     if not mem.fits:
         raise ValueError(f"{hw.spec.name} leaves no KV cache on {hw.gpu.key} at this split")
     full = hw.layout.attn_dp * mem.kv_budget / mem.kv_bytes_per_token_per_gpu
-    held = float(held_tokens_per_layer(hw.spec, context_tokens))
+    held = float(charged_tokens_per_layer(hw.spec, hw.layout, hw.kv_dtype, context_tokens))
     return float(full * context_tokens / max(held, 1.0))
 
 

@@ -23,12 +23,14 @@ import numpy.typing as npt
 
 from .engine import EAGER_LAUNCH_S_PER_LAYER, Coefficients, EngineConfig
 from .gpus import GPU
+from .hybrid import STATE_COPIES
 from .layout import Layout
 from .memory import (
     ArrayLike,
     held_tokens_per_layer,
     kv_bytes_per_token_per_gpu,
     serves_images,
+    state_bytes_per_request_per_gpu,
     weight_bytes_per_gpu,
     window_counts,
 )
@@ -105,17 +107,20 @@ def attended_tokens_per_layer(spec: ModelSpec, context_tokens: ArrayLike) -> Arr
 
 
 def prefill_pairs_per_layer(spec: ModelSpec, prompt_tokens: ArrayLike) -> Array:
-    """Causal attention pairs of one prompt of I tokens, averaged over layers.
+    """Causal attention pairs of one prompt of I tokens, averaged over attention layers.
 
-    Full attention: ``I^2 / 2``; a window w < I: ``w I - w^2 / 2`` (each query sees at most w keys).
+    Full attention: ``I^2 / 2``; a window w < I: ``w I - w^2 / 2`` (each query sees at most w keys);
+    a hybrid's linear layer (window 0): none.
     """
     i = np.asarray(prompt_tokens, dtype=float)
     total = np.zeros_like(i)
     cap = spec.index_topk or None
     for w, count in window_counts(spec).items():  # layers grouped by window
+        if w == 0:
+            continue
         w = min(w, cap) if (w and cap) else (w or cap)
         total = total + count * (i * i / 2 if w is None else np.where(i <= w, i * i / 2, w * i - w * w / 2))
-    return total / spec.num_layers
+    return total / max(spec.num_kv_layers, 1)
 
 
 def experts_touched(spec: ModelSpec, tokens: ArrayLike) -> Array:
@@ -157,7 +162,9 @@ def step_work(
     FLOP = 2 x dense params x tokens / tp + 2 x expert params x k x tokens / stage GPUs
     + 2 x hidden x vocab x sampled tokens / tp + attention pairs x FLOP per pair / tp.
     Bytes = dense weights + experts the batch routes to (``E (1 - (1 - k/E)^T)`` of E) + KV read
-    for every attended key + KV written + activations. Link: two ring all-reduces per layer
+    for every attended key + KV written + activations. A hybrid's linear layers attend to no KV:
+    they add their recurrence FLOP per token (``LinearMixer.flop_per_token``) and read and write
+    each decoding sequence's state once per step (in ``kv_bytes``). Link: two ring all-reduces per layer
     under tp (``2 (tp-1)/tp x message``), two all-to-alls per MoE layer under ep, one
     point-to-point send per pipeline stage.
 
@@ -177,6 +184,7 @@ def step_work(
     v = verify * b  # tokens the decoding sequences put through the model
     tokens = v + p
     layers = spec.num_layers / pp
+    kv_layers = spec.num_kv_layers / pp  # attention layers (a hybrid's linear layers attend to no KV)
     moe_layers = spec.num_moe_layers / pp
 
     # FLOP
@@ -185,7 +193,7 @@ def step_work(
     lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * v / group
     attended = attended_tokens_per_layer(spec, decode_context)
     attn_flop = (
-        layers
+        kv_layers
         / group
         * (
             v * attended * attention_flop_per_pair(spec, decode=True)
@@ -194,7 +202,7 @@ def step_work(
     )
     if spec.index_n_heads:  # V3.2 indexer scores every key of the full context (fp8)
         ctx = np.asarray(decode_context, dtype=float)
-        attn_flop = attn_flop + layers / group * 2 * spec.index_n_heads * spec.index_head_dim * (
+        attn_flop = attn_flop + kv_layers / group * 2 * spec.index_n_heads * spec.index_head_dim * (
             v * ctx + pairs_prefill
         )
 
@@ -205,11 +213,15 @@ def step_work(
     weights = w.attention + w.dense_mlp + lm_head_bytes + w.experts * touched
     kv_tok = kv_bytes_per_token_per_gpu(spec, hw.kv_dtype, lay)
     if spec.index_head_dim:  # main latent read for top-k keys, indexer keys for all
-        idx_tok = kv_tok - spec.kv_elements_per_token_per_layer * kv_bytes_per_element(hw.kv_dtype) * layers
+        idx_tok = kv_tok - spec.kv_elements_per_token_per_layer * kv_bytes_per_element(hw.kv_dtype) * kv_layers
         kv_read = b / lay.attn_dp * (attended * (kv_tok - idx_tok) + np.asarray(decode_context) * idx_tok)
     else:
         kv_read = b / lay.attn_dp * attended * kv_tok
     kv_write = tokens / lay.attn_dp * kv_tok
+    if spec.linear is not None:  # linear layers: recurrence FLOP per token; each decoding
+        # sequence's state read and written once per step (one copy of it)
+        attn_flop = attn_flop + spec.linear.flop_per_token * spec.num_linear_layers / pp * tokens / group
+        kv_write = kv_write + 2 * b / lay.attn_dp * state_bytes_per_request_per_gpu(spec, lay) / STATE_COPIES
     act = tokens / lay.attn_dp * layers * ACTIVATION_HIDDEN_PASSES * spec.hidden_size * ACTIVATION_BYTES
 
     # Link traffic
