@@ -55,16 +55,48 @@ class WeightBytes:
         return self.embeddings + self.attention + self.dense_mlp + self.experts + self.vision_encoder + self.draft
 
 
-@lru_cache(maxsize=1024)
-def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout) -> WeightBytes:
+def _round_up(x: float, to: int) -> float:
+    return float(math.ceil(x / to) * to)
+
+
+def mxfp4_expert_padding(spec: ModelSpec, layout: Layout, gpu: GPU | None) -> float:
+    """Factor by which vLLM's MXFP4 expert kernels pad the expert matrices: both are
+    ``hidden x intermediate`` per GPU, stored at their padded sizes ``H' x I' / (H x I)``.
+
+    vLLM 0.32 ``mxfp4_round_up_hidden_size_and_intermediate_size`` (``fused_moe/oracle/mxfp4.py``),
+    by the backend each GPU gets: Marlin on GPUs without fp8 (Ampere): I to 128, H to 256;
+    FlashInfer TRTLLM-gen on Blackwell (fp4 cores): I to 128, H to 256; Triton on Hopper: I to 64;
+    ROCm: both to 256. ``I`` is the intermediate width each GPU holds of an expert (split over
+    ``tp x attn_dp / ep``). gpt-oss (H 2880, I 2880) on 4 A100s: 768 x 3072 / (720 x 2880) = 1.138.
+    """
+    if gpu is None or not spec.is_moe:
+        return 1.0
+    h, i = float(spec.hidden_size), spec.moe_intermediate_size / max(layout.stage_gpus // layout.ep, 1)
+    if gpu.vendor.upper() == "AMD":
+        to_i, to_h = 256, 256
+    elif not gpu.flops_per_s.get("fp8") or gpu.flops_per_s.get("fp4"):
+        to_i, to_h = 128, 256
+    else:
+        to_i, to_h = 64, 1
+    return _round_up(i, to_i) * _round_up(h, to_h) / (i * h)
+
+
+def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout, gpu: GPU | None = None) -> WeightBytes:
     """Bytes of weights on the most loaded GPU.
 
     ``bytes = sum over tensors of params x bytes_per_param(format) / shards``. Attention and dense
     MLPs are split ``tp`` ways (K/V projections replicated when tp exceeds the KV heads),
     embeddings and lm_head are vocabulary-parallel over ``tp`` and stay 16-bit (quantized
     checkpoints keep them in bf16), routed experts are split over the ``tp x attn_dp`` GPUs of a
-    stage, layers over ``pp`` (the first/last stage also holds the embedding/lm_head).
+    stage, layers over ``pp`` (the first/last stage also holds the embedding/lm_head). MXFP4
+    experts are stored padded to the kernel's tiles on ``gpu`` (``mxfp4_expert_padding``).
     """
+    padding = mxfp4_expert_padding(spec, layout, gpu) if weight_dtype == "mxfp4" else 1.0
+    return _weight_bytes(spec, weight_dtype, layout, padding)
+
+
+@lru_cache(maxsize=1024)
+def _weight_bytes(spec: ModelSpec, weight_dtype: str, layout: Layout, expert_padding: float) -> WeightBytes:
     b = weight_bytes_per_param(weight_dtype)
     b_attn = ACTIVATION_BYTES if "attention" in spec.unquantized_modules else b
     layer_share = 1.0 / layout.pp
@@ -76,7 +108,7 @@ def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout) -> 
         spec.dense_mlp_params * spec.num_dense_layers
         + (spec.shared_expert_params + spec.router_params) * spec.num_moe_layers
     ) / layout.tp
-    experts = spec.routed_expert_params / layout.stage_gpus
+    experts = spec.routed_expert_params / layout.stage_gpus * expert_padding
     embed_params = spec.vocab_size * spec.hidden_size
     embed = embed_params * (1 if spec.tie_embeddings or layout.pp > 1 else 2) / layout.tp
     return WeightBytes(
@@ -254,7 +286,7 @@ def memory_breakdown(
     """
     engine = engine.resolve(gpu)
     util = float(engine.gpu_memory_utilization or 0.9)
-    weights = weight_bytes_per_gpu(spec, weight_dtype, layout)
+    weights = weight_bytes_per_gpu(spec, weight_dtype, layout, gpu)
     act = activation_bytes_per_gpu(spec, layout, engine)
     kv_tok, kv_tok_gpu = kv_bytes_per_token(spec, kv_dtype), kv_bytes_per_token_per_gpu(spec, kv_dtype, layout)
     cache = 0.0

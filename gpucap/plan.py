@@ -578,7 +578,7 @@ def plan(
                 "comm_share": load.comm_share,
                 "cost_per_hour": cost,
                 "cost_per_million_output_tokens": cost / (load.output_tps * 3600) * 1e6,
-                "weights_GiB_per_gpu": weight_bytes_per_gpu(spec, cand.weight_dtype, hw.layout).total / GiB,
+                "weights_GiB_per_gpu": weight_bytes_per_gpu(spec, cand.weight_dtype, hw.layout, hw.gpu).total / GiB,
             }
         )
     if show and shown:

@@ -207,7 +207,7 @@ def step_work(
         )
 
     # HBM bytes
-    w = weight_bytes_per_gpu(spec, hw.weight_dtype, lay)
+    w = weight_bytes_per_gpu(spec, hw.weight_dtype, lay, hw.gpu)
     lm_head_bytes = w.embeddings / (1 if spec.tie_embeddings or pp > 1 else 2)
     touched = experts_touched(spec, tokens) if spec.is_moe else np.zeros_like(tokens)
     weights = w.attention + w.dense_mlp + lm_head_bytes + w.experts * touched
