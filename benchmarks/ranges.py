@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpucap.catalog import load_model
-from gpucap.ranges import METRICS, RANGES_FILE, build_table, coverage
+from gpucap.ranges import METRICS, RANGES_FILE, build_table, coverage, find_band
 from gpucap.validate import ENGINE_ALIASES
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -66,6 +66,20 @@ def main() -> None:
     print("runs measured but without a range when their source is left out: " + str(without))
 
     table = build_table(runs)
+    print("\nin sample (bands of all runs, checked on the same runs; for TPOT, whose runs come from two sources,")
+    print("the only check there is): | metric | runs | inside |")
+    for metric in METRICS:
+        n = k = 0
+        for _, run in runs.iterrows():
+            m, p = float(run[f"{metric}_measured"]), float(run[f"{metric}_predicted"])
+            band = find_band(
+                table, metric, engine=run["engine"], load_mode=run["load_mode"], model_class=run["model_class"]
+            )
+            if band is None or not (m > 0 and p > 0):
+                continue
+            lo, hi = band.apply(p)
+            n, k = n + 1, k + (lo <= m <= hi)
+        print(f"| {metric} | {n} | {k / n:.1%} |" if n else f"| {metric} | 0 | - |")
     print(f"\nbands from all {len(runs)} runs ({len(table)} groups):")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     if args.write:

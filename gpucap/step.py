@@ -35,6 +35,7 @@ from .memory import (
     window_counts,
 )
 from .models import ModelSpec
+from .routing import ep_imbalance
 from .speculative import Speculative, draft_layout, draft_spec
 from .units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
 from .vision import Images, encoder_weight_bytes_per_gpu, image_work
@@ -166,7 +167,8 @@ def step_work(
     they add their recurrence FLOP per token (``LinearMixer.flop_per_token``) and read and write
     each decoding sequence's state once per step (in ``kv_bytes``). Link: two ring all-reduces per layer
     under tp (``2 (tp-1)/tp x message``), two all-to-alls per MoE layer under ep, one
-    point-to-point send per pipeline stage.
+    point-to-point send per pipeline stage. Under ep the expert FLOP and the all-to-all messages
+    are the busiest GPU's: ``ep_imbalance(ep)`` times the mean (``gpucap.routing``).
 
     ``decode_tokens`` counts decoding sequences. With ``speculative`` each verifies ``k + 1``
     tokens: tokens = ``(k + 1) x decode_tokens + prefill_tokens`` in the FLOP, sampled tokens,
@@ -189,7 +191,8 @@ def step_work(
 
     # FLOP
     dense_flop = 2 * spec.dense_params / pp * tokens / group
-    expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus
+    skew = ep_imbalance(lay.ep)  # the busiest GPU of the expert-parallel group sets the step
+    expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus * skew
     lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * v / group
     attended = attended_tokens_per_layer(spec, decode_context)
     attn_flop = (
@@ -235,7 +238,7 @@ def step_work(
         link_s = link_s + n_ar * 2 * (lay.tp - 1) / lay.tp * msg / link
         lat_s = lat_s + n_ar * alpha
     if lay.ep > 1:
-        sent = group_tokens / lay.tp * spec.experts_per_token * spec.hidden_size * ACTIVATION_BYTES
+        sent = group_tokens / lay.tp * spec.experts_per_token * spec.hidden_size * ACTIVATION_BYTES * skew
         link_s = link_s + 2 * moe_layers * sent * (lay.ep - 1) / lay.ep / link
         lat_s = lat_s + 2 * moe_layers * alpha
     if pp > 1:
