@@ -1,7 +1,7 @@
 """Linear-attention and state-space layers of hybrid models, read from their ``config.json``.
 
-A hybrid model (Qwen3-Next: Gated DeltaNet; Jamba: Mamba; MiniMax-M1 / Text-01: lightning
-attention) interleaves full-attention layers with layers whose memory of the past is a state of
+A hybrid model (Qwen3-Next: Gated DeltaNet; Jamba: Mamba; Nemotron-H: Mamba-2; MiniMax-M1 /
+Text-01: lightning attention) interleaves full-attention layers with layers whose memory of the past is a state of
 constant size per request instead of a KV cache that grows with the context. ``ModelSpec`` marks
 such a layer with an attention window of 0 (it keeps no KV) and describes it with a
 ``LinearMixer``: its parameters, its per-request state and the FLOP of its recurrence.
@@ -9,12 +9,16 @@ such a layer with an attention window of 0 (it keeps no KV) and describes it wit
 Shapes are vLLM's (v0.33.0; MiniMax v0.22.1, whose ``minimax_text_01.py`` later versions
 dropped):
 - state shapes: ``vllm/model_executor/layers/mamba/mamba_utils.py`` (``MambaStateShapeCalculator``:
-  ``gated_delta_net_state_shape``, ``mamba1_state_shape``, ``linear_attention_state_shape``);
+  ``gated_delta_net_state_shape``, ``mamba1_state_shape``, ``mamba2_state_shape``,
+  ``linear_attention_state_shape``); Nemotron-H keeps its recurrent state in fp32 unless its
+  config says otherwise (``NemotronHForCausalLMConfig``, ``models/config.py``), the others in the
+  model's 16-bit dtype;
 - weights: ``layers/mamba/gdn/qwen_gdn_linear_attn.py``, ``layers/mamba/mamba_mixer.py``,
-  ``layers/mamba/linear_attn.py`` (0.22.1);
+  ``layers/mamba/mamba_mixer2.py``, ``layers/mamba/linear_attn.py`` (0.22.1);
 - recurrence FLOP per token, counted from the decode kernels: Gated DeltaNet ~7 dk dv per value
   head (decay, delta read, update, output; ``fla/ops/fused_recurrent.py``), Mamba-1 ~7 I N
-  (``selective_state_update``), lightning attention ~5 d^2 per head
+  (``selective_state_update``), Mamba-2 ~5 heads x head_dim x N (the same kernel), lightning
+  attention ~5 d^2 per head
   (``_linear_attn_decode_kernel``), plus the causal conv's ``2 K x channels``. Prefill runs
   chunked forms of the same recurrences, taken at the same FLOP per token (an approximation).
 """
@@ -30,21 +34,25 @@ from .configfields import Fields
 # default) the state cache runs in "align" mode, ``MambaSpec.max_memory_usage_bytes`` =
 # page x (2 + speculative blocks) (vllm/v1/kv_cache_interface.py, v0.33.0).
 STATE_COPIES = 2
-HYBRID_FAMILIES = ("qwen3_next", "jamba", "minimax_m1", "minimax_text_01")
+HYBRID_FAMILIES = ("qwen3_next", "jamba", "minimax_m1", "minimax_text_01", "nemotron_h")
+# Nemotron-H's hybrid_override_pattern: one character per residual block
+NEMOTRON_MIXERS = {"M": "mamba2", "*": "attention"}
+NEMOTRON_MLPS = {"-": "dense", "E": "moe"}
 
 
 @dataclass(frozen=True)
 class LinearMixer:
     """One linear-attention / state-space layer: ``params`` weights, and per request a
-    ``conv_elements`` convolution state plus a ``state_elements`` recurrent state (unsharded,
-    one copy; stored in the model's 16-bit dtype by default in vLLM), and ``flop_per_token`` of
-    recurrence and convolution beyond its projections (which ``params`` counts)."""
+    ``conv_elements`` convolution state (16-bit) plus a ``state_elements`` recurrent state of
+    ``state_bytes_per_element`` (unsharded, one copy), and ``flop_per_token`` of recurrence and
+    convolution beyond its projections (which ``params`` counts)."""
 
-    kind: str  # "gated_deltanet", "mamba1", "lightning"
+    kind: str  # "gated_deltanet", "mamba1", "mamba2", "lightning"
     params: float
     conv_elements: int
     state_elements: int
     flop_per_token: float
+    state_bytes_per_element: float = 2.0
 
     @property
     def state_elements_per_request(self) -> int:
@@ -69,12 +77,39 @@ def linear_layers(f: Fields, family: str, n: int) -> tuple[bool, ...]:
         period = f.count("attn_layer_period", default=8)
         offset = f.count("attn_layer_offset", default=4, least=0)
         return tuple(i % period != offset for i in range(n))
+    if family == "nemotron_h":
+        return tuple(mixer == "mamba2" for mixer, _ in nemotron_blocks(f))
     if family in ("minimax_m1", "minimax_text_01"):
         kinds = f.items("attn_type_list", (int,))
         if kinds is None or len(kinds) != n:
             raise ValueError(f"{f.where}: attn_type_list must list one 0 (lightning) or 1 (softmax) per layer ({n})")
         return tuple(k == 0 for k in kinds)
     return (False,) * n
+
+
+def nemotron_blocks(f: Fields) -> list[tuple[str, str]]:
+    """Nemotron-H's ``hybrid_override_pattern`` as layers of (mixer, MLP): each mixer block (M:
+    Mamba-2, *: attention) with the MLP block right after it (-: dense, E: MoE; "" when the
+    next block is another mixer). vLLM builds one residual block per character
+    (``nemotron_h.py``); pairing them keeps gpucap's layer of a mixer and an MLP."""
+    pattern = f.text("hybrid_override_pattern")
+    if not pattern or set(pattern) - set(NEMOTRON_MIXERS) - set(NEMOTRON_MLPS):
+        raise ValueError(
+            f"{f.where}: hybrid_override_pattern must be a string of M (Mamba-2), * (attention), - (MLP) "
+            f"and E (MoE), one per block; got {pattern[:40]!r}"
+        )
+    layers: list[tuple[str, str]] = []
+    for i, c in enumerate(pattern):
+        if c in NEMOTRON_MIXERS:
+            layers.append((NEMOTRON_MIXERS[c], ""))
+        elif not layers or layers[-1][1]:
+            raise ValueError(
+                f"{f.where}: hybrid_override_pattern has an MLP block ({c!r} at {i}) that follows no mixer block; "
+                "gpucap pairs each MLP with the mixer before it"
+            )
+        else:
+            layers[-1] = (layers[-1][0], NEMOTRON_MLPS[c])
+    return layers
 
 
 def linear_mixer(f: Fields, family: str, hidden: int, heads: int, head_dim: int) -> LinearMixer | None:
@@ -124,6 +159,29 @@ def linear_mixer(f: Fields, family: str, hidden: int, heads: int, head_dim: int)
             conv_elements=(k - 1) * inner,
             state_elements=inner * n_state,
             flop_per_token=7.0 * inner * n_state + 2.0 * k * inner,
+        )
+    if family == "nemotron_h":
+        nh, hd = f.count("mamba_num_heads"), f.count("mamba_head_dim")
+        groups, n_state = f.count("n_groups", default=1), f.count("ssm_state_size")
+        k = f.count("conv_kernel", default=4)
+        inner = nh * hd
+        conv_dim = inner + 2 * groups * n_state  # x, B and C through the causal conv
+        params = (
+            (2 * inner + 2 * groups * n_state + nh) * hidden  # in_proj: z, x, B, C, dt
+            + conv_dim * k
+            + (conv_dim if f.flag("use_conv_bias", True) else 0)
+            + 3 * nh  # A_log, D, dt_bias
+            + inner  # gated RMSNorm
+            + hidden * inner  # out_proj
+        )
+        ssm_fp32 = f.text("mamba_ssm_cache_dtype") in ("", "float32")
+        return LinearMixer(
+            "mamba2",
+            float(params),
+            conv_elements=(k - 1) * conv_dim,
+            state_elements=nh * hd * n_state,
+            flop_per_token=5.0 * nh * hd * n_state + 2.0 * k * conv_dim,
+            state_bytes_per_element=4.0 if ssm_fp32 else 2.0,
         )
     if family in ("minimax_m1", "minimax_text_01"):
         inner = heads * head_dim

@@ -172,14 +172,16 @@ def state_bytes_per_request_per_gpu(spec: ModelSpec, layout: Layout) -> float:
     """A hybrid model's per-request state on one GPU, all its linear layers:
     ``STATE_COPIES x (conv + recurrent elements) x 2 bytes x linear layers / (tp x pp)``.
 
-    The state is kept in the model's 16-bit dtype (vLLM's ``mamba_cache_dtype`` and
-    ``mamba_ssm_cache_dtype`` default "auto"), split over tp with the heads, and held twice per
+    The convolution state is kept in the model's 16-bit dtype, the recurrent state in 16 bits too
+    (vLLM's ``mamba_ssm_cache_dtype`` "auto") except where vLLM keeps it in fp32 (Nemotron-H:
+    ``LinearMixer.state_bytes_per_element``); split over tp with the heads, and held twice per
     request (``gpucap.hybrid.STATE_COPIES``). Qwen3-Next at tp 1: 2 x (24,576 + 524,288) x 2 x 36
     = 79,036,416 bytes, as much as ~3,200 tokens of its KV cache. 0 for other models.
     """
     if spec.linear is None:
         return 0.0
-    per_layer = spec.linear.state_elements_per_request * ACTIVATION_BYTES
+    lin = spec.linear
+    per_layer = lin.conv_elements * ACTIVATION_BYTES + lin.state_elements * lin.state_bytes_per_element
     return STATE_COPIES * per_layer * spec.num_linear_layers / (layout.tp * layout.pp)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .configfields import Fields
-from .hybrid import HYBRID_FAMILIES, LinearMixer, linear_layers, linear_mixer
+from .hybrid import HYBRID_FAMILIES, LinearMixer, linear_layers, linear_mixer, nemotron_blocks
 from .textfiles import read_text
 from .vision import VisionEncoder, parse_vision_config
 
@@ -42,6 +42,7 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "minimax_m1": "MiniMax-M1 (hybrid: lightning and softmax attention, MoE)",
     "minimax_text_01": "MiniMax-Text-01 (hybrid: lightning and softmax attention, MoE)",
     "minimax_m2": "MiniMax-M2 (full attention, MoE)",
+    "nemotron_h": "Nemotron-H (hybrid: Mamba-2 and attention blocks, MLP or MoE blocks)",
 }
 
 # Keys every family needs (after family-specific renaming), named as in Hugging Face configs.
@@ -105,6 +106,7 @@ class ModelSpec:
     checkpoint_dtype: str = "bf16"
     vision: VisionEncoder | None = None  # the vision encoder of a multimodal config (gpucap.vision)
     linear: LinearMixer | None = None  # a hybrid model's linear-attention / state-space layer
+    layer_has_mlp: tuple[bool, ...] = ()  # False where a layer has no MLP (Nemotron-H); () = all have one
     attention_output_gate: bool = False  # q_proj also yields a sigmoid gate on the output (Qwen3-Next)
     max_position_embeddings: int = 0
 
@@ -213,7 +215,9 @@ class ModelSpec:
 
     @property
     def num_dense_layers(self) -> int:
-        return self.num_layers - self.num_moe_layers
+        """Layers with a dense MLP: all but the MoE ones and those with no MLP."""
+        without = sum(1 for has in self.layer_has_mlp if not has)
+        return self.num_layers - self.num_moe_layers - without
 
     # ---- parameter counts -----------------------------------------------------------------
     @property
@@ -348,6 +352,9 @@ def _moe_layout(f: Fields, family: str, n: int) -> tuple[bool, ...]:
         if moe_layers is not None:
             return tuple(i in moe_layers for i in range(n))
         return tuple((i + 1) % step == 0 for i in range(n))
+    if family == "nemotron_h":
+        moe = set(f.items("moe_layers_of_blocks", (int,)) or [])
+        return tuple(i in moe for i in range(n))
     if family == "jamba":  # JambaConfig.layers_num_experts
         period = f.count("expert_layer_period", default=2)
         offset = f.count("expert_layer_offset", default=1, least=0)
@@ -399,6 +406,20 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         )
     if family in ("gemma3", "gemma3_text"):
         cfg = {**_GEMMA3_TEXT_DEFAULTS, **cfg}
+    if family == "nemotron_h":  # one gpucap layer per mixer block (gpucap.hybrid.nemotron_blocks)
+        blocks = nemotron_blocks(f)
+        if len(f.text("hybrid_override_pattern")) != f.count("num_hidden_layers"):
+            raise ValueError(
+                f"{where}: hybrid_override_pattern has {len(f.text('hybrid_override_pattern'))} blocks but "
+                f"num_hidden_layers is {f.count('num_hidden_layers')}"
+            )
+        cfg = {
+            **cfg,
+            "num_hidden_layers": len(blocks),
+            "head_dim": _get(cfg, "head_dim", "attention_head_dim"),
+            "moe_layers_of_blocks": [i for i, (_, mlp) in enumerate(blocks) if mlp == "moe"],
+            "mlp_of_blocks": [mlp for _, mlp in blocks],
+        }
     if family == "falcon":
         cfg = {
             **cfg,
@@ -435,6 +456,12 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         dense_inter = f.count("intermediate_size_mlp", "intermediate_size", default=0, least=0)
         moe_inter = f.count("intermediate_size", default=0, least=0)
         shared_inter = moe_inter  # one shared expert per MoE layer
+    elif family == "nemotron_h":  # relu2 MLPs; one shared expert of its own width
+        dense_inter = f.count("intermediate_size", default=0, least=0)
+        moe_inter = f.count("moe_intermediate_size", default=0, least=0)
+        shared_inter = f.count("n_shared_experts", default=0, least=0) * f.count(
+            "moe_shared_expert_intermediate_size", default=0, least=0
+        )
     elif family == "jamba":  # the dense and the expert MLPs share one width
         dense_inter = moe_inter = f.count("intermediate_size")
         shared_inter = 0
@@ -468,7 +495,7 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         vocab_size=f.count("vocab_size"),
         intermediate_size=dense_inter,
         tie_embeddings=f.flag("tie_word_embeddings", family in ("gemma3", "gemma3_text")),
-        mlp_gated=family != "falcon",
+        mlp_gated=family not in ("falcon", "nemotron_h"),
         qkv_bias=f.flag("attention_bias", family in ("qwen2", "qwen2_5_vl")),
         q_lora_rank=f.count("q_lora_rank", default=0, least=0) if mla else 0,
         kv_lora_rank=f.count("kv_lora_rank") if mla else 0,
@@ -490,5 +517,6 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         vision=parse_vision_config(family, vision, raw, hidden, where),
         max_position_embeddings=f.count("max_position_embeddings", default=0, least=0),
         linear=linear_mixer(f, family, hidden, heads, head_dim),
+        layer_has_mlp=tuple(bool(m) for m in f.items("mlp_of_blocks", (str,)) or []),
         attention_output_gate=family == "qwen3_next" and f.flag("attn_output_gate", True),
     )

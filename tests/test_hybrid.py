@@ -71,3 +71,22 @@ def test_linear_layers_add_no_attention_work_per_key():
     kv_per_key = float(long.kv_bytes - short.kv_bytes) / 1000
     state_traffic = float(short.kv_bytes) - 1000 * kv_per_key - 24_576  # minus the keys read and the one written
     assert state_traffic == pytest.approx(2 * 548_864 * 2 * 36, rel=1e-9)
+
+
+def test_nemotron_h_blocks_pair_each_mlp_with_its_mixer():
+    spec = load_model("nvidia/Nemotron-H-56B-Base-8K")
+    # 118 blocks: 54 Mamba-2, 10 attention, 54 MLP; every MLP follows a mixer, so 64 layers, 10 of
+    # them (the Mamba-2 blocks right before an attention block) without an MLP
+    assert (spec.num_layers, spec.num_kv_layers, spec.num_linear_layers) == (64, 10, 54)
+    assert (spec.num_dense_layers, spec.num_moe_layers) == (54, 0) and not spec.mlp_gated  # relu2
+    # Mamba-2: in_proj (2 x 16384 + 2 x 8 x 256 + 256) x 8192, conv 20480 x 4 + bias 20480,
+    # A_log, D, dt_bias 3 x 256, norm 16384, out_proj 8192 x 16384
+    by_hand = 37_120 * 8192 + 20_480 * 5 + 768 + 16_384 + 8192 * 16_384
+    assert spec.linear.params == by_hand == 438_424_320
+    # state per request at tp 1: two copies x 54 layers x (3 x 20480 conv in bf16 + 256 x 64 x 256 in fp32)
+    hw = hardware("nvidia/Nemotron-H-56B-Base-8K", "H200-SXM-141GB")
+    assert state_bytes_per_request_per_gpu(hw.spec, hw.layout) == 2 * 54 * (61_440 * 2 + 4_194_304 * 4)
+    nano = load_model("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert (nano.num_layers, nano.num_kv_layers, nano.num_moe_layers) == (29, 6, 23)
+    # one shared expert of 3712 beside 128 routed experts of 1856 (relu2: up and down)
+    assert nano.shared_expert_params == 2 * 2688 * 3712
