@@ -15,7 +15,7 @@ import ipywidgets as widgets
 
 from .appcache import Inputs, stamp
 from .catalog import load_model, model_cards
-from .engine import ENGINES, Coefficients, EngineConfig
+from .engine import ENGINES, VLLM_UTILIZATION, Coefficients, EngineConfig
 from .gpus import get_gpu, load_gpus
 from .units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
@@ -117,7 +117,7 @@ def choose(w: Any, value: float) -> None:
 
 
 def engine_default_utilization(engine: str, gpu: str) -> float:
-    """The engine's own ``gpu_memory_utilization`` on ``gpu`` (vLLM 0.9, SGLang 0.88, ...)."""
+    """The engine's own ``gpu_memory_utilization`` on ``gpu`` (vLLM 0.92, SGLang 0.88, ...)."""
     try:
         return float(EngineConfig(engine=engine).resolve(get_gpu(gpu)).gpu_memory_utilization or 0.9)
     except ValueError:
@@ -173,7 +173,7 @@ class Controls:
         self.kv_dtype = dropdown(list(KV_BYTES_PER_ELEMENT), "auto", "KV cache")
         self.engine = dropdown(list(ENGINES), "vllm", "engine")
         self.gpu_memory_utilization = widgets.FloatSlider(
-            value=0.9,
+            value=VLLM_UTILIZATION,
             min=0.5,
             max=1.0,
             step=0.01,

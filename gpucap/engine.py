@@ -20,6 +20,8 @@ from .textfiles import read_text
 from .units import MS, GiB
 
 ENGINES = ("vllm", "sglang", "trtllm")
+VLLM_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.20 (vllm/config/cache.py)
+VLLM_UTILIZATION_BEFORE_0_20 = 0.9
 MAX_COEFFICIENTS_BYTES = 1 << 20
 # How requests reach the engine: through its OpenAI-compatible HTTP server ("http": vllm serve,
 # SGLang's launch_server, trtllm-serve), or handed to it in-process ("offline": trtllm-bench,
@@ -54,6 +56,7 @@ class EngineConfig:
     cuda_graph_bytes: float = 1.0 * GiB  # CUDA-graph pools (vLLM logs 0.5-2 GiB)
     overlap_host: bool | None = None
     front_end: str = "http"
+    eplb: bool = False  # an expert-parallel load balancer (--enable-eplb): gpucap.routing.ep_imbalance
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -76,7 +79,8 @@ class EngineConfig:
 
         vLLM (``EngineArgs.get_batch_defaults``, v0.10+): API server on GPUs with >= 70 GiB that
         are not A100: 1024 sequences, 8192 batched tokens; otherwise 256 and 2048.
-        gpu_memory_utilization 0.9, block 16.
+        gpu_memory_utilization 0.92 (``vllm/config/cache.py`` since v0.20, which also counts the
+        CUDA-graph estimate in the budget; 0.9 before), block 16.
         SGLang (``server_args.py``): chunked_prefill_size 8192 on >= 60 GB GPUs (4096 / 2048 on
         smaller), mem_fraction_static ~0.88, page size 1; running requests capped by memory,
         taken here as 1024.
@@ -87,7 +91,7 @@ class EngineConfig:
         if self.engine == "vllm":
             a100 = gpu.key.upper().startswith("A100")
             seqs, tokens = (1024, 8192) if big and not a100 else (256, 2048)
-            util, block = 0.9, 16
+            util, block = VLLM_UTILIZATION, 16
         elif self.engine == "sglang":
             seqs, util, block = 1024, 0.88, 1
             tokens = 8192 if gpu.memory_bytes >= 60 * GiB else 4096 if gpu.memory_bytes >= 35 * GiB else 2048

@@ -106,6 +106,8 @@ class ModelSpec:
     checkpoint_dtype: str = "bf16"
     vision: VisionEncoder | None = None  # the vision encoder of a multimodal config (gpucap.vision)
     linear: LinearMixer | None = None  # a hybrid model's linear-attention / state-space layer
+    # Zipf exponent of the router's expert popularity (gpucap.routing); 0 = uniform, the default
+    routing_skew: float = 0.0
     layer_has_mlp: tuple[bool, ...] = ()  # False where a layer has no MLP (Nemotron-H); () = all have one
     attention_output_gate: bool = False  # q_proj also yields a sigmoid gate on the output (Qwen3-Next)
     max_position_embeddings: int = 0

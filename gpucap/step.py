@@ -36,6 +36,7 @@ from .memory import (
 )
 from .models import ModelSpec
 from .routing import ep_imbalance
+from .routing import experts_touched as routing_experts_touched
 from .speculative import Speculative, draft_layout, draft_spec
 from .units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
 from .vision import Images, encoder_weight_bytes_per_gpu, image_work
@@ -126,11 +127,10 @@ def prefill_pairs_per_layer(spec: ModelSpec, prompt_tokens: ArrayLike) -> Array:
 
 def experts_touched(spec: ModelSpec, tokens: ArrayLike) -> Array:
     """Expected fraction of a MoE layer's routed experts that a step of T tokens reads:
-    ``1 - (1 - k / E)^T`` (each token picks k of E experts, taken as independent and uniform:
-    an assumption; routing that favours some experts would touch fewer). One token reads k / E;
-    a few hundred tokens read nearly all."""
-    t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
-    return 1.0 - (1.0 - spec.experts_per_token / spec.num_experts) ** t
+    ``1 - (1 - k / E)^T`` (each token picks k of E experts, taken as independent and uniform: an
+    assumption), or with ``spec.routing_skew`` the Zipf-popularity form of
+    ``gpucap.routing.experts_touched``. One token reads k / E; a few hundred tokens read nearly all."""
+    return routing_experts_touched(spec.num_experts, spec.experts_per_token, tokens, spec.routing_skew)
 
 
 def attention_flop_per_pair(spec: ModelSpec, decode: bool) -> float:
@@ -191,7 +191,7 @@ def step_work(
 
     # FLOP
     dense_flop = 2 * spec.dense_params / pp * tokens / group
-    skew = ep_imbalance(lay.ep)  # the busiest GPU of the expert-parallel group sets the step
+    skew = ep_imbalance(lay.ep, hw.engine.eplb)  # the busiest GPU of the expert-parallel group sets the step
     expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus * skew
     lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * v / group
     attended = attended_tokens_per_layer(spec, decode_context)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .batching import LoadPoint, closed_loop, open_loop
-from .engine import Coefficients, EngineConfig
+from .engine import VLLM_UTILIZATION_BEFORE_0_20, Coefficients, EngineConfig
 from .estimate import DoesNotFit, batch_slots, hardware, memory_limit
 from .gpus import scaled
 from .layout import split_of
@@ -126,13 +126,28 @@ def row_overlap_host(row: pd.Series, engine: str) -> bool | None:
         return given in ("true", "1", "1.0", "yes")
     if engine != "vllm":
         return None
-    version = _text(row, "engine_version").strip().lower().lstrip("v")
-    parts = version.split(".")
+    version = vllm_version(row)
+    return None if version is None else version >= (0, 12)
+
+
+def vllm_version(row: pd.Series) -> tuple[int, int] | None:
+    """(major, minor) of the row's ``engine_version`` ("v0.11.0" -> (0, 11)); None when unreadable."""
+    parts = _text(row, "engine_version").strip().lower().lstrip("v").split(".")
     try:
-        major, minor = int(parts[0]), int(parts[1])
+        return int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
         return None
-    return (major, minor) >= (0, 12)
+
+
+def row_utilization(row: pd.Series, engine: str) -> float | None:
+    """The ``gpu_memory_utilization`` column; else vLLM's default of the row's version, 0.9 before
+    0.20 (``VLLM_UTILIZATION_BEFORE_0_20``); else None (the engine's current default)."""
+    util = _num(row, "gpu_memory_utilization")
+    if util is None and engine == "vllm":
+        version = vllm_version(row)
+        if version is not None and version < (0, 20):
+            return VLLM_UTILIZATION_BEFORE_0_20
+    return util
 
 
 def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
@@ -164,7 +179,7 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     engine = str(row.get("engine") or "vllm").lower()
     engine = ENGINE_ALIASES.get(engine, engine)
     eager = str(row.get("enforce_eager", "")).strip().lower() in ("true", "1", "1.0", "yes")
-    util = _num(row, "gpu_memory_utilization")
+    util = row_utilization(row, engine)
     eng = EngineConfig(
         engine=engine,
         max_num_seqs=_int(row, "max_num_seqs", 0) or None,

@@ -138,7 +138,7 @@ def test_hardware_memory_does_not_raise_when_it_does_not_fit() -> None:
     assert teach.memory_parts_gib(mem)["KV budget"] == 0
     # the engine's unused share is 1 - gpu_memory_utilization of memory whether or not it fits,
     # and the table says by how much the weights and reservations overrun the usable memory
-    assert teach.memory_parts_gib(mem)["not usable"] == pytest.approx(0.1 * mem.total / GiB)
+    assert teach.memory_parts_gib(mem)["not usable"] == pytest.approx(0.08 * mem.total / GiB)  # vLLM's 0.92
     short = teach.memory_table({"one GPU": mem}).loc["one GPU", "short by"]
     assert short == pytest.approx((mem.weights.total + mem.reserved - mem.usable) / GiB)
 
