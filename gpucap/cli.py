@@ -115,6 +115,15 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--gpu-memory-utilization", type=positive_float, default=None)
     e.add_argument("--block-size", type=positive_int, default=None)
     e.add_argument("--no-cuda-graphs", action="store_true", help="as vLLM --enforce-eager")
+    e.add_argument(
+        "--enable-eplb", action="store_true", help="an expert-parallel load balancer evens the GPUs' expert loads"
+    )
+    e.add_argument(
+        "--routing-skew",
+        type=float,
+        default=0.0,
+        help="MoE expert popularity as a Zipf exponent (0 uniform; ~0.5 DeepSeek-V3)",
+    )
     e.add_argument("--coefficients", default=None, help="calibration JSON")
     e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
     e.add_argument("--images-per-request", type=float, default=0.0, help="images each request carries (multimodal)")
@@ -235,6 +244,7 @@ def _estimate(a: argparse.Namespace) -> int:
         gpu_memory_utilization=a.gpu_memory_utilization,
         block_size=a.block_size,
         cuda_graphs=not a.no_cuda_graphs,
+        eplb=a.enable_eplb,
     )
     est = estimate(
         a.model,
@@ -260,6 +270,7 @@ def _estimate(a: argparse.Namespace) -> int:
         encoder_tp_mode=a.mm_encoder_tp_mode,
         speculative=_speculative(a),
         lengths=a.lengths,
+        routing_skew=a.routing_skew,
     )
     print(json.dumps(est.to_dict(), indent=2) if a.json else est)
     return 0

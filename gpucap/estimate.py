@@ -9,6 +9,7 @@ one-token-per-step answer.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ LENGTHS = ("varied", "fixed")
 FRONT_END_SATURATED = 0.95  # share of the HTTP server's core at which it is taken as full
 COMM_SHARE_WARNING = 0.5  # seed 1's rule of thumb
 MAX_SEARCH_CONCURRENCY = 1 << 16  # per replica
+MAX_ROUTING_SKEW = 3.0  # a Zipf exponent past which one expert takes nearly every token
 
 
 class DoesNotFit(ValueError):
@@ -162,10 +164,19 @@ def hardware(
     kv_dtype: str = "auto",
     engine: str | EngineConfig = "vllm",
     gpu_file: str | Path | None = None,
+    routing_skew: float = 0.0,
 ) -> Hardware:
     """Resolve names into a checked ``Hardware`` (model, GPU, layout, formats, engine knobs).
-    ``weight_dtype`` None: the checkpoint's own format (``ModelSpec.checkpoint_dtype``)."""
+    ``weight_dtype`` None: the checkpoint's own format (``ModelSpec.checkpoint_dtype``).
+    ``routing_skew``: Zipf exponent of a MoE router's expert popularity (``gpucap.routing``)."""
     spec = load_model(model)
+    if routing_skew:
+        if not (spec.is_moe and 0 < routing_skew <= MAX_ROUTING_SKEW):
+            raise ValueError(
+                f"routing_skew={routing_skew:g}: give a number in (0, {MAX_ROUTING_SKEW:g}] for a mixture-of-experts "
+                f"model ({spec.name} is {'MoE' if spec.is_moe else 'dense'}); DeepSeek-V3's published popularity is ~0.52"
+            )
+        spec = dataclasses.replace(spec, routing_skew=float(routing_skew))
     weight_dtype = weight_dtype or spec.checkpoint_dtype
     g = get_gpu(gpu, gpu_file)
     if g.vendor.upper() == "AMD" and kv_dtype == "fp8_e5m2":
@@ -376,6 +387,7 @@ def estimate(
     encoder_tp_mode: str = "weights",
     speculative: Speculative | None = None,
     lengths: str = "varied",
+    routing_skew: float = 0.0,
 ) -> Estimate:
     """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``.
 
@@ -394,6 +406,8 @@ def estimate(
     ``speculative``: draft tokens, acceptance length and drafter (``gpucap.speculative``).
     ``lengths``: "varied" (traffic; steady state) or "fixed" (a fixed-length load test, whose
     closed loop runs in waves and whose TTFT grows with the concurrency; ``gpucap.waves``).
+    ``routing_skew``: a MoE router's expert popularity as a Zipf exponent (0: uniform;
+    ``gpucap.routing``); an expert-parallel load balancer is ``EngineConfig(eplb=True)``.
     """
     split, convention = split_of(num_gpus, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)  # SGLang's DP attention too
     hw = hardware(
@@ -407,6 +421,7 @@ def estimate(
         kv_dtype=kv_dtype,
         engine=engine,
         gpu_file=gpu_file,
+        routing_skew=routing_skew,
     )
     wl = Workload(
         float(input_len),

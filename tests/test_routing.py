@@ -47,3 +47,17 @@ def test_eplb_curve():
     assert ep_imbalance(8, eplb=True) == pytest.approx(1.06)
     assert ep_imbalance(32, eplb=True) == pytest.approx(1.25)
     assert ep_imbalance(8, eplb=True) < ep_imbalance(8)
+
+
+def test_estimate_takes_the_skew_and_the_balancer():
+    import gpucap
+
+    setup = dict(input_len=1000, output_len=200, concurrency=8)
+    uniform = gpucap.estimate("Qwen/Qwen3-30B-A3B", "H100-SXM-80GB", **setup)
+    skewed = gpucap.estimate("Qwen/Qwen3-30B-A3B", "H100-SXM-80GB", **setup, routing_skew=0.9)
+    # 8 sequences decode 8 tokens a step: a skewed router reads fewer experts, so each step is shorter
+    assert skewed.tpot_s < uniform.tpot_s
+    with pytest.raises(ValueError, match=r"routing_skew=0.5.*dense"):
+        gpucap.estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", **setup, routing_skew=0.5)
+    with pytest.raises(ValueError, match="routing_skew=-1"):
+        gpucap.estimate("Qwen/Qwen3-30B-A3B", "H100-SXM-80GB", **setup, routing_skew=-1)
