@@ -116,81 +116,90 @@ def linear_mixer(f: Fields, family: str, hidden: int, heads: int, head_dim: int)
     """The linear layer of a hybrid family (None for other families); see the module docstring
     for where each shape comes from."""
     if family == "qwen3_next":
-        nk, nv = f.count("linear_num_key_heads"), f.count("linear_num_value_heads")
-        dk, dv = f.count("linear_key_head_dim"), f.count("linear_value_head_dim")
-        k = f.count("linear_conv_kernel_dim", default=4)
-        conv_dim = 2 * nk * dk + nv * dv  # q, k and v channels through the causal conv
-        params = (
-            hidden * (2 * nk * dk + 2 * nv * dv)  # in_proj_qkvz
-            + hidden * 2 * nv  # in_proj_ba (beta and the decay gate)
-            + conv_dim * k  # depthwise conv1d, no bias
-            + 2 * nv  # A_log, dt_bias
-            + dv  # gated RMSNorm
-            + nv * dv * hidden  # out_proj
-        )
-        return LinearMixer(
-            "gated_deltanet",
-            float(params),
-            conv_elements=(k - 1) * conv_dim,
-            state_elements=nv * dv * dk,
-            flop_per_token=7.0 * nv * dk * dv + 2.0 * k * conv_dim,
-        )
+        return _gated_deltanet(f, hidden)
     if family == "jamba":
-        inner = f.count("mamba_expand", default=2) * hidden
-        n_state = f.count("mamba_d_state", default=16)
-        k = f.count("mamba_d_conv", default=4)
-        rank = f.count("mamba_dt_rank", default=math.ceil(hidden / 16))
-        params = (
-            2 * inner * hidden  # in_proj (x and the gate z)
-            + inner * k  # depthwise conv1d
-            + (inner if f.flag("mamba_conv_bias", True) else 0)
-            + (rank + 2 * n_state) * inner  # x_proj (dt, B, C)
-            + inner * rank  # dt_proj
-            + inner  # dt_proj bias
-            + inner * n_state  # A_log
-            + inner  # D
-            + hidden * inner  # out_proj
-            + rank
-            + 2 * n_state  # dt, B and C layer norms
-        )
-        return LinearMixer(
-            "mamba1",
-            float(params),
-            conv_elements=(k - 1) * inner,
-            state_elements=inner * n_state,
-            flop_per_token=7.0 * inner * n_state + 2.0 * k * inner,
-        )
+        return _mamba1(f, hidden)
     if family == "nemotron_h":
-        nh, hd = f.count("mamba_num_heads"), f.count("mamba_head_dim")
-        groups, n_state = f.count("n_groups", default=1), f.count("ssm_state_size")
-        k = f.count("conv_kernel", default=4)
-        inner = nh * hd
-        conv_dim = inner + 2 * groups * n_state  # x, B and C through the causal conv
-        params = (
-            (2 * inner + 2 * groups * n_state + nh) * hidden  # in_proj: z, x, B, C, dt
-            + conv_dim * k
-            + (conv_dim if f.flag("use_conv_bias", True) else 0)
-            + 3 * nh  # A_log, D, dt_bias
-            + inner  # gated RMSNorm
-            + hidden * inner  # out_proj
-        )
-        ssm_fp32 = f.text("mamba_ssm_cache_dtype") in ("", "float32")
-        return LinearMixer(
-            "mamba2",
-            float(params),
-            conv_elements=(k - 1) * conv_dim,
-            state_elements=nh * hd * n_state,
-            flop_per_token=5.0 * nh * hd * n_state + 2.0 * k * conv_dim,
-            state_bytes_per_element=4.0 if ssm_fp32 else 2.0,
-        )
+        return _mamba2(f, hidden)
     if family in ("minimax_m1", "minimax_text_01"):
-        inner = heads * head_dim
-        params = 3 * inner * hidden + inner * hidden + hidden * inner + inner  # qkv, output gate, out, norm
-        return LinearMixer(
-            "lightning",
-            float(params),
-            conv_elements=0,
-            state_elements=heads * head_dim * head_dim,
-            flop_per_token=5.0 * heads * head_dim * head_dim,
-        )
+        return _lightning(hidden, heads, head_dim)
     return None
+
+
+def _gated_deltanet(f: Fields, hidden: int) -> LinearMixer:
+    """Qwen3-Next's Gated DeltaNet (``qwen_gdn_linear_attn.py``, ``gated_delta_net_state_shape``)."""
+    nk, nv = f.count("linear_num_key_heads"), f.count("linear_num_value_heads")
+    dk, dv = f.count("linear_key_head_dim"), f.count("linear_value_head_dim")
+    k = f.count("linear_conv_kernel_dim", default=4)
+    conv_dim = 2 * nk * dk + nv * dv  # q, k and v channels through the causal conv
+    params = (
+        hidden * (2 * nk * dk + 2 * nv * dv)  # in_proj_qkvz
+        + hidden * 2 * nv  # in_proj_ba (beta and the decay gate)
+        + conv_dim * k  # depthwise conv1d, no bias
+        + 2 * nv  # A_log, dt_bias
+        + dv  # gated RMSNorm
+        + nv * dv * hidden  # out_proj
+    )
+    recurrence = 7.0 * nv * dk * dv
+    return LinearMixer(
+        "gated_deltanet", float(params), (k - 1) * conv_dim, nv * dv * dk, recurrence + 2.0 * k * conv_dim
+    )
+
+
+def _mamba1(f: Fields, hidden: int) -> LinearMixer:
+    """Jamba's Mamba-1 mixer (``mamba_mixer.py``, ``mamba1_state_shape``)."""
+    inner = f.count("mamba_expand", default=2) * hidden
+    n_state = f.count("mamba_d_state", default=16)
+    k = f.count("mamba_d_conv", default=4)
+    rank = f.count("mamba_dt_rank", default=math.ceil(hidden / 16))
+    params = (
+        2 * inner * hidden  # in_proj (x and the gate z)
+        + inner * k  # depthwise conv1d
+        + (inner if f.flag("mamba_conv_bias", True) else 0)
+        + (rank + 2 * n_state) * inner  # x_proj (dt, B, C)
+        + inner * rank  # dt_proj
+        + inner  # dt_proj bias
+        + inner * n_state  # A_log
+        + inner  # D
+        + hidden * inner  # out_proj
+        + rank
+        + 2 * n_state  # dt, B and C layer norms
+    )
+    recurrence = 7.0 * inner * n_state
+    return LinearMixer("mamba1", float(params), (k - 1) * inner, inner * n_state, recurrence + 2.0 * k * inner)
+
+
+def _mamba2(f: Fields, hidden: int) -> LinearMixer:
+    """Nemotron-H's Mamba-2 mixer (``mamba_mixer2.py``, ``mamba2_state_shape``); its recurrent
+    state in fp32 unless the config names another ``mamba_ssm_cache_dtype``."""
+    nh, hd = f.count("mamba_num_heads"), f.count("mamba_head_dim")
+    groups, n_state = f.count("n_groups", default=1), f.count("ssm_state_size")
+    k = f.count("conv_kernel", default=4)
+    inner = nh * hd
+    conv_dim = inner + 2 * groups * n_state  # x, B and C through the causal conv
+    params = (
+        (2 * inner + 2 * groups * n_state + nh) * hidden  # in_proj: z, x, B, C, dt
+        + conv_dim * k
+        + (conv_dim if f.flag("use_conv_bias", True) else 0)
+        + 3 * nh  # A_log, D, dt_bias
+        + inner  # gated RMSNorm
+        + hidden * inner  # out_proj
+    )
+    fp32 = f.text("mamba_ssm_cache_dtype") in ("", "float32")
+    recurrence = 5.0 * nh * hd * n_state
+    return LinearMixer(
+        "mamba2",
+        float(params),
+        (k - 1) * conv_dim,
+        nh * hd * n_state,
+        recurrence + 2.0 * k * conv_dim,
+        4.0 if fp32 else 2.0,
+    )
+
+
+def _lightning(hidden: int, heads: int, head_dim: int) -> LinearMixer:
+    """MiniMax's lightning attention (vLLM 0.22.1 ``linear_attn.py``, ``linear_attention_state_shape``):
+    qkv, output gate and output projections and a norm; a d x d state per head, no conv."""
+    inner = heads * head_dim
+    params = 3 * inner * hidden + inner * hidden + hidden * inner + inner
+    return LinearMixer("lightning", float(params), 0, heads * head_dim * head_dim, 5.0 * heads * head_dim * head_dim)
