@@ -1,4 +1,4 @@
-"""Command line: ``gpucap estimate | plan | simulate | validate | calibrate | errors | gpus | models``.
+"""Command line: ``gpucap estimate | plan | frontier | simulate | validate | calibrate | errors | gpus | models``.
 
 Errors in the input print one line naming the bad value and exit non-zero (2 for bad input,
 3 when the model does not fit); they never print a traceback.
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__, cli_plan, cli_simulate
+from . import __version__, cli_frontier, cli_plan, cli_simulate
 from .analysis import GROUPS
 from .calibrate import DEFAULT_FREE
 from .catalog import load_model, model_cards
@@ -139,6 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
 
     cli_plan.add_parser(sub)
+    cli_frontier.add_parser(sub)
     cli_simulate.add_parser(sub)
 
     v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
@@ -488,6 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {
         "estimate": _estimate,
         "plan": cli_plan.run,
+        "frontier": cli_frontier.run,
         "simulate": cli_simulate.run,
         "validate": _validate,
         "calibrate": _calibrate,
