@@ -252,6 +252,7 @@ def closed_loop(
     speculative: Speculative | None = None,
     prompt_steps: str = "auto",
     waits: bool = True,
+    cached_tokens: ArrayLike = 0.0,
 ) -> LoadPoint:
     """Steady state with ``concurrency`` requests always in the system (each finished request is
     replaced at once, as ``vllm bench serve --max-concurrency`` does).
@@ -286,6 +287,12 @@ def closed_loop(
     ``n / s`` per chunk step). With ``speculative`` (k drafts, tau tokens kept per step) a request
     decodes in ``D = (O - 1) / tau`` steps: read ``D`` for ``O - 1`` above (``B = X D t_step``),
     the decode tokens in the budget are ``(k + 1) B``, and ``TPOT = t_step / tau``.
+
+    ``cached_tokens`` h of each prompt are in the prefix cache (a shared system prompt, earlier
+    turns): the prefill computes the other ``I - h`` tokens (at least one: the engine recomputes
+    the last token of a full hit) and their attention pairs over the whole prompt,
+    ``P(I) - P(h)`` (``prefill_pairs_per_layer``); I above reads ``I - h`` for the prompt work
+    and I for the context every token attends to.
     """
     if prompt_steps not in PROMPT_STEPS:
         raise ValueError(f"prompt_steps must be one of {', '.join(PROMPT_STEPS)}, got {prompt_steps!r}")
@@ -298,17 +305,19 @@ def closed_loop(
             "interleave prompt and decode steps; use the default 'spread'"
         )
     ex = Extras(images, speculative)
-    c, i, o, cap = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running))
+    c, i, o, cap, h = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running, cached_tokens))
     )
     shape = c.shape
-    c, i, o, cap = (np.ravel(v) for v in (c, i, o, cap))
-    i = i + ex.image_tokens(hw)
+    c, i, o, cap, h = (np.ravel(v) for v in (c, i, o, cap, h))
+    if np.any(h < 0) or np.any(h > i):
+        raise ValueError("cached_tokens must lie between 0 and the prompt's input_len")
+    ctx = i + ex.image_tokens(hw) + o / 2.0  # what a decoding token attends to, cached or not
+    pairs_one = prefill_pairs_per_layer(hw.spec, i + ex.image_tokens(hw)) - prefill_pairs_per_layer(hw.spec, h)
+    i = np.maximum(i - h, 1.0) + ex.image_tokens(hw)  # from here on: the prompt tokens computed
     n_img = ex.images_per_request
     r = np.minimum(c, cap)
     m = float(hw.engine.max_num_batched_tokens or 8192)
-    ctx = i + o / 2.0
-    pairs_one = prefill_pairs_per_layer(hw.spec, i)
     decoding = np.maximum(o - 1.0, 0.0) / ex.tokens_per_step  # decode steps per request
     verify = ex.tokens_per_sequence
     a_budget = m / (i + verify * decoding)  # P = M - (k + 1) B: the prompt-token budget is full
@@ -477,6 +486,7 @@ def open_loop(
     max_running: ArrayLike,
     images: Images | None = None,
     speculative: Speculative | None = None,
+    cached_tokens: ArrayLike = 0.0,
 ) -> LoadPoint:
     """Mean steady state under arrivals at ``request_rate`` requests/s (Poisson in the benchmark).
 
@@ -484,24 +494,17 @@ def open_loop(
     C is interpolated (in log C) from the closed-loop model on a grid of concurrencies. At or
     above the service rate (the most X reaches up to max_running) the queue grows without bound:
     TTFT is infinite and throughput is the service rate. (Means only; the tail under Poisson
-    arrivals needs a queueing model.)
+    arrivals needs a queueing model.) ``cached_tokens``: as in ``closed_loop``.
     """
-    lam, i, o, cap = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (request_rate, input_len, output_len, max_running))
+    lam, i, o, cap, h = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (request_rate, input_len, output_len, max_running, cached_tokens))
     )
-    full = closed_loop(hw, coef, concurrency=cap, input_len=i, output_len=o, images=images, speculative=speculative)
+    loop = partial(closed_loop, hw, coef, images=images, speculative=speculative)
+    full = loop(concurrency=cap, input_len=i, output_len=o, cached_tokens=h)
     # X(C) on a log grid of concurrencies for every rate at once, then interpolate C(lambda)
     frac = np.geomspace(OPEN_LOOP_LOWEST / OPEN_LOOP_GRID, 1.0, OPEN_LOOP_GRID)
     grid_c = np.maximum(cap[..., None] * frac, OPEN_LOOP_LOWEST)
-    grid = closed_loop(
-        hw,
-        coef,
-        concurrency=grid_c,
-        input_len=i[..., None],
-        output_len=o[..., None],
-        images=images,
-        speculative=speculative,
-    )
+    grid = loop(concurrency=grid_c, input_len=i[..., None], output_len=o[..., None], cached_tokens=h[..., None])
     grid_x = grid.requests_per_s
     # X(C) can dip where the prompt-token budget starts to bind; a rate is carried by the smallest
     # concurrency that reaches it, so use the running maximum
@@ -509,15 +512,7 @@ def open_loop(
     flat_x, flat_c = grid_x.reshape(-1, OPEN_LOOP_GRID), np.log(grid_c).reshape(-1, OPEN_LOOP_GRID)
     flat_lam = lam.reshape(-1)
     log_c = np.array([np.interp(flat_lam[k], flat_x[k], flat_c[k]) for k in range(flat_lam.size)])
-    point = closed_loop(
-        hw,
-        coef,
-        concurrency=np.exp(log_c).reshape(lam.shape),
-        input_len=i,
-        output_len=o,
-        images=images,
-        speculative=speculative,
-    )
+    point = loop(concurrency=np.exp(log_c).reshape(lam.shape), input_len=i, output_len=o, cached_tokens=h)
     service = np.maximum(grid_x[..., -1], full.requests_per_s)
     overloaded = lam >= service
     x = np.where(overloaded, service, lam)

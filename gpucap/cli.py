@@ -126,6 +126,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--coefficients", default=None, help="calibration JSON")
     e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    e.add_argument(
+        "--prefix-tokens", type=float, default=0.0, help="a system prompt inside --input-len, kept in the prefix cache"
+    )
+    e.add_argument("--prefix-share", type=float, default=1.0, help="share of requests that carry it (default 1)")
+    e.add_argument(
+        "--turns", type=int, default=1, help="turns per conversation; each turn's prompt carries the earlier ones"
+    )
     e.add_argument("--images-per-request", type=float, default=0.0, help="images each request carries (multimodal)")
     e.add_argument("--image-size-px", type=_image_size, default=None, help="image side, or HxW like 1080x1920")
     e.add_argument("--mm-encoder-tp-mode", default="weights", choices=["weights", "data"], help="as vLLM's option")
@@ -272,6 +279,9 @@ def _estimate(a: argparse.Namespace) -> int:
         speculative=_speculative(a),
         lengths=a.lengths,
         routing_skew=a.routing_skew,
+        prefix_tokens=a.prefix_tokens,
+        prefix_share=a.prefix_share,
+        turns=a.turns,
     )
     print(json.dumps(est.to_dict(), indent=2) if a.json else est)
     return 0

@@ -21,7 +21,14 @@ from .catalog import load_model
 from .engine import Coefficients, EngineConfig, front_end
 from .gpus import GPU, get_gpu
 from .layout import Layout, split_of
-from .memory import ArrayLike, MemoryBreakdown, concurrency_by_memory, does_not_fit_message, memory_breakdown
+from .memory import (
+    ArrayLike,
+    MemoryBreakdown,
+    concurrency_by_memory,
+    does_not_fit_message,
+    held_tokens_per_layer,
+    memory_breakdown,
+)
 from .models import ModelSpec
 from .ranges import Band, Range, bands_from_coefficients, published_bands, slo_concurrency_range
 from .runs import saturation_run
@@ -53,6 +60,20 @@ MAX_SEARCH_CONCURRENCY = 1 << 16  # per replica
 MAX_ROUTING_SKEW = 3.0  # a Zipf exponent past which one expert takes nearly every token
 
 
+def check_prefix(input_len: float, prefix_tokens: float, share: float, turns: int) -> None:
+    """Raise a one-line ValueError for a prefix longer than the prompt, a share outside [0, 1]
+    or a turn count that is not a whole number >= 1."""
+    if not (isinstance(prefix_tokens, (int, float)) and 0 <= prefix_tokens <= input_len):
+        raise ValueError(
+            f"prefix_tokens={prefix_tokens!r} must be between 0 and the prompt's input_len ({input_len:g}): "
+            "the system prompt is part of the prompt"
+        )
+    if not (isinstance(share, (int, float)) and 0 <= share <= 1):
+        raise ValueError(f"prefix_share must be a share between 0 and 1, got {share!r}")
+    if not (isinstance(turns, int) and not isinstance(turns, bool) and turns >= 1):
+        raise ValueError(f"turns must be a whole number >= 1, got {turns!r}")
+
+
 class DoesNotFit(ValueError):
     """The model's weights and reservations leave no room for KV cache."""
 
@@ -75,10 +96,18 @@ class Workload:
     images_per_request: float = 0.0
     image_size_px: int | tuple[int, int] | None = None
     lengths: str = "varied"
+    prefix_tokens: float = 0.0  # a system prompt (inside input_len) in the prefix cache
+    prefix_share: float = 1.0  # share of requests that carry it
+    turns: int = 1  # turns per conversation; each turn's prompt carries the earlier turns
 
     def __post_init__(self) -> None:
         if self.lengths not in LENGTHS:
             raise ValueError(f"lengths must be one of {', '.join(LENGTHS)}, got {self.lengths!r}")
+        check_prefix(self.input_len, self.prefix_tokens, self.prefix_share, self.turns)
+        if self.lengths == "fixed" and self.cached_len:
+            raise ValueError(
+                "prefix caching and turns are modelled for varied traffic (lengths='varied'), not fixed-length waves"
+            )
         for name in ("input_len", "output_len", "ttft_slo_s", "tpot_slo_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
@@ -92,14 +121,37 @@ class Workload:
         return Images(per_request=self.images_per_request, size_px=self.image_size_px, encoder_tp_mode=encoder_tp_mode)
 
     @property
+    def history_len(self) -> float:
+        """Earlier turns a prompt carries, on average over a conversation's turns:
+        ``(turns - 1) / 2 x (input - system prompt + output)`` (the system prompt once)."""
+        return (self.turns - 1) / 2 * (self.input_len - self.prefix_tokens + self.output_len)
+
+    @property
+    def prompt_len(self) -> float:
+        """Mean prompt: the turn's own input plus the history it carries."""
+        return self.input_len + self.history_len
+
+    @property
+    def cached_len(self) -> float:
+        """Prompt tokens found in the prefix cache, on average: the system prompt where a request
+        carries it, and the whole history (taken to stay cached between turns)."""
+        return self.prefix_share * self.prefix_tokens + self.history_len
+
+    @property
+    def shared_len(self) -> float:
+        """Tokens whose KV one copy serves every request that carries them (the system prompt)."""
+        return self.prefix_tokens if self.prefix_share > 0 else 0.0
+
+    @property
     def max_context(self) -> float:
-        """Tokens a request holds at its end: input + output (the safe length for memory)."""
-        return self.input_len + self.output_len
+        """Tokens a request holds at its end: input + output (the safe length for memory), the
+        last turn's for a conversation."""
+        return self.input_len + 2 * self.history_len + self.output_len
 
     @property
     def mean_context(self) -> float:
         """Tokens a request holds on average over its life: input + output / 2."""
-        return self.input_len + self.output_len / 2
+        return self.prompt_len + self.output_len / 2
 
 
 @dataclass(frozen=True)
@@ -210,14 +262,30 @@ def hardware_memory(
 
 
 def memory_limit(
-    hw: Hardware, context_tokens: float, *, images: Images | None = None, speculative: Speculative | None = None
+    hw: Hardware,
+    context_tokens: float,
+    *,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
+    shared_tokens: float = 0.0,
+    shared_by: float = 1.0,
 ) -> tuple[MemoryBreakdown, float]:
     """Per-GPU breakdown and the requests one replica's KV cache holds at ``context_tokens``
-    (image tokens included); raises ``DoesNotFit`` when the weights leave no room."""
+    (image tokens included); raises ``DoesNotFit`` when the weights leave no room.
+
+    ``shared_tokens`` of a prefix that ``shared_by`` of the requests carry (a system prompt in
+    the prefix cache) hold their KV once: the budget loses one copy, and each request is charged
+    ``context - shared_by x shared_tokens``."""
     mem = hardware_memory(hw, images=images, speculative=speculative)
     if not mem.fits:
         raise DoesNotFit(does_not_fit_message(mem, hw.spec, hw.gpu, hw.layout, hw.weight_dtype))
-    limit = float(concurrency_by_memory(mem, hw.spec, hw.layout, context_tokens, int(hw.engine.block_size or 1)))
+    block = int(hw.engine.block_size or 1)
+    counted = mem
+    if shared_tokens:
+        one_copy = float(held_tokens_per_layer(hw.spec, shared_tokens, block)) * mem.kv_bytes_per_token_per_gpu
+        counted = dataclasses.replace(mem, kv_budget=mem.kv_budget - one_copy)
+    charged = context_tokens - shared_by * shared_tokens
+    limit = float(concurrency_by_memory(counted, hw.spec, hw.layout, charged, block))
     return mem, limit
 
 
@@ -265,7 +333,8 @@ def loop_point(
         hw,
         coef,
         concurrency=concurrency,
-        input_len=wl.input_len,
+        cached_tokens=wl.cached_len,
+        input_len=wl.prompt_len,
         output_len=wl.output_len,
         max_running=max_running,
         images=images,
@@ -388,6 +457,9 @@ def estimate(
     speculative: Speculative | None = None,
     lengths: str = "varied",
     routing_skew: float = 0.0,
+    prefix_tokens: float = 0.0,
+    prefix_share: float = 1.0,
+    turns: int = 1,
 ) -> Estimate:
     """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``.
 
@@ -408,6 +480,10 @@ def estimate(
     closed loop runs in waves and whose TTFT grows with the concurrency; ``gpucap.waves``).
     ``routing_skew``: a MoE router's expert popularity as a Zipf exponent (0: uniform;
     ``gpucap.routing``); an expert-parallel load balancer is ``EngineConfig(eplb=True)``.
+    Prefix caching: ``prefix_tokens`` of each prompt are a system prompt that ``prefix_share`` of
+    the requests carry; ``turns`` > 1 makes each request one turn of a conversation whose prompt
+    carries the earlier turns (``input_len`` is then a turn's new tokens, system prompt
+    included). Cached tokens skip the prefill; the system prompt's KV is held once for all.
     """
     split, convention = split_of(num_gpus, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)  # SGLang's DP attention too
     hw = hardware(
@@ -431,9 +507,12 @@ def estimate(
         images_per_request=images_per_request,
         image_size_px=image_size_px,
         lengths=lengths,
+        prefix_tokens=float(prefix_tokens),
+        prefix_share=float(prefix_share),
+        turns=turns,
     )
     images = wl.images(encoder_tp_mode)
-    hw.spec.check_context(wl.input_len + Extras(images).image_tokens(hw), wl.output_len)
+    hw.spec.check_context(wl.max_context - wl.output_len + Extras(images).image_tokens(hw), wl.output_len)
     per_replica = hw.layout.gpus_per_replica
     num_gpus = num_gpus or per_replica
     if num_gpus % per_replica:
@@ -454,8 +533,9 @@ def estimate(
 
     image_tokens = Extras(images).image_tokens(hw)
     max_context, mean_context = wl.max_context + image_tokens, wl.mean_context + image_tokens
-    mem, mem_limit = memory_limit(hw, max_context, images=images, speculative=speculative)
-    _, mem_limit_mean = memory_limit(hw, mean_context, images=images, speculative=speculative)
+    shared = dict(shared_tokens=wl.shared_len, shared_by=wl.prefix_share)
+    mem, mem_limit = memory_limit(hw, max_context, images=images, speculative=speculative, **shared)
+    _, mem_limit_mean = memory_limit(hw, mean_context, images=images, speculative=speculative, **shared)
     if mem_limit < 1:
         raise DoesNotFit(
             f"{hw.spec.name} fits on {hw.gpu.key} but its KV budget ({mem.kv_budget / 2**30:.2f} GiB per GPU) "
@@ -536,6 +616,12 @@ def estimate(
             f"{images.per_request:g} image(s) per request add {image_tokens:.0f} prompt tokens; the vision encoder "
             f"holds {mem.weights.vision_encoder / 2**30:.2f} GiB per GPU and its cache {mem.encoder_cache / 2**30:.2f} GiB"
         )
+    if wl.cached_len:
+        notes.append(
+            f"prefix cache: {wl.cached_len:,.0f} of each {wl.prompt_len:,.0f}-token prompt (mean) are cached and skip "
+            f"the prefill; the {wl.shared_len:,.0f}-token system prompt's KV is held once; the saturation figure "
+            "(all requests at once) does not count the cache"
+        )
     if speculative is not None:
         notes.append(
             f"speculative decoding: {speculative.draft_tokens} draft tokens, {speculative.acceptance_length:g} kept per "
@@ -552,7 +638,8 @@ def estimate(
             hw,
             coef,
             request_rate=request_rate / replicas,
-            input_len=wl.input_len,
+            input_len=wl.prompt_len,
+            cached_tokens=wl.cached_len,
             output_len=wl.output_len,
             max_running=cap,
             images=images,

@@ -182,6 +182,8 @@ class _Requests:
 
     inp: Ints
     out: Ints
+    cached: Ints | None = None  # prompt tokens in the prefix cache: their prefill is skipped
+    shared: Ints | None = None  # of those, tokens whose KV blocks one copy serves every request
     send: Array = field(init=False)
     target: Ints = field(init=False)  # tokens to prefill: the prompt, or all tokens after preemption
     done: Ints = field(init=False)  # of those, prefilled
@@ -193,22 +195,29 @@ class _Requests:
 
     def __post_init__(self) -> None:
         n = self.inp.size
+        self.cached = np.zeros(n, np.int64) if self.cached is None else self.cached
+        self.shared = np.zeros(n, np.int64) if self.shared is None else self.shared
         self.send = np.full(n, np.inf)
         self.target = self.inp.copy()
-        self.done = np.zeros(n, np.int64)
+        self.done = self.cached.copy()  # a prefix-cache hit starts past its cached tokens
         self.gen = np.zeros(n, np.int64)
-        self.kv = np.zeros(n, np.int64)
+        self.kv = self.cached - self.shared  # its own KV; the shared prefix is counted once
         self.first = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
         self.last = np.full(n, np.nan)
 
-    def grow(self, inp: Ints, out: Ints) -> None:
+    def grow(self, inp: Ints, out: Ints, cached: Ints | None = None, shared: Ints | None = None) -> None:
         k = inp.size
+        cached = np.zeros(k, np.int64) if cached is None else cached
+        shared = np.zeros(k, np.int64) if shared is None else shared
+        assert self.cached is not None and self.shared is not None
         self.inp, self.out = np.concatenate([self.inp, inp]), np.concatenate([self.out, out])
+        self.cached, self.shared = np.concatenate([self.cached, cached]), np.concatenate([self.shared, shared])
         self.send = np.concatenate([self.send, np.full(k, np.inf)])
         self.target = np.concatenate([self.target, inp])
-        for name in ("done", "gen", "kv"):
-            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(k, np.int64)]))
+        self.done = np.concatenate([self.done, cached])
+        self.gen = np.concatenate([self.gen, np.zeros(k, np.int64)])
+        self.kv = np.concatenate([self.kv, cached - shared])
         for name in ("first", "finish", "last"):
             setattr(self, name, np.concatenate([getattr(self, name), np.full(k, np.nan)]))
 
@@ -306,8 +315,9 @@ class _Engine:
         r, p = self.r, self.policy
         if not p.admit_whole_prompt:
             return self._blocks(r.kv[ids])
-        reserve = r.inp[ids] + np.ceil(p.reserve_output * r.out[ids]).astype(np.int64)
-        return self._blocks(np.maximum(r.kv[ids], np.maximum(reserve, r.target[ids])))
+        assert r.shared is not None
+        reserve = r.inp[ids] - r.shared[ids] + np.ceil(p.reserve_output * r.out[ids]).astype(np.int64)
+        return self._blocks(np.maximum(r.kv[ids], np.maximum(reserve, r.target[ids] - r.shared[ids])))
 
     # ---- one step ----------------------------------------------------------------------------
     def step(self) -> bool:
@@ -360,7 +370,8 @@ class _Engine:
             if self.running.size and not waiting:
                 raise ValueError(f"the KV cache ({self.cap:g} tokens) cannot hold the running requests' next tokens")
             return False
-        context = float(r.kv[dec_ids].mean()) + 1.0 if n_dec else 0.0
+        assert r.shared is not None  # a decoding token attends to the shared prefix too
+        context = float((r.kv[dec_ids] + r.shared[dec_ids]).mean()) + 1.0 if n_dec else 0.0
         if prefill == 0:
             self._decode_run(dec_ids, context)
         else:
@@ -372,7 +383,9 @@ class _Engine:
         r = self.r
         victim = int(self.running[-1])
         self.running = self.running[:-1]
-        r.target[victim], r.done[victim], r.kv[victim] = r.inp[victim] + r.gen[victim], 0, 0
+        assert r.cached is not None and r.shared is not None  # its cached prefix hits again on resume
+        r.target[victim] = r.inp[victim] + r.gen[victim]
+        r.done[victim], r.kv[victim] = r.cached[victim], r.cached[victim] - r.shared[victim]
         self.resumed.insert(0, victim)
         self.preemptions += 1
 
@@ -526,7 +539,8 @@ def _engine(
     cap = kv_capacity_tokens(hw, context_tokens) if kv_capacity is None else float(kv_capacity)
     if not cap > 0:
         raise ValueError(f"kv_capacity_tokens must be positive, got {kv_capacity!r}")
-    longest = int((reqs.inp + reqs.out).max())
+    assert reqs.shared is not None
+    longest = int((reqs.inp + reqs.out - reqs.shared).max())
     if longest > cap:
         raise ValueError(f"the KV cache ({cap:.0f} tokens) holds less than one request of {longest} tokens")
     slots = batch_slots(hw, kv_slots=cap / context_tokens) if max_running is None else float(max_running)
@@ -772,13 +786,17 @@ def simulate(
     burstiness: float = 1.0,
     seed: int | np.random.Generator = 0,
     warmup_fraction: float = 0.2,
+    cached_len: float | Array = 0.0,
+    shared_len: float = 0.0,
 ) -> Simulation:
     """Open-loop steady state: ``num_requests`` recorded requests arriving at ``request_rate``
     (gamma gaps of shape ``burstiness``; 1 is Poisson) through the same engine loop as
     ``run_benchmark``. Arrivals go on past the recorded requests until every recorded request has
     finished, so the last ones see the same load as the rest; the first ``warmup_fraction`` are left
     out of the statistics. ``input_len`` / ``output_len``: one length, or one per recorded request
-    (later arrivals reuse them in turn)."""
+    (later arrivals reuse them in turn). ``cached_len``: prompt tokens each request finds in the
+    prefix cache (their prefill skipped); ``shared_len`` of them, a prefix every request shares,
+    hold their KV once: the cache's room for requests is ``kv_capacity_tokens - shared_len``."""
     if not (np.isfinite(request_rate) and request_rate > 0):
         raise ValueError(f"request_rate must be a positive number of requests/s, got {request_rate!r}")
     if int(num_requests) < 1:
@@ -793,7 +811,13 @@ def simulate(
     n = int(num_requests)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     base_in, base_out = _per_request(input_len, n, "input_len"), _per_request(output_len, n, "output_len")
-    if (base_in + base_out).max() > kv_capacity_tokens:
+    base_cached = np.round(np.broadcast_to(np.asarray(cached_len, dtype=float), (n,))).astype(np.int64)
+    shared = int(round(float(shared_len)))
+    if np.any(base_cached < shared) or np.any(base_cached > base_in) or shared < 0:
+        raise ValueError("cached_len must lie between shared_len and each prompt's input_len")
+    base_shared = np.full(n, shared, np.int64)
+    kv_capacity_tokens = kv_capacity_tokens - shared
+    if (base_in + base_out - shared).max() > kv_capacity_tokens:
         raise ValueError(
             f"kv_capacity_tokens={kv_capacity_tokens:g} holds less than one request of {(base_in + base_out).max()} tokens"
         )
@@ -801,7 +825,7 @@ def simulate(
         hw = dataclasses.replace(
             hw, engine=dataclasses.replace(hw.engine, max_num_batched_tokens=max_num_batched_tokens)
         )
-    reqs = _Requests(base_in.copy(), base_out.copy())
+    reqs = _Requests(base_in.copy(), base_out.copy(), base_cached.copy(), base_shared.copy())
     engine = _engine(
         hw,
         coef,
@@ -818,7 +842,7 @@ def simulate(
         if engine.t >= arrival[-1] - 1e-12 or engine.next_ready() == np.inf:
             start = reqs.inp.size
             more = arrival_times(rng, count=n, request_rate=request_rate, burstiness=burstiness, start_s=arrival[-1])
-            reqs.grow(base_in.copy(), base_out.copy())
+            reqs.grow(base_in.copy(), base_out.copy(), base_cached.copy(), base_shared.copy())
             for j, t in enumerate(more):
                 engine.send(start + j, float(t))
             arrival = np.concatenate([arrival, more])
