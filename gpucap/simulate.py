@@ -868,4 +868,54 @@ def simulate(
     )
 
 
-__all__ = ["BENCH_STATS", "STATS", "BenchmarkRun", "Simulation", "arrival_times", "run_benchmark", "simulate"]
+def replay(
+    hw: Hardware,
+    coef: Coefficients,
+    *,
+    arrival_s: Array,
+    input_len: Array,
+    output_len: Array,
+    max_running: float,
+    kv_capacity_tokens: float,
+) -> tuple[Array, Array]:
+    """One replica serving a recorded trace: requests arrive at ``arrival_s`` (sorted, seconds)
+    with their own lengths, through the engine loop of ``simulate``. Returns each request's TTFT
+    and TPOT (NaN for one-token answers), in the trace's order."""
+    n = int(np.asarray(arrival_s).size)
+    if n == 0:
+        return np.zeros(0), np.zeros(0)
+    inp, out = _per_request(input_len, n, "input_len"), _per_request(output_len, n, "output_len")
+    reqs = _Requests(inp.copy(), out.copy())
+    engine = _engine(
+        hw,
+        coef,
+        reqs,
+        policy=None,
+        max_running=max_running,
+        kv_capacity=kv_capacity_tokens,
+        context_tokens=float(np.mean(inp + out)),
+    )
+    arrival = np.asarray(arrival_s, dtype=float)
+    for j, t in enumerate(arrival):
+        engine.send(j, float(t))
+    while np.isnan(reqs.finish).any():
+        if not engine.step():
+            nxt = engine.next_ready()
+            if nxt == np.inf:
+                raise ValueError("the replica cannot finish the trace (a request the KV cache cannot hold)")
+            engine.idle_until(nxt)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(reqs.out > 1, (reqs.finish - reqs.first) / (reqs.out - 1), np.nan)
+    return reqs.first - arrival, tpot
+
+
+__all__ = [
+    "BENCH_STATS",
+    "STATS",
+    "BenchmarkRun",
+    "Simulation",
+    "arrival_times",
+    "replay",
+    "run_benchmark",
+    "simulate",
+]

@@ -1,0 +1,78 @@
+"""Sizing from a trace (gpucap.trace): reading traces, bad traces, routing, and the search."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gpucap.cli import main
+from gpucap.engine import Coefficients
+from gpucap.estimate import hardware
+from gpucap.trace import Trace, burstiness, read_trace, route, size_trace
+
+
+def _csv(tmp_path, text: str):
+    p = tmp_path / "trace.csv"
+    p.write_text(text)
+    return p
+
+
+def test_formats(tmp_path):
+    csv = read_trace(_csv(tmp_path, "timestamp,prompt_tokens,completion_tokens\n10,100,20\n10.5,200,30\n"))
+    assert csv.arrival_s.tolist() == [0.0, 0.5] and csv.input_len.tolist() == [100, 200]
+    jl = tmp_path / "t.jsonl"
+    jl.write_text(
+        '{"arrival_s": 0, "input_len": 5, "output_len": 7}\n{"arrival_s": 2, "input_len": 6, "output_len": 8}\n'
+    )
+    assert read_trace(jl).output_len.tolist() == [7, 8] and read_trace(jl).mean_rate == 0.5
+    detailed = tmp_path / "vllm.json"  # vllm bench serve --save-detailed: start times as sent (not sorted)
+    detailed.write_text(json.dumps({"start_times": [5.0, 4.0], "input_lens": [10, 20], "output_lens": [1, 2]}))
+    t = read_trace(detailed)
+    assert t.arrival_s.tolist() == [0.0, 1.0] and t.input_len.tolist() == [20, 10]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("arrival_s,input_tokens,output_tokens\n1,10,10\n0.5,10,10\n", r"go back at request 2 \(0.5 s after 1 s\)"),
+        ("arrival_s,input_tokens,output_tokens\n-1,10,10\n", "negative time"),
+        ("arrival_s,input_tokens\n0,10\n", "no output token column; name it one of output_tokens"),
+        ("arrival_s,input_tokens,output_tokens\n0,10,0\n", "request 1 has 0 output tokens"),
+        ("arrival_s,input_tokens,output_tokens\n0,ten,5\n", "input_tokens on request 1 is 'ten'"),
+        ("arrival_s,input_tokens,output_tokens\n", "no requests"),
+    ],
+)
+def test_bad_traces_name_the_request_and_field(tmp_path, text, match):
+    with pytest.raises(ValueError, match=match):
+        read_trace(_csv(tmp_path, text))
+
+
+def test_routers_by_hand():
+    t = Trace(np.array([0.0, 0.1, 0.2, 5.0]), np.full(4, 100.0), np.full(4, 10.0))
+    assert route(t, 2, "round_robin").tolist() == [0, 1, 0, 1]
+    # each request stays 1 s: at 0.2 both replicas hold one, the tie goes to the first; at 5 s none
+    assert route(t, 2, "least_outstanding", np.full(4, 1.0)).tolist() == [0, 1, 0, 0]
+    # evenly spaced arrivals have no spread in their gaps: the burstiness clips at 20
+    assert burstiness(Trace(np.arange(10.0), np.ones(10), np.ones(10))) == 20.0
+
+
+def test_the_search_finds_the_smallest_count():
+    hw, coef = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB"), Coefficients.for_engine("vllm")
+    rng = np.random.default_rng(3)
+    n = 400
+    t = Trace(np.sort(rng.uniform(0, 10.0, n)), np.full(n, 1500.0), np.full(n, 100.0))  # 40 requests/s
+    res = size_trace(hw, coef, t, ttft_slo_s=0.5, tpot_slo_s=0.05, stat="p95", start=1)
+    tried = res.tried.set_index("replicas")
+    assert res.replicas is not None and res.replicas > 1 and tried.loc[res.replicas, "meets"]
+    assert not tried.loc[res.replicas - 1, "meets"]  # one fewer misses: the smallest count
+
+
+def test_cli_trace_refuses_a_second_target(tmp_path, capsys):
+    p = _csv(tmp_path, "arrival_s,input_tokens,output_tokens\n0,10,10\n1,10,10\n")
+    args = ["plan", "--model", "meta-llama/Llama-3.1-8B", "--trace", str(p), "--target-rps", "3"]
+    assert main(args) != 0
+    assert "--trace gives the target" in capsys.readouterr().err
+    assert main(["plan", "--model", "meta-llama/Llama-3.1-8B"]) != 0
+    assert "or a --trace" in capsys.readouterr().err
