@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+import numpy as np
+
 from .cliargs import count, names, non_negative_float, positive_float, positive_int, positive_ints
 from .engine import ENGINES
 from .lengths import Lengths
@@ -223,6 +225,11 @@ def run_trace(a: argparse.Namespace) -> int:
         f"  replaying the trace ({a.router}, {a.stat} TTFT <= {a.ttft_slo:g} s, TPOT <= {a.tpot_slo * 1e3:g} ms): {found}"
     )
     for _, r in sizing.tried.iterrows():
+        if not np.isfinite(r["ttft_s"]):
+            print(
+                f"    {int(r['replicas']):>4} replicas: misses (more than the SLO allows are late; replay stopped early)"
+            )
+            continue
         verdict = "meets" if r["meets"] else "misses"
         print(
             f"    {int(r['replicas']):>4} replicas: {a.stat} TTFT {r['ttft_s']:.3g} s, TPOT {r['tpot_s'] * 1e3:.3g} ms: {verdict}"

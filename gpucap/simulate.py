@@ -868,6 +868,9 @@ def simulate(
     )
 
 
+GIVE_UP_CHECK_STEPS = 500  # how often replay counts the requests already late
+
+
 def replay(
     hw: Hardware,
     coef: Coefficients,
@@ -877,10 +880,15 @@ def replay(
     output_len: Array,
     max_running: float,
     kv_capacity_tokens: float,
+    give_up: tuple[float, int] | None = None,
 ) -> tuple[Array, Array]:
     """One replica serving a recorded trace: requests arrive at ``arrival_s`` (sorted, seconds)
     with their own lengths, through the engine loop of ``simulate``. Returns each request's TTFT
-    and TPOT (NaN for one-token answers), in the trace's order."""
+    and TPOT (NaN for one-token answers), in the trace's order.
+
+    ``give_up = (ttft_s, count)``: stop as soon as more than ``count`` requests are sure to wait
+    longer than ``ttft_s`` for their first token (no first token by arrival + ttft_s), and return
+    NaN TTFTs and TPOTs: a percentile SLO that allows ``count`` late requests is already missed."""
     n = int(np.asarray(arrival_s).size)
     if n == 0:
         return np.zeros(0), np.zeros(0)
@@ -898,12 +906,20 @@ def replay(
     arrival = np.asarray(arrival_s, dtype=float)
     for j, t in enumerate(arrival):
         engine.send(j, float(t))
+    steps = 0
     while np.isnan(reqs.finish).any():
         if not engine.step():
             nxt = engine.next_ready()
             if nxt == np.inf:
                 raise ValueError("the replica cannot finish the trace (a request the KV cache cannot hold)")
             engine.idle_until(nxt)
+        steps += 1
+        if give_up is not None and steps % GIVE_UP_CHECK_STEPS == 0:
+            slo, count = give_up
+            due = arrival + slo < engine.t
+            late = due & (np.isnan(reqs.first) | (reqs.first - arrival > slo))
+            if int(np.count_nonzero(late)) > count:
+                return np.full(n, np.nan), np.full(n, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(reqs.out > 1, (reqs.finish - reqs.first) / (reqs.out - 1), np.nan)
     return reqs.first - arrival, tpot

@@ -76,3 +76,29 @@ def test_cli_trace_refuses_a_second_target(tmp_path, capsys):
     assert "--trace gives the target" in capsys.readouterr().err
     assert main(["plan", "--model", "meta-llama/Llama-3.1-8B"]) != 0
     assert "or a --trace" in capsys.readouterr().err
+
+
+def test_replay_gives_up_once_the_slo_is_lost():
+    from gpucap.estimate import batch_slots
+    from gpucap.simulate import kv_capacity_tokens, replay
+
+    hw, coef = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB"), Coefficients.for_engine("vllm")
+    n = 3000
+    arrival = np.linspace(0, 10.0, n)  # 300 requests/s of 1,500-token prompts: far past one replica
+    run = dict(
+        input_len=np.full(n, 1500.0),
+        output_len=np.full(n, 50.0),
+        max_running=256,
+        kv_capacity_tokens=kv_capacity_tokens(hw, 1550),
+    )
+    ttft, _ = replay(hw, coef, arrival_s=arrival, give_up=(0.5, 30), **run)
+    assert np.isnan(ttft).all()  # more than 30 requests waited past 0.5 s: stopped early
+    light = np.linspace(0, 10.0, 20)
+    ttft, _ = replay(
+        hw,
+        coef,
+        arrival_s=light,
+        give_up=(0.5, 0),
+        **{**run, "input_len": np.full(20, 1500.0), "output_len": np.full(20, 50.0)},
+    )
+    assert np.isfinite(ttft).all() and batch_slots(hw, context_tokens=1550) >= 1
