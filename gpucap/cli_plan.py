@@ -79,6 +79,26 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help='{"plans": [...], "rejected": [...]}, cheapest first')
 
 
+def search_options(a: argparse.Namespace) -> dict[str, Any]:
+    """The plan options a target run and a trace run share: SLOs, GPUs, formats, prices, engine."""
+    return dict(
+        ttft_slo_s=a.ttft_slo,
+        tpot_slo_s=a.tpot_slo,
+        stat=a.stat,
+        gpus=a.gpus,
+        prices=a.price,
+        usd_per_kwh=a.usd_per_kwh,
+        gpu_counts=a.gpu_counts,
+        weight_dtypes=a.weight_dtypes,
+        kv_dtypes=a.kv_dtypes,
+        engine=a.engine,
+        coefficients=a.coefficients,
+        gpu_file=a.gpu_file,
+        progress=not a.json and sys.stderr.isatty(),
+        simulate_top=a.simulate_top,
+    )
+
+
 def run(a: argparse.Namespace) -> int:
     if a.trace:
         return run_trace(a)
@@ -94,22 +114,9 @@ def run(a: argparse.Namespace) -> int:
         target_request_rate=a.target_rps,
         target_concurrency=a.target_concurrency,
         target_output_tps=a.target_output_tps,
-        ttft_slo_s=a.ttft_slo,
-        tpot_slo_s=a.tpot_slo,
-        stat=a.stat,
-        gpus=a.gpus,
-        prices=a.price,
-        usd_per_kwh=a.usd_per_kwh,
-        gpu_counts=a.gpu_counts,
-        weight_dtypes=a.weight_dtypes,
-        kv_dtypes=a.kv_dtypes,
-        engine=a.engine,
-        coefficients=a.coefficients,
         headroom=Headroom(a.failure_spares, a.upgrade_spares, a.burst_margin),
         burstiness=a.burstiness,
-        gpu_file=a.gpu_file,
-        progress=not a.json and sys.stderr.isatty(),
-        simulate_top=a.simulate_top,
+        **search_options(a),
     )
     if a.json:
         print(json.dumps(result.to_dict(), indent=1))
@@ -171,21 +178,10 @@ def run_trace(a: argparse.Namespace) -> int:
         input_len=trace_lengths(trace.input_len, "trace"),
         output_len=trace_lengths(trace.output_len, "trace"),
         target_request_rate=trace.mean_rate,
-        ttft_slo_s=a.ttft_slo,
-        tpot_slo_s=a.tpot_slo,
-        stat=a.stat,
-        gpus=a.gpus,
-        prices=a.price,
-        usd_per_kwh=a.usd_per_kwh,
-        gpu_counts=a.gpu_counts,
-        weight_dtypes=a.weight_dtypes,
-        kv_dtypes=a.kv_dtypes,
-        engine=a.engine,
-        coefficients=a.coefficients,
         headroom=Headroom(0, 0, 0.0),
         burstiness=shape,
-        gpu_file=a.gpu_file,
         simulate_top=0,
+        **{k: v for k, v in search_options(a).items() if k not in ("simulate_top", "progress")},
     )
     print(
         f"{a.trace}: {trace.arrival_s.size:,} requests over {trace.duration_s:,.0f} s ({trace.mean_rate:.3g}/s, "

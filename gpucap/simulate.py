@@ -894,15 +894,8 @@ def replay(
         return np.zeros(0), np.zeros(0)
     inp, out = _per_request(input_len, n, "input_len"), _per_request(output_len, n, "output_len")
     reqs = _Requests(inp.copy(), out.copy())
-    engine = _engine(
-        hw,
-        coef,
-        reqs,
-        policy=None,
-        max_running=max_running,
-        kv_capacity=kv_capacity_tokens,
-        context_tokens=float(np.mean(inp + out)),
-    )
+    engine = _engine(hw, coef, reqs, policy=None, max_running=max_running, kv_capacity=kv_capacity_tokens,
+                     context_tokens=float(np.mean(inp + out)))  # fmt: skip
     arrival = np.asarray(arrival_s, dtype=float)
     for j, t in enumerate(arrival):
         engine.send(j, float(t))
