@@ -78,7 +78,7 @@ def transfer_s(hw_decode: Hardware, prompt_tokens: float, link: Link) -> float:
     """Seconds to move one prompt's KV (and a hybrid's state) to a decode GPU over ``link``."""
     lay = hw_decode.layout
     per_gpu = prompt_tokens * kv_bytes_per_token_per_gpu(hw_decode.spec, hw_decode.kv_dtype, lay)
-    per_gpu += state_bytes_per_request_per_gpu(hw_decode.spec, lay) / 2  # one copy of the state
+    per_gpu += state_bytes_per_request_per_gpu(hw_decode.spec, lay, copies=1)
     rate = link.bytes_per_s if link.bytes_per_s is not None else hw_decode.gpu.link_bytes_per_s
     return per_gpu / rate
 

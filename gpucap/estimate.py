@@ -103,15 +103,15 @@ class Workload:
     def __post_init__(self) -> None:
         if self.lengths not in LENGTHS:
             raise ValueError(f"lengths must be one of {', '.join(LENGTHS)}, got {self.lengths!r}")
+        for name in ("input_len", "output_len", "ttft_slo_s", "tpot_slo_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
         check_prefix(self.input_len, self.prefix_tokens, self.prefix_share, self.turns)
         if self.lengths == "fixed" and self.cached_len:
             raise ValueError(
                 "prefix caching and turns are modelled for varied traffic (lengths='varied'), not fixed-length waves"
             )
-        for name in ("input_len", "output_len", "ttft_slo_s", "tpot_slo_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
-                raise ValueError(f"{name} must be a positive number, got {v!r}")
         Images(per_request=self.images_per_request, size_px=self.image_size_px)  # validates both
 
     def images(self, encoder_tp_mode: str = "weights") -> Images | None:
@@ -231,7 +231,7 @@ def hardware(
         spec = dataclasses.replace(spec, routing_skew=float(routing_skew))
     weight_dtype = weight_dtype or spec.checkpoint_dtype
     g = get_gpu(gpu, gpu_file)
-    if g.vendor.upper() == "AMD" and kv_dtype == "fp8_e5m2":
+    if g.is_amd and kv_dtype == "fp8_e5m2":
         raise ValueError(
             f"kv_dtype fp8_e5m2 does not run on {g.key}: vLLM's ROCm KV-cache kernels take fp8 (= fp8_e4m3) "
             "only (csrc/quantization/fp8/amd/quant_utils.cuh); use kv_dtype fp8 or auto"
@@ -660,7 +660,7 @@ def estimate(
         hw,
         coef,
         num_prompts=np.inf,
-        input_len=wl.input_len,
+        input_len=wl.prompt_len,
         output_len=wl.output_len,
         max_running=cap,
         images=images,

@@ -48,6 +48,11 @@ class GPU:
     tdp_w: float = 0.0  # board power, W (0 when the catalog row gives none)
     vendor: str = ""  # "NVIDIA", "AMD", ... (the catalog's vendor column)
 
+    @property
+    def is_amd(self) -> bool:
+        """An AMD Instinct GPU (ROCm: its own kernels and formats in vLLM)."""
+        return self.vendor.upper() == "AMD"
+
     def peak_flops_per_s(self, fmt: str) -> float:
         """Dense peak for a compute format, falling back to the next wider format the chip has
         (fp4 -> fp8 -> bf16): a chip without fp4 tensor cores runs an fp4 model's matmuls in fp8
@@ -60,7 +65,7 @@ class GPU:
         checkpoints only, so MXFP4 on AMD takes the bf16 rate."""
         chains = {
             "fp4": ("fp4", "fp8", "bf16"),
-            "mxfp4": ("bf16",) if self.vendor.upper() == "AMD" else ("fp4", "bf16"),
+            "mxfp4": ("bf16",) if self.is_amd else ("fp4", "bf16"),
             "fp8": ("fp8", "bf16"),
             "int8": ("int8", "bf16"),
         }

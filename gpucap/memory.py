@@ -72,7 +72,7 @@ def mxfp4_expert_padding(spec: ModelSpec, layout: Layout, gpu: GPU | None) -> fl
     if gpu is None or not spec.is_moe:
         return 1.0
     h, i = float(spec.hidden_size), spec.moe_intermediate_size / max(layout.stage_gpus // layout.ep, 1)
-    if gpu.vendor.upper() == "AMD":
+    if gpu.is_amd:
         to_i, to_h = 256, 256
     elif not gpu.flops_per_s.get("fp8") or gpu.flops_per_s.get("fp4"):
         to_i, to_h = 128, 256
@@ -168,21 +168,21 @@ def window_counts(spec: ModelSpec) -> dict[int | None, int]:
     return counts
 
 
-def state_bytes_per_request_per_gpu(spec: ModelSpec, layout: Layout) -> float:
+def state_bytes_per_request_per_gpu(spec: ModelSpec, layout: Layout, copies: int = STATE_COPIES) -> float:
     """A hybrid model's per-request state on one GPU, all its linear layers:
-    ``STATE_COPIES x (conv + recurrent elements) x 2 bytes x linear layers / (tp x pp)``.
+    ``copies x (conv elements x 2 + recurrent elements x state bytes) x linear layers / (tp x pp)``.
 
     The convolution state is kept in the model's 16-bit dtype, the recurrent state in 16 bits too
     (vLLM's ``mamba_ssm_cache_dtype`` "auto") except where vLLM keeps it in fp32 (Nemotron-H:
     ``LinearMixer.state_bytes_per_element``); split over tp with the heads, and held twice per
-    request (``gpucap.hybrid.STATE_COPIES``). Qwen3-Next at tp 1: 2 x (24,576 + 524,288) x 2 x 36
+    request (``gpucap.hybrid.STATE_COPIES``; ``copies=1``: the one a step reads or a transfer moves). Qwen3-Next at tp 1: 2 x (24,576 + 524,288) x 2 x 36
     = 79,036,416 bytes, as much as ~3,200 tokens of its KV cache. 0 for other models.
     """
     if spec.linear is None:
         return 0.0
     lin = spec.linear
     per_layer = lin.conv_elements * ACTIVATION_BYTES + lin.state_elements * lin.state_bytes_per_element
-    return STATE_COPIES * per_layer * spec.num_linear_layers / (layout.tp * layout.pp)
+    return copies * per_layer * spec.num_linear_layers / (layout.tp * layout.pp)
 
 
 def activation_bytes_per_gpu(spec: ModelSpec, layout: Layout, engine: EngineConfig) -> float:

@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from io import StringIO
 from pathlib import Path
 
 import numpy as np
@@ -174,8 +175,6 @@ def read_table(path: str | Path | None = None) -> pd.DataFrame:
         text = read_text(path, "ranges table")
     except FileNotFoundError:
         raise ValueError(f"ranges table {path} does not exist; build it with benchmarks/ranges.py") from None
-    from io import StringIO
-
     table = pd.read_csv(StringIO(text), keep_default_na=False)
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:

@@ -23,7 +23,6 @@ import numpy.typing as npt
 
 from .engine import EAGER_LAUNCH_S_PER_LAYER, Coefficients, EngineConfig
 from .gpus import GPU
-from .hybrid import STATE_COPIES
 from .layout import Layout
 from .memory import (
     ArrayLike,
@@ -191,8 +190,8 @@ def step_work(
 
     # FLOP
     dense_flop = 2 * spec.dense_params / pp * tokens / group
-    skew = ep_imbalance(lay.ep, hw.engine.eplb)  # the busiest GPU of the expert-parallel group sets the step
-    expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus * skew
+    busiest = ep_imbalance(lay.ep, hw.engine.eplb)  # the busiest GPU of the expert-parallel group sets the step
+    expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus * busiest
     lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * v / group
     attended = attended_tokens_per_layer(spec, decode_context)
     attn_flop = (
@@ -224,7 +223,7 @@ def step_work(
     if spec.linear is not None:  # linear layers: recurrence FLOP per token; each decoding
         # sequence's state read and written once per step (one copy of it)
         attn_flop = attn_flop + spec.linear.flop_per_token * spec.num_linear_layers / pp * tokens / group
-        kv_write = kv_write + 2 * b / lay.attn_dp * state_bytes_per_request_per_gpu(spec, lay) / STATE_COPIES
+        kv_write = kv_write + 2 * b / lay.attn_dp * state_bytes_per_request_per_gpu(spec, lay, copies=1)
     act = tokens / lay.attn_dp * layers * ACTIVATION_HIDDEN_PASSES * spec.hidden_size * ACTIVATION_BYTES
 
     # Link traffic
@@ -238,7 +237,7 @@ def step_work(
         link_s = link_s + n_ar * 2 * (lay.tp - 1) / lay.tp * msg / link
         lat_s = lat_s + n_ar * alpha
     if lay.ep > 1:
-        sent = group_tokens / lay.tp * spec.experts_per_token * spec.hidden_size * ACTIVATION_BYTES * skew
+        sent = group_tokens / lay.tp * spec.experts_per_token * spec.hidden_size * ACTIVATION_BYTES * busiest
         link_s = link_s + 2 * moe_layers * sent * (lay.ep - 1) / lay.ep / link
         lat_s = lat_s + 2 * moe_layers * alpha
     if pp > 1:

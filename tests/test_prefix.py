@@ -69,3 +69,9 @@ def test_the_simulation_agrees_and_gains_too():
         LLAMA_8B, "H100-SXM-80GB", input_len=2000, output_len=200, request_rate=3.0, prefix_tokens=1000
     )
     assert analytic.ttft_s == pytest.approx(np.nanmean(hit.ttft_s), rel=0.25)
+
+
+def test_bad_lengths_are_named_before_the_prefix():
+    # a negative prompt is the error, not a prefix that does not fit in it
+    with pytest.raises(ValueError, match="input_len must be a positive number"):
+        Workload(-5, 200)
