@@ -94,6 +94,11 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> floa
     return float(np.interp(q, f, v))
 
 
+def range_note(ranges: dict[str, Range], key: str, fmt: str, scale: float = 1.0) -> str:
+    """' (80% range a-b)' for ``key`` of an estimate's ranges when it has one, else ''."""
+    return f" ({ranges[key].text(fmt, scale)})" if key in ranges else ""
+
+
 def band_quantiles(
     log_ratios: Iterable[float], level: float = LEVEL, sources: Iterable[str] | None = None
 ) -> tuple[float, float]:

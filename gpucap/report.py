@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from .estimate import BAR_NAMES
-from .ranges import Range
+from .ranges import range_note
 from .step import experts_touched
 from .units import GiB
 
@@ -63,20 +63,20 @@ def format_estimate(e: Estimate) -> str:
     bars = "concurrency each resource allows (all replicas; bars to scale):\n" + text_bars(e.limits, e.bottleneck)
     r = e.ranges
     speed = (
-        f"recommended concurrency: {e.recommended_concurrency:,}{_range(r, 'recommended_concurrency', '{:,.0f}')}"
+        f"recommended concurrency: {e.recommended_concurrency:,}{range_note(r, 'recommended_concurrency', '{:,.0f}')}"
         f"   bottleneck: {e.bottleneck}\n"
         f"  memory holds {e.limits['memory']:,.0f} at input+output, {e.memory_limit_mean_context:,.0f} at input+output/2\n"
         + (
-            f"at concurrency {e.concurrency:,.1f}: TTFT {e.ttft_s * 1e3:,.0f} ms{_range(r, 'ttft_s', '{:,.0f}', 1e3)}, "
-            f"TPOT {e.tpot_s * 1e3:,.1f} ms{_range(r, 'tpot_s', '{:,.1f}', 1e3)}, "
+            f"at concurrency {e.concurrency:,.1f}: TTFT {e.ttft_s * 1e3:,.0f} ms{range_note(r, 'ttft_s', '{:,.0f}', 1e3)}, "
+            f"TPOT {e.tpot_s * 1e3:,.1f} ms{range_note(r, 'tpot_s', '{:,.1f}', 1e3)}, "
             if math.isfinite(e.concurrency)
             else "overloaded (queue grows without bound, TTFT unbounded): "
-            f"TPOT {e.tpot_s * 1e3:,.1f} ms{_range(r, 'tpot_s', '{:,.1f}', 1e3)}, "
+            f"TPOT {e.tpot_s * 1e3:,.1f} ms{range_note(r, 'tpot_s', '{:,.1f}', 1e3)}, "
         )
-        + f"{e.output_tokens_per_s:,.0f} output tokens/s{_range(r, 'output_tokens_per_s', '{:,.0f}')}, "
+        + f"{e.output_tokens_per_s:,.0f} output tokens/s{range_note(r, 'output_tokens_per_s', '{:,.0f}')}, "
         f"communication {e.comm_share:.0%} of a step\n"
         f"saturation (all requests at once): {e.saturation_output_tokens_per_s:,.0f} output tokens/s"
-        f"{_range(r, 'saturation_output_tokens_per_s', '{:,.0f}')}"
+        f"{range_note(r, 'saturation_output_tokens_per_s', '{:,.0f}')}"
     )
     if r:
         first = next(iter(r.values())).band
@@ -93,11 +93,6 @@ def format_estimate(e: Estimate) -> str:
         )
     notes = "".join(f"\nnote: {n}" for n in e.notes)
     return "\n\n".join([head, mem, bars, speed]) + notes
-
-
-def _range(ranges: dict[str, Range], key: str, fmt: str, scale: float = 1.0) -> str:
-    """' (80% range a-b)' for ``key`` when it has a range, else ''."""
-    return f" ({ranges[key].text(fmt, scale)})" if key in ranges else ""
 
 
 def _clean(v: float | None) -> float | None:

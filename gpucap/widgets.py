@@ -47,6 +47,7 @@ from .estimate import (
 )
 from .knee import Knee, ttft_knee
 from .memory import MemoryBreakdown
+from .ranges import range_note
 from .step import Hardware
 from .units import GiB
 
@@ -191,17 +192,13 @@ class EstimatorApp(Controls):
         rate = f" (about {per_s:,.3g} requests/s)" if est.recommended_concurrency else ""
         where = f"at {est.concurrency:,.0f} concurrent requests" if est.recommended_concurrency else "one request alone"
         r = est.ranges
-
-        def rng(key: str, fmt: str, scale: float = 1.0) -> str:
-            return f" ({r[key].text(fmt, scale)})" if key in r else ""
-
         self._set_recommendation(
             [
-                f"recommended concurrency: {est.recommended_concurrency:,}{rng('recommended_concurrency', '{:,.0f}')}"
+                f"recommended concurrency: {est.recommended_concurrency:,}{range_note(r, 'recommended_concurrency', '{:,.0f}')}"
                 f"{rate} · bottleneck: {PLAIN_NAMES.get(est.bottleneck, est.bottleneck)}",
-                f"{where}: mean TTFT {est.ttft_s * 1e3:,.0f} ms{rng('ttft_s', '{:,.0f}', 1e3)}, "
-                f"mean TPOT {est.tpot_s * 1e3:,.1f} ms{rng('tpot_s', '{:,.1f}', 1e3)}, "
-                f"{est.output_tokens_per_s:,.0f} output tokens/s{rng('output_tokens_per_s', '{:,.0f}')}, "
+                f"{where}: mean TTFT {est.ttft_s * 1e3:,.0f} ms{range_note(r, 'ttft_s', '{:,.0f}', 1e3)}, "
+                f"mean TPOT {est.tpot_s * 1e3:,.1f} ms{range_note(r, 'tpot_s', '{:,.1f}', 1e3)}, "
+                f"{est.output_tokens_per_s:,.0f} output tokens/s{range_note(r, 'output_tokens_per_s', '{:,.0f}')}, "
                 f"communication {est.comm_share:.0%} of a step",
                 f"{est.replicas} replica(s) of {hw.layout.gpus_per_replica} GPU(s); memory holds "
                 f"{est.limits['memory'] or 0:,.0f} requests at input+output "
