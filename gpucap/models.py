@@ -354,9 +354,6 @@ def _moe_layout(f: Fields, family: str, n: int) -> tuple[bool, ...]:
         if moe_layers is not None:
             return tuple(i in moe_layers for i in range(n))
         return tuple((i + 1) % step == 0 for i in range(n))
-    if family == "nemotron_h":
-        moe = set(f.items("moe_layers_of_blocks", (int,)) or [])
-        return tuple(i in moe for i in range(n))
     if family == "jamba":  # JambaConfig.layers_num_experts
         period = f.count("expert_layer_period", default=2)
         offset = f.count("expert_layer_offset", default=1, least=0)
@@ -408,6 +405,7 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         )
     if family in ("gemma3", "gemma3_text"):
         cfg = {**_GEMMA3_TEXT_DEFAULTS, **cfg}
+    blocks: list[tuple[str, str]] = []  # Nemotron-H's (mixer, MLP) layers
     if family == "nemotron_h":  # one gpucap layer per mixer block (gpucap.hybrid.nemotron_blocks)
         blocks = nemotron_blocks(f)
         if len(f.text("hybrid_override_pattern")) != f.count("num_hidden_layers"):
@@ -419,8 +417,6 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
             **cfg,
             "num_hidden_layers": len(blocks),
             "head_dim": _get(cfg, "head_dim", "attention_head_dim"),
-            "moe_layers_of_blocks": [i for i, (_, mlp) in enumerate(blocks) if mlp == "moe"],
-            "mlp_of_blocks": [mlp for _, mlp in blocks],
         }
     if family == "falcon":
         cfg = {
@@ -448,6 +444,10 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         )
     head_dim = f.count("head_dim", default=max(hidden // heads, 1))
     layer_is_moe = _moe_layout(f, family, n)
+    layer_has_mlp: tuple[bool, ...] = ()
+    if family == "nemotron_h":  # the MLP block after each mixer: dense, MoE or none
+        layer_is_moe = tuple(mlp == "moe" for _, mlp in blocks)
+        layer_has_mlp = tuple(bool(mlp) for _, mlp in blocks)
     moe = any(layer_is_moe)
     experts = f.count(*EXPERT_KEYS) if moe else 0
     per_token = f.count("num_experts_per_tok", "experts_per_token") if moe else 0
@@ -519,6 +519,6 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         vision=parse_vision_config(family, vision, raw, hidden, where),
         max_position_embeddings=f.count("max_position_embeddings", default=0, least=0),
         linear=linear_mixer(f, family, hidden, heads, head_dim),
-        layer_has_mlp=tuple(bool(m) for m in f.items("mlp_of_blocks", (str,)) or []),
+        layer_has_mlp=layer_has_mlp,
         attention_output_gate=family == "qwen3_next" and f.flag("attn_output_gate", True),
     )
