@@ -116,7 +116,7 @@ def frontier(
     if not (ttft_slo_s > 0):
         raise ValueError(f"ttft_slo_s must be positive, got {ttft_slo_s!r}")
     price_list = prices if isinstance(prices, Prices) else read_prices(prices)
-    wl = Workload(float(input_len), float(output_len), ttft_slo_s=min(ttft_slo_s, 1e9), lengths=lengths)
+    wl = Workload(float(input_len), float(output_len), lengths=lengths)  # the SLO filters points below
     parts: list[pd.DataFrame] = []
     skipped: list[str] = []
     for key in gpus:
