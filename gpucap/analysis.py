@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .calibrate import DEFAULT_FREE, calibrate
-from .catalog import load_model
-from .engine import ENGINES, Coefficients
-from .validate import METRICS, error_summary, validate
+from gpucap.calibrate import DEFAULT_FREE, calibrate
+from gpucap.catalog import load_model
+from gpucap.engine import ENGINES, Coefficients
+from gpucap.validate import METRICS, error_summary, validate
 
 SIZE_BUCKETS = ((10e9, "<10B"), (40e9, "10-40B"), (100e9, "40-100B"), (np.inf, ">100B"))
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from .engine import Coefficients, EngineConfig
+from gpucap.engine import Coefficients, EngineConfig
 
 CACHE_SIZE = 64  # results kept per stage, so dragging a slider back and forth is instant
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from .appcache import Inputs, stamp
-from .catalog import load_model, model_cards
-from .engine import ENGINES, VLLM_UTILIZATION, Coefficients, EngineConfig
-from .gpus import get_gpu, load_gpus
-from .units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
+from gpucap.appcache import Inputs, stamp
+from gpucap.catalog import load_model, model_cards
+from gpucap.engine import ENGINES, VLLM_UTILIZATION, Coefficients, EngineConfig
+from gpucap.gpus import get_gpu, load_gpus
+from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 ALLOWED_ENV = "GPUCAP_APP_FILES"  # folders the served page may read files from (os.pathsep-separated)
 # An uploaded config.json or coefficients file larger than this is refused unread: both are a few KB.

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batching import LoadPoint
-from .estimate import BAR_NAMES, Estimate
-from .memory import MemoryBreakdown
-from .svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks, log_label, log_ticks, padded_limits
-from .units import GiB
+from gpucap.batching import LoadPoint
+from gpucap.estimate import BAR_NAMES, Estimate
+from gpucap.memory import MemoryBreakdown
+from gpucap.svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks, log_label, log_ticks, padded_limits
+from gpucap.units import GiB
 
 # What each bar of the constraints figure means and where its number comes from (its tooltip).
 BAR_TIPS = {

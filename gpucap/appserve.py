@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from .appcontrols import ALLOWED_ENV
+from gpucap.appcontrols import ALLOWED_ENV
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 PAGES = {

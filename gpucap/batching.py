@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .engine import Coefficients, front_end
-from .memory import ArrayLike, serves_images
-from .speculative import Speculative
-from .steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
-from .step import Array, Hardware, StepTime, combine, prefill_pairs_per_layer, step_terms, step_work
-from .vision import Images, image_work
+from gpucap.engine import Coefficients, front_end
+from gpucap.memory import ArrayLike, serves_images
+from gpucap.speculative import Speculative
+from gpucap.steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
+from gpucap.step import Array, Hardware, StepTime, combine, prefill_pairs_per_layer, step_terms, step_work
+from gpucap.vision import Images, image_work
 
 DENSE_PASSES = 2  # the second pass takes the chunk count at the first solution
 MOE_PASSES = 4  # Newton passes on the concave expert traffic (converged to 1e-11 in tests)

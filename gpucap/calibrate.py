@@ -30,12 +30,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from . import __version__
-from .engine import COEFFICIENT_INFO, Coefficients
-from .fitchecks import metric_changes, worse_flags
-from .limits import LIMIT_STATS, Slo, Sweep, find_sweeps, predicted_limits
-from .ranges import fit_bands
-from .validate import METRICS, PreparedCase, measured_metrics, predict_prepared, prepare_cases
+from gpucap import __version__
+from gpucap.engine import COEFFICIENT_INFO, Coefficients
+from gpucap.fitchecks import metric_changes, worse_flags
+from gpucap.limits import LIMIT_STATS, Slo, Sweep, find_sweeps, predicted_limits
+from gpucap.ranges import fit_bands
+from gpucap.validate import METRICS, PreparedCase, measured_metrics, predict_prepared, prepare_cases
 
 DEFAULT_FREE = ("u_compute", "u_hbm", "overlap", "t_overhead_s")
 # A run the model calls unstable (infinite TTFT) or cannot predict counts as this log error.

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from .batching import closed_loop
-from .engine import Coefficients
-from .lengths import Lengths
-from .memory import charged_tokens_per_layer
-from .queueing import QUANTILES, max_request_rate, open_loop_latency, service_curve
-from .simulate import simulate
-from .step import Hardware
+from gpucap.batching import closed_loop
+from gpucap.engine import Coefficients
+from gpucap.lengths import Lengths
+from gpucap.memory import charged_tokens_per_layer
+from gpucap.queueing import QUANTILES, max_request_rate, open_loop_latency, service_curve
+from gpucap.simulate import simulate
+from gpucap.step import Hardware
 
 SIMULATED_REQUESTS = 2000  # per check; the first 20% are warm-up
 

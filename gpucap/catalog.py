@@ -15,8 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .gpus import DATA_DIR
-from .models import ModelSpec
+from gpucap.gpus import DATA_DIR
+from gpucap.models import ModelSpec
 
 MODEL_DIR = DATA_DIR / "models"
 

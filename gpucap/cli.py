@@ -13,17 +13,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__, cli_frontier, cli_plan, cli_simulate
-from .analysis import GROUPS
-from .calibrate import DEFAULT_FREE
-from .catalog import load_model, model_cards
-from .cliargs import output_file, positive_float, positive_int
-from .engine import ENGINES, EngineConfig
-from .estimate import LENGTHS, DoesNotFit, estimate
-from .gpus import load_gpus
-from .limits import LIMIT_STATS, Slo
-from .speculative import Speculative, acceptance_length
-from .units import GB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM, GiB
+from gpucap import __version__, cli_frontier, cli_plan, cli_simulate
+from gpucap.analysis import GROUPS
+from gpucap.calibrate import DEFAULT_FREE
+from gpucap.catalog import load_model, model_cards
+from gpucap.cliargs import output_file, positive_float, positive_int
+from gpucap.engine import ENGINES, EngineConfig
+from gpucap.estimate import LENGTHS, DoesNotFit, estimate
+from gpucap.gpus import load_gpus
+from gpucap.limits import LIMIT_STATS, Slo
+from gpucap.speculative import Speculative, acceptance_length
+from gpucap.units import GB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM, GiB
 
 
 def _image_size(text: str) -> int | tuple[int, int]:
@@ -290,7 +290,7 @@ def _estimate(a: argparse.Namespace) -> int:
 def _validate(a: argparse.Namespace) -> int:
     import pandas as pd
 
-    from .validate import error_summary, read_cases, validate
+    from gpucap.validate import error_summary, read_cases, validate
 
     out = Path(a.out) if a.out else None
     if out is not None and out.exists():
@@ -333,7 +333,7 @@ def _validate(a: argparse.Namespace) -> int:
 def _add_gpu_file(a: argparse.Namespace) -> None:
     """``--gpu-file``'s GPUs join the catalog for this command (read now: a bad file stops it)."""
     if a.gpu_file:
-        from .gpus import add_gpu_file
+        from gpucap.gpus import add_gpu_file
 
         add_gpu_file(a.gpu_file)
 
@@ -343,9 +343,9 @@ def _read_calibration_cases(a: argparse.Namespace) -> tuple[Any, Any]:
     import pandas as pd
 
     _add_gpu_file(a)
-    from .loadtests import cases_from_runs
-    from .results import read_results, runs_needing
-    from .validate import read_cases
+    from gpucap.loadtests import cases_from_runs
+    from gpucap.results import read_results, runs_needing
+    from gpucap.validate import read_cases
 
     first = Path(a.results[0])
     if len(a.results) == 1 and first.suffix == ".csv" and "load_mode" in pd.read_csv(first, nrows=0).columns:
@@ -374,8 +374,8 @@ def _read_calibration_cases(a: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _calibrate(a: argparse.Namespace) -> int:
-    from .analysis import error_table
-    from .calibrate import calibrate
+    from gpucap.analysis import error_table
+    from gpucap.calibrate import calibrate
 
     targets = tuple(t.strip() for t in a.targets.split(",") if t.strip())
     out = output_file(a.out, overwrite=a.overwrite, inputs=a.results)  # checked before the fit
@@ -387,7 +387,7 @@ def _calibrate(a: argparse.Namespace) -> int:
         except ValueError:
             raise ValueError(f"--fix {item!r}: expected NAME=NUMBER") from None
     if a.history:  # a history that does not read stops the command before the fit
-        from .history import append_history, history_path, read_history
+        from gpucap.history import append_history, history_path, read_history
 
         read_history(history_path(a.history))
     cases, _ = _read_calibration_cases(a)
@@ -423,8 +423,8 @@ def _calibrate(a: argparse.Namespace) -> int:
 
 
 def _errors(a: argparse.Namespace) -> int:
-    from .analysis import error_tables, format_error_table
-    from .engine import Coefficients
+    from gpucap.analysis import error_tables, format_error_table
+    from gpucap.engine import Coefficients
 
     a.results = [a.cases]
     cases, _ = _read_calibration_cases(a)

@@ -8,10 +8,10 @@ import json
 import math
 from typing import Any
 
-from .cliargs import names, positive_float, positive_ints
-from .engine import ENGINES, Coefficients, EngineConfig
-from .estimate import LENGTHS
-from .interactivity import frontier
+from gpucap.cliargs import names, positive_float, positive_ints
+from gpucap.engine import ENGINES, Coefficients, EngineConfig
+from gpucap.estimate import LENGTHS
+from gpucap.interactivity import frontier
 
 
 def add_parser(sub: Any) -> None:

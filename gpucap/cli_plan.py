@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from .cliargs import count, names, non_negative_float, positive_float, positive_int, positive_ints
-from .engine import ENGINES
-from .lengths import Lengths
-from .plan import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Headroom, plan
-from .queueing import STATS
+from gpucap.cliargs import count, names, non_negative_float, positive_float, positive_int, positive_ints
+from gpucap.engine import ENGINES
+from gpucap.lengths import Lengths
+from gpucap.plan import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Headroom, plan
+from gpucap.queueing import STATS
 
 EXIT_NOTHING_FITS = 3
 
@@ -121,7 +121,7 @@ def run(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
-        from .report import format_plan
+        from gpucap.report import format_plan
 
         print(format_plan(result, top=a.top))
     if a.disaggregated:
@@ -131,7 +131,7 @@ def run(a: argparse.Namespace) -> int:
 
 def print_disaggregated(a: argparse.Namespace, inp: Lengths, out: Lengths) -> None:
     """``--disaggregated LINK``: per GPU and format, aggregated serving against prefill/decode pools."""
-    from .disagg import compare
+    from gpucap.disagg import compare
 
     if not a.target_rps:
         raise ValueError("--disaggregated compares pools for a request rate: give --target-rps")
@@ -165,9 +165,9 @@ def print_disaggregated(a: argparse.Namespace, inp: Lengths, out: Lengths) -> No
 def run_trace(a: argparse.Namespace) -> int:
     """``--trace``: the analytic plan for the trace's mean rate, lengths and burstiness (no spares,
     no burst margin: the trace is the traffic), then its cheapest option sized by replay."""
-    from .engine import Coefficients, EngineConfig
-    from .estimate import hardware
-    from .trace import burstiness, read_trace, size_trace, trace_lengths
+    from gpucap.engine import Coefficients, EngineConfig
+    from gpucap.estimate import hardware
+    from gpucap.trace import burstiness, read_trace, size_trace, trace_lengths
 
     if a.target_rps or a.target_concurrency or a.target_output_tps or a.input_len or a.output_len:
         raise ValueError("--trace gives the target and the lengths: leave out --target-* and --input-len/--output-len")

@@ -8,14 +8,14 @@ import json
 import math
 from typing import Any
 
-from .benchstats import BENCH_STATS, METRIC_NAMES
-from .cliargs import positive_float, positive_int
-from .engine import ENGINES, EngineConfig
-from .estimate import hardware
-from .lengths import Lengths
-from .loads import ARRIVALS, LOAD_MODES, Load
-from .simulate import run_benchmark
-from .units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
+from gpucap.benchstats import BENCH_STATS, METRIC_NAMES
+from gpucap.cliargs import positive_float, positive_int
+from gpucap.engine import ENGINES, EngineConfig
+from gpucap.estimate import hardware
+from gpucap.lengths import Lengths
+from gpucap.loads import ARRIVALS, LOAD_MODES, Load
+from gpucap.simulate import run_benchmark
+from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 LENGTH_KINDS = ("fixed", "range", "dataset")
 
@@ -79,7 +79,7 @@ def _load(a: argparse.Namespace) -> Load:
 
 
 def run(a: argparse.Namespace) -> int:
-    from .engine import Coefficients
+    from gpucap.engine import Coefficients
 
     if a.stat not in BENCH_STATS:
         raise ValueError(f"unknown --stat {a.stat!r}; use one of {', '.join(BENCH_STATS)}")

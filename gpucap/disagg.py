@@ -34,15 +34,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .batching import open_loop
-from .engine import Coefficients, front_end
-from .estimate import DoesNotFit, batch_slots, hardware, memory_limit
-from .gpus import DATA_DIR
-from .memory import kv_bytes_per_token_per_gpu, state_bytes_per_request_per_gpu
-from .prices import Prices, read_prices
-from .step import Hardware, prefill_pairs_per_layer, step_time, step_work
-from .textfiles import read_text
-from .units import GB
+from gpucap.batching import open_loop
+from gpucap.engine import Coefficients, front_end
+from gpucap.estimate import DoesNotFit, batch_slots, hardware, memory_limit
+from gpucap.gpus import DATA_DIR
+from gpucap.memory import kv_bytes_per_token_per_gpu, state_bytes_per_request_per_gpu
+from gpucap.prices import Prices, read_prices
+from gpucap.step import Hardware, prefill_pairs_per_layer, step_time, step_work
+from gpucap.textfiles import read_text
+from gpucap.units import GB
 
 LINKS_FILE = DATA_DIR / "links.csv"
 MAX_REPLICAS = 4096
@@ -285,7 +285,7 @@ def check_by_simulation(
     replica at its share of the rate; for a split, a prefill replica serving one-token answers
     (its TTFT, plus the transfer) and a decode replica whose requests arrive with their prompt's
     KV (all but the last prompt token cached)."""
-    from .simulate import kv_capacity_tokens, simulate
+    from gpucap.simulate import kv_capacity_tokens, simulate
 
     def run(pool: Pool, out: float, cached: float) -> Any:
         hw = pool.hw

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .gpus import GPU
-from .textfiles import read_text
-from .units import MS, GiB
+from gpucap.gpus import GPU
+from gpucap.textfiles import read_text
+from gpucap.units import MS, GiB
 
 ENGINES = ("vllm", "sglang", "trtllm")
 VLLM_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.20 (vllm/config/cache.py)

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from .batching import Extras, LoadPoint, closed_loop, open_loop, take
-from .catalog import load_model
-from .engine import Coefficients, EngineConfig, front_end
-from .gpus import GPU, get_gpu
-from .layout import Layout, split_of
-from .memory import (
+from gpucap.batching import Extras, LoadPoint, closed_loop, open_loop, take
+from gpucap.catalog import load_model
+from gpucap.engine import Coefficients, EngineConfig, front_end
+from gpucap.gpus import GPU, get_gpu
+from gpucap.layout import Layout, split_of
+from gpucap.memory import (
     ArrayLike,
     MemoryBreakdown,
     concurrency_by_memory,
@@ -29,13 +29,13 @@ from .memory import (
     held_tokens_per_layer,
     memory_breakdown,
 )
-from .models import ModelSpec
-from .ranges import Band, Range, bands_from_coefficients, published_bands, slo_concurrency_range
-from .runs import saturation_run
-from .speculative import Speculative
-from .step import Hardware, StepTime
-from .vision import Images
-from .waves import wave_loop
+from gpucap.models import ModelSpec
+from gpucap.ranges import Band, Range, bands_from_coefficients, published_bands, slo_concurrency_range
+from gpucap.runs import saturation_run
+from gpucap.speculative import Speculative
+from gpucap.step import Hardware, StepTime
+from gpucap.vision import Images
+from gpucap.waves import wave_loop
 
 RESOURCES = ("memory", "compute", "hbm_bandwidth", "interconnect", "host")
 # what ``Estimate.bottleneck`` may name: a resource, the engine's slot cap, the host's time per
@@ -194,12 +194,12 @@ class Estimate:
         return float(self.at.decode_step.comm_share)
 
     def to_dict(self) -> dict[str, Any]:
-        from .report import estimate_to_dict
+        from gpucap.report import estimate_to_dict
 
         return estimate_to_dict(self)
 
     def __str__(self) -> str:
-        from .report import format_estimate
+        from gpucap.report import format_estimate
 
         return format_estimate(self)
 

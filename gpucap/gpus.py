@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .textfiles import read_text
-from .units import GB, TB, TERA, US, GiB
+from gpucap.textfiles import read_text
+from gpucap.units import GB, TB, TERA, US, GiB
 
 DATA_DIR = Path(os.environ.get("GPUCAP_DATA", Path(__file__).resolve().parent.parent / "data"))
 GPU_FILE = DATA_DIR / "gpus.csv"

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .calibrate import FitResult
-from .fitchecks import Z_95
+from gpucap.calibrate import FitResult
+from gpucap.fitchecks import Z_95
 
 HISTORY_NAME = "calibration-history.jsonl"
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .configfields import Fields
+from gpucap.configfields import Fields
 
 # A request holds two copies of each linear layer's state: with prefix caching on (vLLM's
 # default) the state cache runs in "align" mode, ``MambaSpec.max_memory_usage_bytes`` =

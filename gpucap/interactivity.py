@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .engine import Coefficients, EngineConfig
-from .estimate import DoesNotFit, Workload, batch_slots, hardware, loop_point, memory_limit
-from .gpus import get_gpu
-from .models import ModelSpec
-from .prices import Prices, read_prices
-from .step import Hardware
+from gpucap.engine import Coefficients, EngineConfig
+from gpucap.estimate import DoesNotFit, Workload, batch_slots, hardware, loop_point, memory_limit
+from gpucap.gpus import get_gpu
+from gpucap.models import ModelSpec
+from gpucap.prices import Prices, read_prices
+from gpucap.step import Hardware
 
 COLUMNS = [
     "gpu",

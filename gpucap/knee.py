@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .batching import LoadPoint
-from .engine import Coefficients, front_end
-from .step import Hardware
+from gpucap.batching import LoadPoint
+from gpucap.engine import Coefficients, front_end
+from gpucap.step import Hardware
 
 KNEE_FACTOR = 2.0
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .models import ModelSpec
+from gpucap.models import ModelSpec
 
 
 @dataclass(frozen=True)

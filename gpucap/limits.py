@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .engine import Coefficients
-from .loadtests import MeasuredLimit, crossing, measured_limit
-from .validate import PreparedCase, predict_prepared, prepare_case
+from gpucap.engine import Coefficients
+from gpucap.loadtests import MeasuredLimit, crossing, measured_limit
+from gpucap.validate import PreparedCase, predict_prepared, prepare_case
 
 SWEEP_X = {"fixed-concurrency": "concurrency", "poisson": "request_rate"}
 LIMIT_STATS = ("mean", "median")

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .gpus import get_gpu
-from .results import ENGINE_KNOBS
+from gpucap.gpus import get_gpu
+from gpucap.results import ENGINE_KNOBS
 
 STATS = ("mean", "median", "p90", "p99")
 

@@ -15,14 +15,14 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from .engine import EngineConfig
-from .gpus import GPU
-from .hybrid import STATE_COPIES
-from .layout import Layout
-from .models import ModelSpec
-from .speculative import Speculative, draft_layout, draft_spec, shares_output_head
-from .units import ACTIVATION_BYTES, GiB, kv_bytes_per_element, weight_bytes_per_param
-from .vision import (
+from gpucap.engine import EngineConfig
+from gpucap.gpus import GPU
+from gpucap.hybrid import STATE_COPIES
+from gpucap.layout import Layout
+from gpucap.models import ModelSpec
+from gpucap.speculative import Speculative, draft_layout, draft_spec, shares_output_head
+from gpucap.units import ACTIVATION_BYTES, GiB, kv_bytes_per_element, weight_bytes_per_param
+from gpucap.vision import (
     Images,
     encoder_activation_bytes,
     encoder_cache_bytes,

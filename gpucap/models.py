@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .configfields import Fields
-from .hybrid import HYBRID_FAMILIES, LinearMixer, linear_layers, linear_mixer, nemotron_blocks
-from .textfiles import read_text
-from .vision import VisionEncoder, parse_vision_config
+from gpucap.configfields import Fields
+from gpucap.hybrid import HYBRID_FAMILIES, LinearMixer, linear_layers, linear_mixer, nemotron_blocks
+from gpucap.textfiles import read_text
+from gpucap.vision import VisionEncoder, parse_vision_config
 
 SUPPORTED_FAMILIES: dict[str, str] = {
     "llama": "Llama 2 / 3 (dense, GQA)",

@@ -27,18 +27,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .batching import closed_loop
-from .capacity import Headroom, concurrency_load, rate_load, replicas_needed, simulated
-from .catalog import load_model
-from .engine import Coefficients, EngineConfig
-from .estimate import DoesNotFit, batch_slots, hardware, memory_limit
-from .gpus import GPU, get_gpu
-from .lengths import Lengths, as_lengths
-from .memory import weight_bytes_per_gpu
-from .models import ModelSpec
-from .prices import Prices, read_prices
-from .queueing import STATS
-from .units import COMPUTE_FORMAT, GiB
+from gpucap.batching import closed_loop
+from gpucap.capacity import Headroom, concurrency_load, rate_load, replicas_needed, simulated
+from gpucap.catalog import load_model
+from gpucap.engine import Coefficients, EngineConfig
+from gpucap.estimate import DoesNotFit, batch_slots, hardware, memory_limit
+from gpucap.gpus import GPU, get_gpu
+from gpucap.lengths import Lengths, as_lengths
+from gpucap.memory import weight_bytes_per_gpu
+from gpucap.models import ModelSpec
+from gpucap.prices import Prices, read_prices
+from gpucap.queueing import STATS
+from gpucap.units import COMPUTE_FORMAT, GiB
 
 TARGETS = ("request_rate", "concurrency", "output_tps")
 GPU_COUNTS = (1, 2, 4, 8)
@@ -203,7 +203,7 @@ class Plan:
         }
 
     def __str__(self) -> str:
-        from .report import format_plan
+        from gpucap.report import format_plan
 
         return format_plan(self)
 

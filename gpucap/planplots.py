@@ -19,14 +19,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from .engine import Coefficients
-from .estimate import batch_slots
-from .models import ModelSpec
-from .plan import plan
-from .plan import rejected_counts as rejected_counts  # re-exported: notebook 04 and older code import it here
-from .queueing import STATS, open_loop_latency, service_curve
-from .simulate import simulate
-from .step import Hardware
+from gpucap.engine import Coefficients
+from gpucap.estimate import batch_slots
+from gpucap.models import ModelSpec
+from gpucap.plan import plan
+from gpucap.plan import rejected_counts as rejected_counts
+from gpucap.queueing import STATS, open_loop_latency, service_curve
+from gpucap.simulate import simulate
+from gpucap.step import Hardware
 
 SLO_KINDS = {"ttft": "ttft_slo_s", "tpot": "tpot_slo_s"}
 SLO_LABELS = {"ttft": "TTFT", "tpot": "TPOT"}

@@ -14,14 +14,24 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
-from .appcontrols import model_options
-from .catalog import model_cards
-from .gpus import load_gpus
-from .lengths import Lengths
-from .plan import GPU_COUNTS, KV_DTYPES, PLAN_COLUMNS, TARGETS, WEIGHT_DTYPES, Headroom, Plan, plan, rejected_counts
-from .prices import Prices
-from .queueing import STATS
-from .units import MS
+from gpucap.appcontrols import model_options
+from gpucap.catalog import model_cards
+from gpucap.gpus import load_gpus
+from gpucap.lengths import Lengths
+from gpucap.plan import (
+    GPU_COUNTS,
+    KV_DTYPES,
+    PLAN_COLUMNS,
+    TARGETS,
+    WEIGHT_DTYPES,
+    Headroom,
+    Plan,
+    plan,
+    rejected_counts,
+)
+from gpucap.prices import Prices
+from gpucap.queueing import STATS
+from gpucap.units import MS
 
 DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 DEFAULT_GPUS = ("H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB")

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .fitchecks import Z_95
-from .loadtests import MeasuredLimit
-from .validate import METRICS
+from gpucap.fitchecks import Z_95
+from gpucap.loadtests import MeasuredLimit
+from gpucap.validate import METRICS
 
 METRIC_LABELS = {"output_tok_s": "output tokens/s", "ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)"}
 

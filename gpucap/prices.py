@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .gpus import DATA_DIR, GPU
-from .textfiles import read_text
+from gpucap.gpus import DATA_DIR, GPU
+from gpucap.textfiles import read_text
 
 PRICE_FILE = DATA_DIR / "prices.csv"
 REQUIRED = ("gpu", "usd_per_gpu_hour")

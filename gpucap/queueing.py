@@ -62,11 +62,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .batching import _frontend_latency, closed_loop
-from .benchstats import sample_stats
-from .engine import Coefficients
-from .memory import ArrayLike
-from .step import Array, Hardware
+from gpucap.batching import _frontend_latency, closed_loop
+from gpucap.benchstats import sample_stats
+from gpucap.engine import Coefficients
+from gpucap.memory import ArrayLike
+from gpucap.step import Array, Hardware
 
 Bools = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .gpus import DATA_DIR
-from .textfiles import read_text
+from gpucap.gpus import DATA_DIR
+from gpucap.textfiles import read_text
 
 RANGES_FILE = DATA_DIR / "ranges.csv"
 LEVEL = 0.8  # the range holds 80% of measured values, when the past is a guide

@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .estimate import BAR_NAMES
-from .ranges import range_note
-from .step import experts_touched
-from .units import GiB
+from gpucap.estimate import BAR_NAMES
+from gpucap.ranges import range_note
+from gpucap.step import experts_touched
+from gpucap.units import GiB
 
 if TYPE_CHECKING:
-    from .estimate import Estimate
-    from .plan import Plan
+    from gpucap.estimate import Estimate
+    from gpucap.plan import Plan
 
 BAR_WIDTH = 40
 RANGE_NAMES = {

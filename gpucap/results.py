@@ -62,8 +62,8 @@ from typing import Any
 
 import pandas as pd
 
-from .configfields import show_value as _show
-from .units import MS
+from gpucap.configfields import show_value as _show
+from gpucap.units import MS
 
 COLUMNS = (
     "source_file", "run_index", "engine", "model", "gpu", "num_gpus", "tp", "pp", "ep",

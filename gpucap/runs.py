@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batching import Extras, LoadPoint, _frontend_rate, _steps, closed_loop
-from .engine import Coefficients
-from .memory import ArrayLike
-from .speculative import Speculative
-from .step import Array, Hardware, prefill_pairs_per_layer
-from .vision import Images
+from gpucap.batching import Extras, LoadPoint, _frontend_rate, _steps, closed_loop
+from gpucap.engine import Coefficients
+from gpucap.memory import ArrayLike
+from gpucap.speculative import Speculative
+from gpucap.step import Array, Hardware, prefill_pairs_per_layer
+from gpucap.vision import Images
 
 DRAIN_NODES = 16
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "dataset")

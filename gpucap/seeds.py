@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .models import ModelSpec
+from gpucap.models import ModelSpec
 
 # Seed 2's bytes per weight value (its section 一): FP16/BF16 2, INT8 1, 4-bit 0.5. gpucap's
 # table, with quantization scales, is ``gpucap.units.WEIGHT_BYTES_PER_PARAM``.

@@ -45,15 +45,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from .benchstats import BENCH_STATS, stats, weighted_stats
-from .engine import Coefficients, front_end
-from .frontend import SharedServer
-from .lengths import Lengths
-from .loads import Load, gamma_gaps, open_loop_sends
-from .memory import charged_tokens_per_layer
-from .queueing import STATS, check_burstiness, summarize
-from .scheduler import Policy, policy_for
-from .step import Hardware, prefill_pairs_per_layer, step_time, step_work
+from gpucap.benchstats import BENCH_STATS, stats, weighted_stats
+from gpucap.engine import Coefficients, front_end
+from gpucap.frontend import SharedServer
+from gpucap.lengths import Lengths
+from gpucap.loads import Load, gamma_gaps, open_loop_sends
+from gpucap.memory import charged_tokens_per_layer
+from gpucap.queueing import STATS, check_burstiness, summarize
+from gpucap.scheduler import Policy, policy_for
+from gpucap.step import Hardware, prefill_pairs_per_layer, step_time, step_work
 
 Array = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -166,7 +166,7 @@ def kv_capacity_tokens(hw: Hardware, context_tokens: float) -> float:
     sliding-window layer holds only its window, so a request is charged ``context x held /
     context`` of the full-attention budget; a hybrid's state adds to what it holds:
     ``gpucap.memory.charged_tokens_per_layer``)."""
-    from .estimate import hardware_memory  # the estimator imports this module
+    from gpucap.estimate import hardware_memory
 
     mem = hardware_memory(hw)
     if not mem.fits:
@@ -534,7 +534,7 @@ def _engine(
     kv_capacity: float | None,
     context_tokens: float,
 ) -> _Engine:
-    from .estimate import batch_slots  # the estimator imports this module
+    from gpucap.estimate import batch_slots
 
     cap = kv_capacity_tokens(hw, context_tokens) if kv_capacity is None else float(kv_capacity)
     if not cap > 0:

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .layout import Layout
-from .models import ModelSpec
+from gpucap.layout import Layout
+from gpucap.models import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def draft_spec(target: ModelSpec, sp: Speculative) -> ModelSpec:
     of its last layer's kind (attention window, MoE or dense), keeping its widths and output head
     (with ``draft_vocab_size`` rows when given) and dropping any vision encoder."""
     if sp.draft_model is not None:
-        from .catalog import load_model
+        from gpucap.catalog import load_model
 
         return load_model(sp.draft_model)
     n = sp.draft_layers

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .step import ATTN_COMPUTE, ATTN_MEMORY, COMM, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, Array
+from gpucap.step import ATTN_COMPUTE, ATTN_MEMORY, COMM, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, Array
 
 Ints = npt.NDArray[np.intp]
 Lines = tuple[Array, Array]  # intercepts and slopes of the six step terms, shape (6, ...)

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from .engine import EAGER_LAUNCH_S_PER_LAYER, Coefficients, EngineConfig
-from .gpus import GPU
-from .layout import Layout
-from .memory import (
+from gpucap.engine import EAGER_LAUNCH_S_PER_LAYER, Coefficients, EngineConfig
+from gpucap.gpus import GPU
+from gpucap.layout import Layout
+from gpucap.memory import (
     ArrayLike,
     held_tokens_per_layer,
     kv_bytes_per_token_per_gpu,
@@ -33,12 +33,12 @@ from .memory import (
     weight_bytes_per_gpu,
     window_counts,
 )
-from .models import ModelSpec
-from .routing import ep_imbalance
-from .routing import experts_touched as routing_experts_touched
-from .speculative import Speculative, draft_layout, draft_spec
-from .units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
-from .vision import Images, encoder_weight_bytes_per_gpu, image_work
+from gpucap.models import ModelSpec
+from gpucap.routing import ep_imbalance
+from gpucap.routing import experts_touched as routing_experts_touched
+from gpucap.speculative import Speculative, draft_layout, draft_spec
+from gpucap.units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
+from gpucap.vision import Images, encoder_weight_bytes_per_gpu, image_work
 
 Array = npt.NDArray[np.float64]
 

@@ -19,11 +19,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from .batching import LoadPoint
-from .engine import Coefficients
-from .memory import MemoryBreakdown
-from .step import Hardware, StepTime, StepWork, step_time
-from .units import MS, GiB
+from gpucap.batching import LoadPoint
+from gpucap.engine import Coefficients
+from gpucap.memory import MemoryBreakdown
+from gpucap.step import Hardware, StepTime, StepWork, step_time
+from gpucap.units import MS, GiB
 
 FloatArray = npt.NDArray[np.float64]
 Limits = Mapping[str, float | None]

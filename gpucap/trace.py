@@ -30,12 +30,12 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from .batching import open_loop
-from .engine import Coefficients
-from .estimate import DoesNotFit, Workload, batch_slots, loop_point, memory_limit
-from .simulate import kv_capacity_tokens, replay
-from .step import Hardware
-from .textfiles import read_text
+from gpucap.batching import open_loop
+from gpucap.engine import Coefficients
+from gpucap.estimate import DoesNotFit, Workload, batch_slots, loop_point, memory_limit
+from gpucap.simulate import kv_capacity_tokens, replay
+from gpucap.step import Hardware
+from gpucap.textfiles import read_text
 
 TIME_KEYS = ("arrival_s", "arrival_time", "timestamp", "time")
 INPUT_KEYS = ("input_tokens", "input_len", "prompt_tokens")
@@ -294,7 +294,7 @@ def burstiness(trace: Trace) -> float:
 
 def trace_lengths(values: Array, label: str) -> Any:
     """The trace's lengths as a ``gpucap.lengths.Lengths`` histogram (exact mean)."""
-    from .lengths import Lengths
+    from gpucap.lengths import Lengths
 
     lo, hi = float(values.min()), float(values.max())
     if hi == lo:

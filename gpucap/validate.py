@@ -22,17 +22,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .batching import LoadPoint, closed_loop, open_loop
-from .engine import VLLM_UTILIZATION_BEFORE_0_20, Coefficients, EngineConfig
-from .estimate import DoesNotFit, batch_slots, hardware, memory_limit
-from .gpus import scaled
-from .layout import split_of
-from .lengths import Lengths
-from .loads import Load
-from .runs import saturation_run, static_batch
-from .simulate import run_benchmark
-from .step import Hardware
-from .waves import wave_loop
+from gpucap.batching import LoadPoint, closed_loop, open_loop
+from gpucap.engine import VLLM_UTILIZATION_BEFORE_0_20, Coefficients, EngineConfig
+from gpucap.estimate import DoesNotFit, batch_slots, hardware, memory_limit
+from gpucap.gpus import scaled
+from gpucap.layout import split_of
+from gpucap.lengths import Lengths
+from gpucap.loads import Load
+from gpucap.runs import saturation_run, static_batch
+from gpucap.simulate import run_benchmark
+from gpucap.step import Hardware
+from gpucap.waves import wave_loop
 
 REQUIRED_COLUMNS = (
     "model",

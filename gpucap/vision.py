@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .configfields import Fields
+from gpucap.configfields import Fields
 
 VISION_KINDS: dict[str, str] = {
     "qwen2_5_vl": "Qwen2.5-VL ViT (dynamic resolution, window attention, 2x2 patch merge)",

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batching import LoadPoint, _frontend_latency, _steps
-from .engine import Coefficients, front_end
-from .memory import ArrayLike
-from .step import Hardware, prefill_pairs_per_layer
+from gpucap.batching import LoadPoint, _frontend_latency, _steps
+from gpucap.engine import Coefficients, front_end
+from gpucap.memory import ArrayLike
+from gpucap.step import Hardware, prefill_pairs_per_layer
 
 
 def wave_loop(

@@ -29,12 +29,12 @@ from typing import Any, TypeVar
 import ipywidgets as widgets
 import numpy as np
 
-from .appcache import LRU, Inputs
-from .appcontrols import CURVE_MAX_CHOICES, Controls, choose, engine_default_utilization
-from .appfigures import constraints_svg, curves_svg, memory_svg
-from .batching import LoadPoint
-from .engine import Coefficients
-from .estimate import (
+from gpucap.appcache import LRU, Inputs
+from gpucap.appcontrols import CURVE_MAX_CHOICES, Controls, choose, engine_default_utilization
+from gpucap.appfigures import constraints_svg, curves_svg, memory_svg
+from gpucap.batching import LoadPoint
+from gpucap.engine import Coefficients
+from gpucap.estimate import (
     PLAIN_NAMES,
     DoesNotFit,
     Estimate,
@@ -45,11 +45,11 @@ from .estimate import (
     hardware_memory,
     loop_point,
 )
-from .knee import Knee, ttft_knee
-from .memory import MemoryBreakdown
-from .ranges import range_note
-from .step import Hardware
-from .units import GiB
+from gpucap.knee import Knee, ttft_knee
+from gpucap.memory import MemoryBreakdown
+from gpucap.ranges import range_note
+from gpucap.step import Hardware
+from gpucap.units import GiB
 
 CURVE_POINTS = 120  # concurrencies the curves are solved at (one vectorized closed_loop call)
 FIGURES = ("memory", "constraints", "curves")
