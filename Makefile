@@ -26,10 +26,10 @@ lab: $(STAMP) ## open JupyterLab on notebooks/ (prints the address; works headle
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 app: $(STAMP) ## serve notebook 02 as a page for colleagues who do not code (127.0.0.1, port APP_PORT=8866)
-	$(BIN)/python -m gpucap.appserve --port $(APP_PORT)
+	$(BIN)/python -m gpucap.app.serve --port $(APP_PORT)
 
 app-planner: $(STAMP) ## serve the capacity planner (notebook 05) as a page (127.0.0.1, port APP_PORT=8866)
-	$(BIN)/python -m gpucap.appserve --page planner --port $(APP_PORT)
+	$(BIN)/python -m gpucap.app.serve --page planner --port $(APP_PORT)
 
 lint: $(STAMP) ## ruff lint and format check over code, tests, benchmarks and notebooks
 	$(BIN)/ruff check gpucap tests benchmarks notebooks

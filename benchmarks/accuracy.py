@@ -22,13 +22,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from gpucap.analysis import size_bucket  # noqa: E402
-from gpucap.calibrate import calibrate  # noqa: E402
-from gpucap.catalog import load_model  # noqa: E402
-from gpucap.engine import Coefficients  # noqa: E402
-from gpucap.gpus import get_gpu  # noqa: E402
-from gpucap.units import COMPUTE_FORMAT  # noqa: E402
-from gpucap.validate import abs_error, error_summary, read_cases, source_speeds, validate  # noqa: E402
+from gpucap.calibration.analysis import size_bucket
+from gpucap.calibration.calibrate import calibrate
+from gpucap.calibration.validate import abs_error, error_summary, read_cases, source_speeds, validate
+from gpucap.catalog.gpus import get_gpu
+from gpucap.catalog.lookup import load_model
+from gpucap.physics.coefficients import Coefficients
+from gpucap.units import COMPUTE_FORMAT
 
 DEFAULT_CASES = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured-public.csv"
 SEED_UTILIZATION = 0.35  # seed 1's compute utilization

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpucap.analysis import leave_one_model_out, lomo_summary
-from gpucap.calibrate import DEFAULT_FREE, calibrate
-from gpucap.validate import ENGINE_ALIASES, read_cases
+from gpucap.calibration.analysis import leave_one_model_out, lomo_summary
+from gpucap.calibration.calibrate import DEFAULT_FREE, calibrate
+from gpucap.calibration.validate import ENGINE_ALIASES, read_cases
 
 COLS = ["median_abs_err_default", "median_abs_err_in_sample", "median_abs_err_held_out"]
 DEFAULT_CASES = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured-public.csv"

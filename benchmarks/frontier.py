@@ -4,7 +4,7 @@
 
 For every sweep of ``load_mode == fixed-concurrency`` rows in the published measurements (one
 testbed, model, GPU, split, engine and lengths at several concurrencies), gpucap's frontier
-points at the measured concurrencies (``gpucap.interactivity.option_points``, the closed loop
+points at the measured concurrencies (``gpucap.planning.interactivity.option_points``, the closed loop
 the estimator uses: waves for fixed lengths, steady state for dataset lengths) next to the
 measured ones on the same axes: output tokens/s per GPU, and tokens/s per user (1 / TPOT where
 the row gives TPOT, else the row's output tokens/s over its concurrency, compared with the same
@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpucap.engine import Coefficients
+from gpucap.calibration.validate import case_hardware, read_cases
 from gpucap.estimate import Workload
-from gpucap.interactivity import option_points
-from gpucap.validate import case_hardware, read_cases
+from gpucap.physics.coefficients import Coefficients
+from gpucap.planning.interactivity import option_points
 
 DEFAULT_CASES = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured-public.csv"
 SWEEP_KEYS = ["source_id", "engine", "model", "gpu", "num_gpus", "tp", "weight_dtype", "isl", "osl"]

@@ -1,5 +1,5 @@
 """Load-test an OpenAI-compatible server with ``vllm bench serve``, one level at a time, into a
-folder that ``gpucap calibrate`` and ``gpucap.results.read_results`` read as it is.
+folder that ``gpucap calibrate`` and ``gpucap.calibration.results.read_results`` read as it is.
 
     python benchmarks/loadtest.py --base-url http://127.0.0.1:8000 --model meta-llama/Llama-3.1-8B-Instruct \\
         --gpu H100-SXM-80GB --tp 1 --input-len 1024 --output-len 256 --concurrency 1,4,16,64 \\
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from gpucap.cliargs import names, positive_float, positive_int
-from gpucap.results import ENGINE_KNOBS
+from gpucap.calibration.results import ENGINE_KNOBS
+from gpucap.cli.args import names, positive_float, positive_int
 
 STATS = ("median", "mean")
 
@@ -207,7 +207,7 @@ def find_vllm(name: str) -> str:
 
 
 def metadata(args: argparse.Namespace) -> list[str]:
-    """``--metadata`` pairs: the keys ``gpucap.results`` reads (gpu, num_gpus, tp, pp, engine, model,
+    """``--metadata`` pairs: the keys ``gpucap.calibration.results`` reads (gpu, num_gpus, tp, pp, engine, model,
     formats and engine knobs when given)."""
     pairs = {
         "gpu": args.gpu,
@@ -404,7 +404,7 @@ def run(args: argparse.Namespace) -> Path | None:
 def summarize(run_dir: Path) -> None:
     """Read the folder back as ``gpucap calibrate`` will, and say what it holds."""
     try:
-        from gpucap.results import read_results
+        from gpucap.calibration.results import read_results
     except ImportError:  # the harness also runs where gpucap is not installed
         return
     try:

@@ -6,7 +6,7 @@
 Picks the rows of ``measured-public.csv`` that aiconfigurator can represent, runs it on each in
 its own virtual environment (``.venv-peers``, never a dependency of gpucap: a subprocess runs
 ``benchmarks/peers_worker.py`` once for all cases, so its import and database loading are paid
-once), runs gpucap on the same rows (``gpucap.validate.validate``, the predictions of
+once), runs gpucap on the same rows (``gpucap.calibration.validate.validate``, the predictions of
 ``benchmarks/accuracy.py``), and prints both tools' absolute errors ``|predicted / measured - 1|``
 per case and as median / p90 per metric over the rows both tools predicted. Writes the per-case
 table to ``benchmarks/out/peers-<time>.csv`` (a new name each run).
@@ -67,9 +67,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpucap.engine import EngineConfig
-from gpucap.gpus import get_gpu
-from gpucap.validate import METRICS, read_cases, validate
+from gpucap.calibration.validate import METRICS, read_cases, validate
+from gpucap.catalog.gpus import get_gpu
+from gpucap.physics.coefficients import EngineConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CASES = REPO.parent / "shared" / "data" / "measured-public.csv"

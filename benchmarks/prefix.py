@@ -5,8 +5,8 @@
 Llama-3.1-8B on one H100 (vLLM defaults), 2,000-token prompts of which a 1,000-token system
 prompt is shared by every request, 200-token answers, Poisson arrivals at 30%, 60% and 85% of
 the service rate without the cache. For each rate, mean TTFT and TPOT with and without the
-cache: gpucap's open-loop model (``gpucap.batching.open_loop`` with ``cached_tokens``) and the
-simulation (``gpucap.simulate.simulate`` with ``cached_len`` and ``shared_len``). Also the
+cache: gpucap's open-loop model (``gpucap.physics.batching.open_loop`` with ``cached_tokens``) and the
+simulation (``gpucap.queueing.simulate.simulate`` with ``cached_len`` and ``shared_len``). Also the
 service rate (output tokens/s with every slot busy) and the requests memory holds, both ways.
 """
 
@@ -17,10 +17,10 @@ import time
 
 import numpy as np
 
-from gpucap.batching import closed_loop, open_loop
-from gpucap.engine import Coefficients
 from gpucap.estimate import batch_slots, hardware, memory_limit
-from gpucap.simulate import kv_capacity_tokens, simulate
+from gpucap.physics.batching import closed_loop, open_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.queueing.simulate import kv_capacity_tokens, simulate
 
 MODEL, GPU = "meta-llama/Llama-3.1-8B", "H100-SXM-80GB"
 INPUT, OUTPUT, SYSTEM = 2000, 200, 1000

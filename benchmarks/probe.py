@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpucap.cli import main  # noqa: E402
-from gpucap.models import ModelSpec  # noqa: E402
-from gpucap.results import read_results  # noqa: E402
+from gpucap.calibration.results import read_results  # noqa: E402
+from gpucap.catalog.models import ModelSpec  # noqa: E402
+from gpucap.cli.main import main  # noqa: E402
 from tests.test_config_probe import mutations  # noqa: E402
 
 LOADTESTS = ROOT / "data" / "loadtests"

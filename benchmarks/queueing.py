@@ -1,5 +1,5 @@
-"""Open-loop tail latency: the analytic model (gpucap.queueing) against the step-level simulation
-(gpucap.simulate), and the speed of both.
+"""Open-loop tail latency: the analytic model (gpucap.queueing.analytic) against the step-level simulation
+(gpucap.queueing.simulate), and the speed of both.
 
     python benchmarks/queueing.py [--requests 3000] [--quick]
 
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpucap.batching import closed_loop
-from gpucap.engine import Coefficients, EngineConfig
 from gpucap.estimate import hardware, memory_limit
-from gpucap.queueing import STATS, max_request_rate, open_loop_latency
-from gpucap.simulate import Simulation, simulate
-from gpucap.step import Hardware
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients, EngineConfig
+from gpucap.physics.step import Hardware
+from gpucap.queueing.analytic import STATS, max_request_rate, open_loop_latency
+from gpucap.queueing.simulate import Simulation, simulate
 
 UTILIZATIONS = (0.3, 0.6, 0.8, 0.9, 0.95)
 BURSTINESS = (1.0, 0.5)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpucap.catalog import load_model
-from gpucap.ranges import METRICS, RANGES_FILE, build_table, coverage, find_band
-from gpucap.validate import ENGINE_ALIASES
+from gpucap.calibration.ranges import METRICS, RANGES_FILE, build_table, coverage, find_band
+from gpucap.calibration.validate import ENGINE_ALIASES
+from gpucap.catalog.lookup import load_model
 
 OUT = Path(__file__).resolve().parent / "out"
 

@@ -1,6 +1,6 @@
 """How fast gpucap reads load-test results: one JSON-lines file of ``--size-mb`` megabytes of
 ``vllm bench serve --save-result`` objects (each with its per-request lists, as
-``--save-detailed`` writes them), read by ``gpucap.results.read_results``.
+``--save-detailed`` writes them), read by ``gpucap.calibration.results.read_results``.
 
     python benchmarks/read_speed.py [--size-mb 200]
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpucap.results import read_results
+from gpucap.calibration.results import read_results
 
 REQUESTS = 200  # per run: the per-request lists make a run ~20 kB, as real detailed results are
 

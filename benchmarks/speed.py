@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpucap.batching import closed_loop
-from gpucap.calibrate import calibrate
-from gpucap.engine import Coefficients
+from gpucap.calibration.calibrate import calibrate
+from gpucap.calibration.validate import synthetic_cases
 from gpucap.estimate import estimate, hardware
-from gpucap.plan import plan
-from gpucap.validate import synthetic_cases
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.planning.search import plan
 
 TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3, t_seq_s=10e-6, t_request_s=0.01)
 

@@ -59,7 +59,7 @@ CHANGES: tuple[tuple[str, dict[str, Any], Any], ...] = (
 def _value(name: str, value: Any, folder: Path) -> Any:
     """The widget value for a change: a catalog model's config path, or a coefficients file."""
     if name == "model_path":
-        from gpucap.catalog import model_cards
+        from gpucap.catalog.lookup import model_cards
 
         return model_cards()[value]["path"]
     if name == "calibration":
@@ -85,7 +85,7 @@ def _quiet_display() -> Iterator[None]:
 def _change_s(name: str, setup: dict[str, Any], value: Any, folder: Path, profiler: Any = None) -> float:
     """Seconds one change takes on a new app (its caches empty); ``profiler`` (a cProfile
     ``Profile``) records the change only."""
-    from gpucap.widgets import EstimatorApp
+    from gpucap.app.widgets import EstimatorApp
 
     with _quiet_display():
         app = EstimatorApp()

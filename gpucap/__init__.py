@@ -2,12 +2,12 @@
 fast it runs, from first principles (memory, roofline step time, continuous batching) with
 efficiency coefficients a load test can calibrate."""
 
-from gpucap.catalog import load_model, model_cards
-from gpucap.engine import Coefficients, EngineConfig
+from gpucap.catalog.gpus import GPU, get_gpu, load_gpus
+from gpucap.catalog.lookup import load_model, model_cards
+from gpucap.catalog.models import ModelSpec
+from gpucap.config import Layout
 from gpucap.estimate import DoesNotFit, Estimate, estimate, hardware
-from gpucap.gpus import GPU, get_gpu, load_gpus
-from gpucap.layout import Layout
-from gpucap.models import ModelSpec
+from gpucap.physics.coefficients import Coefficients, EngineConfig
 
 __version__ = "0.1.0"
 

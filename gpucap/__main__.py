@@ -1,5 +1,5 @@
 import sys
 
-from gpucap.cli import main
+from gpucap.cli.main import main
 
 sys.exit(main())

@@ -2,8 +2,8 @@
 breakdown, the concurrency each resource allows, the SLO-limited recommendation, the binding
 constraint and the speed at a concurrency. This is what the CLI, notebooks and planner call.
 
-Optional inputs: images per request (and their size) for multimodal models (``gpucap.vision``),
-and speculative decoding (``gpucap.speculative``); without them every result is the text-only,
+Optional inputs: images per request (and their size) for multimodal models (``gpucap.physics.vision``),
+and speculative decoding (``gpucap.physics.speculative``); without them every result is the text-only,
 one-token-per-step answer.
 """
 
@@ -16,12 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from gpucap.batching import Extras, LoadPoint, closed_loop, open_loop, take
-from gpucap.catalog import load_model
-from gpucap.engine import Coefficients, EngineConfig, front_end
-from gpucap.gpus import GPU, get_gpu
-from gpucap.layout import Layout, split_of
-from gpucap.memory import (
+from gpucap.calibration.ranges import Band, Range, bands_from_coefficients, published_bands, slo_concurrency_range
+from gpucap.catalog.gpus import GPU, get_gpu
+from gpucap.catalog.lookup import load_model
+from gpucap.catalog.models import ModelSpec
+from gpucap.config import Layout, split_of
+from gpucap.physics.batching import Extras, LoadPoint, closed_loop, open_loop, take
+from gpucap.physics.coefficients import Coefficients, EngineConfig, front_end
+from gpucap.physics.memory import (
     ArrayLike,
     MemoryBreakdown,
     concurrency_by_memory,
@@ -29,13 +31,11 @@ from gpucap.memory import (
     held_tokens_per_layer,
     memory_breakdown,
 )
-from gpucap.models import ModelSpec
-from gpucap.ranges import Band, Range, bands_from_coefficients, published_bands, slo_concurrency_range
-from gpucap.runs import saturation_run
-from gpucap.speculative import Speculative
-from gpucap.step import Hardware, StepTime
-from gpucap.vision import Images
-from gpucap.waves import wave_loop
+from gpucap.physics.runs import saturation_run
+from gpucap.physics.speculative import Speculative
+from gpucap.physics.step import Hardware, StepTime
+from gpucap.physics.vision import Images
+from gpucap.physics.waves import wave_loop
 
 RESOURCES = ("memory", "compute", "hbm_bandwidth", "interconnect", "host")
 # what ``Estimate.bottleneck`` may name: a resource, the engine's slot cap, the host's time per
@@ -51,8 +51,8 @@ PLAIN_NAMES = {
 # ... and as bar labels, where space is short: the resources in plain words
 BAR_NAMES = {name: "HBM bandwidth" if name == "hbm_bandwidth" else name for name in RESOURCES}
 # Request lengths of the load: "varied" (desynchronized traffic: the steady state of
-# gpucap.batching.closed_loop) or "fixed" (a load test with one length for all, whose closed loop
-# runs in waves: gpucap.waves.wave_loop).
+# gpucap.physics.batching.closed_loop) or "fixed" (a load test with one length for all, whose closed loop
+# runs in waves: gpucap.physics.waves.wave_loop).
 LENGTHS = ("varied", "fixed")
 FRONT_END_SATURATED = 0.95  # share of the HTTP server's core at which it is taken as full
 COMM_SHARE_WARNING = 0.5  # seed 1's rule of thumb
@@ -82,11 +82,11 @@ class DoesNotFit(ValueError):
 class Workload:
     """Request lengths (text tokens), SLOs, and the images each request carries.
 
-    ``input_len`` counts text tokens; images add their tokens on top (``gpucap.vision``).
+    ``input_len`` counts text tokens; images add their tokens on top (``gpucap.physics.vision``).
     ``image_size_px``: side of a square image or (height, width); None = the encoder's native
     size (Qwen2.5-VL reads images at their own size and needs one). ``lengths``: "varied"
     (traffic whose requests differ in length: steady state) or "fixed" (a load test with one
-    length for all requests: the closed loop runs in waves, ``gpucap.waves``).
+    length for all requests: the closed loop runs in waves, ``gpucap.physics.waves``).
     """
 
     input_len: float
@@ -172,7 +172,7 @@ class Estimate:
     images: Images | None = None
     speculative: Speculative | None = None
     image_tokens_per_request: float = 0.0
-    # the range each answer's measured value has fallen in (gpucap.ranges): keys
+    # the range each answer's measured value has fallen in (gpucap.calibration.ranges): keys
     # "recommended_concurrency", "output_tokens_per_s", "ttft_s", "tpot_s",
     # "saturation_output_tokens_per_s"; a metric without a band has no key
     ranges: dict[str, Range] = field(default_factory=dict)
@@ -194,12 +194,12 @@ class Estimate:
         return float(self.at.decode_step.comm_share)
 
     def to_dict(self) -> dict[str, Any]:
-        from gpucap.report import estimate_to_dict
+        from gpucap.report.text import estimate_to_dict
 
         return estimate_to_dict(self)
 
     def __str__(self) -> str:
-        from gpucap.report import format_estimate
+        from gpucap.report.text import format_estimate
 
         return format_estimate(self)
 
@@ -220,7 +220,7 @@ def hardware(
 ) -> Hardware:
     """Resolve names into a checked ``Hardware`` (model, GPU, layout, formats, engine knobs).
     ``weight_dtype`` None: the checkpoint's own format (``ModelSpec.checkpoint_dtype``).
-    ``routing_skew``: Zipf exponent of a MoE router's expert popularity (``gpucap.routing``)."""
+    ``routing_skew``: Zipf exponent of a MoE router's expert popularity (``gpucap.physics.routing``)."""
     spec = load_model(model)
     if routing_skew:
         if not (spec.is_moe and 0 < routing_skew <= MAX_ROUTING_SKEW):
@@ -247,7 +247,7 @@ def hardware(
 def hardware_memory(
     hw: Hardware, *, images: Images | None = None, speculative: Speculative | None = None
 ) -> MemoryBreakdown:
-    """``gpucap.memory.memory_breakdown`` of resolved hardware; does not raise when it does not fit
+    """``gpucap.physics.memory.memory_breakdown`` of resolved hardware; does not raise when it does not fit
     (a negative ``kv_budget`` says by how much)."""
     return memory_breakdown(
         hw.spec,
@@ -322,8 +322,8 @@ def loop_point(
     speculative: Speculative | None = None,
 ) -> LoadPoint:
     """One replica at ``concurrency`` requests kept in flight: the waves of a fixed-length load
-    test (``gpucap.waves.wave_loop``) or the steady state of varied traffic
-    (``gpucap.batching.closed_loop``). Images and speculative decoding are modelled in the
+    test (``gpucap.physics.waves.wave_loop``) or the steady state of varied traffic
+    (``gpucap.physics.batching.closed_loop``). Images and speculative decoding are modelled in the
     steady state only."""
     if wl.lengths == "fixed" and images is None and speculative is None:
         return wave_loop(
@@ -475,11 +475,11 @@ def estimate(
     request; their tokens lengthen the prompt and the KV cache, the encoder's time adds to the
     prefill, and its weights and cache to memory. ``encoder_tp_mode`` is vLLM's
     ``--mm-encoder-tp-mode`` ("weights": split by tp; "data": whole on every GPU).
-    ``speculative``: draft tokens, acceptance length and drafter (``gpucap.speculative``).
+    ``speculative``: draft tokens, acceptance length and drafter (``gpucap.physics.speculative``).
     ``lengths``: "varied" (traffic; steady state) or "fixed" (a fixed-length load test, whose
-    closed loop runs in waves and whose TTFT grows with the concurrency; ``gpucap.waves``).
+    closed loop runs in waves and whose TTFT grows with the concurrency; ``gpucap.physics.waves``).
     ``routing_skew``: a MoE router's expert popularity as a Zipf exponent (0: uniform;
-    ``gpucap.routing``); an expert-parallel load balancer is ``EngineConfig(eplb=True)``.
+    ``gpucap.physics.routing``); an expert-parallel load balancer is ``EngineConfig(eplb=True)``.
     Prefix caching: ``prefix_tokens`` of each prompt are a system prompt that ``prefix_share`` of
     the requests carry; ``turns`` > 1 makes each request one turn of a conversation whose prompt
     carries the earlier turns (``input_len`` is then a turn's new tokens, system prompt
@@ -704,14 +704,14 @@ def estimate(
 
 
 def model_class(spec: ModelSpec) -> str:
-    """ "moe" or "dense": the model classes of ``gpucap.ranges``."""
+    """ "moe" or "dense": the model classes of ``gpucap.calibration.ranges``."""
     return "moe" if spec.is_moe else "dense"
 
 
 def slo_concurrency(
     grid: np.ndarray, point: LoadPoint, wl: Workload, bands: dict[str, Band], top: float, replicas: int
 ) -> tuple[float, float] | None:
-    """Range of the SLO-limited concurrency, all replicas (``gpucap.ranges.slo_concurrency_range``
+    """Range of the SLO-limited concurrency, all replicas (``gpucap.calibration.ranges.slo_concurrency_range``
     on the SLO search's own grid); None without both latency bands."""
     if "ttft_ms" not in bands or "tpot_ms" not in bands:
         return None

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from gpucap.batching import closed_loop, open_loop
-from gpucap.engine import Coefficients
 from gpucap.estimate import hardware
-from gpucap.runs import drain_time, saturation_run, static_batch
-from gpucap.step import prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.batching import closed_loop, open_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.runs import drain_time, saturation_run, static_batch
+from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
 
 COEF = Coefficients()
 HW = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
@@ -100,7 +100,7 @@ def test_frontend_caps_the_request_rate() -> None:
 
 def test_all_at_once_ttft_is_at_least_one_prefill_step() -> None:
     # one request sent alone: its first token comes after its whole prefill step, not half of it
-    from gpucap.runs import saturation_run
+    from gpucap.physics.runs import saturation_run
 
     p = saturation_run(HW, COEF, num_prompts=1.0, input_len=1000.0, output_len=200.0, max_running=256.0)
     alone = step_time(

@@ -1,4 +1,4 @@
-"""The engine loop under the three load modes (gpucap.simulate.run_benchmark): steps by hand on a
+"""The engine loop under the three load modes (gpucap.queueing.simulate.run_benchmark): steps by hand on a
 toy engine whose every step takes 50 ms, each engine's scheduler policy, the host beside the GPU,
 and the all-at-once extension."""
 
@@ -7,12 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-import gpucap.simulate as simulate_module
-from gpucap.engine import Coefficients, EngineConfig
+import gpucap.queueing.simulate as simulate_module
 from gpucap.estimate import hardware
-from gpucap.lengths import Lengths
-from gpucap.loads import Load
-from gpucap.simulate import run_benchmark
+from gpucap.physics.coefficients import Coefficients, EngineConfig
+from gpucap.queueing.lengths import Lengths
+from gpucap.queueing.loads import Load
+from gpucap.queueing.simulate import run_benchmark
 
 STEP = 0.05
 # Llama-3.2-3B on an H100 does a step of a few dozen tokens in ~2.4 ms of weight reads; with the

@@ -1,11 +1,11 @@
-"""Load-test statistics as vllm bench serve computes them (gpucap.benchstats)."""
+"""Load-test statistics as vllm bench serve computes them (gpucap.queueing.benchstats)."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucap.benchstats import stats, weighted_stats
+from gpucap.queueing.benchstats import stats, weighted_stats
 
 
 def test_stats_are_numpys() -> None:

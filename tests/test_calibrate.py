@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.analysis import error_table, leave_one_model_out, lomo_summary, size_bucket
-from gpucap.calibrate import calibrate
-from gpucap.cli import main
-from gpucap.engine import Coefficients
-from gpucap.loadtests import cases_from_runs, measured_limit
-from gpucap.results import read_results
-from gpucap.validate import synthetic_cases as make_synthetic_cases
+from gpucap.calibration.analysis import error_table, leave_one_model_out, lomo_summary, size_bucket
+from gpucap.calibration.calibrate import calibrate
+from gpucap.calibration.loadtests import cases_from_runs, measured_limit
+from gpucap.calibration.results import read_results
+from gpucap.calibration.validate import synthetic_cases as make_synthetic_cases
+from gpucap.cli.main import main
+from gpucap.physics.coefficients import Coefficients
 
 from .conftest import ROOT
 
@@ -76,7 +76,7 @@ def test_report_json_and_html(fit, tmp_path) -> None:
 
 
 def test_prediction_interval_brackets_the_prediction(fit) -> None:
-    from gpucap.validate import prepare_cases
+    from gpucap.calibration.validate import prepare_cases
 
     prepared, _ = prepare_cases(synthetic_cases(0.0).iloc[:3])
     lo, mid, hi = fit.interval(prepared[2], "output_tok_s")

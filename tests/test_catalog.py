@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucap.catalog import model_cards, resolve_model_id
-from gpucap.gpus import GPU_FILE, get_gpu, load_gpus, read_gpu_file
+from gpucap.catalog.gpus import GPU_FILE, get_gpu, load_gpus, read_gpu_file
+from gpucap.catalog.lookup import model_cards, resolve_model_id
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASURED = ROOT.parent / "shared" / "data" / "measured-public.csv"
@@ -272,7 +272,7 @@ def test_user_file_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_added_file_serves_every_later_lookup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpucap import gpus as gpus_module
+    from gpucap.catalog import gpus as gpus_module
 
     monkeypatch.setattr(gpus_module, "_ADDED_FILES", [])
     path = write_gpu_file(tmp_path / "added.csv", [gpu_row(key="ADDED-GPU")])

@@ -1,5 +1,5 @@
 """The command line: `gpucap estimate | validate | gpus | models`, driven in-process through
-``gpucap.cli.main`` and once through ``python -m gpucap``.
+``gpucap.cli.main.main`` and once through ``python -m gpucap``.
 
 Expected numbers are derived by hand from the model's config.json (cited next to each) or from
 the CLI's documented contract (exit 2 for bad input, 3 when the model does not fit, one line
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucap.catalog import MODEL_DIR, model_cards
-from gpucap.cli import main
-from gpucap.gpus import GPU_FILE, load_gpus
+from gpucap.catalog.gpus import GPU_FILE, load_gpus
+from gpucap.catalog.lookup import MODEL_DIR, model_cards
+from gpucap.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -258,7 +258,7 @@ def test_model_from_config_path(capsys: pytest.CaptureFixture[str], tmp_path: Pa
 
 
 def _catalog_gpu_keys() -> list[str]:
-    """Keys read straight from data/gpus.csv (first column), independent of gpucap.gpus."""
+    """Keys read straight from data/gpus.csv (first column), independent of gpucap.catalog.gpus."""
     import csv
 
     with open(GPU_FILE, newline="") as f:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpucap.cli import main
+from gpucap.cli.main import main
 
 BASE = ["simulate", "--model", "meta-llama/Llama-3.2-3B-Instruct", "--gpu", "H100-SXM-80GB", "--input-len", "16"]
 TOY = [*BASE, "--output-len", "4", "--engine", "vllm"]

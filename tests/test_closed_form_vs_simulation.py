@@ -1,9 +1,9 @@
 """The closed forms the estimator, the page and the planner search with, checked against the
-step-level simulation of the same load (gpucap.simulate.run_benchmark) on a grid:
+step-level simulation of the same load (gpucap.queueing.simulate.run_benchmark) on a grid:
 
 - varied lengths (exponential: requests desynchronize), steady state (the simulated run's first
-  requests, which all start at once, left out): ``gpucap.batching.closed_loop``;
-- fixed lengths (the closed loop runs in waves): ``gpucap.waves.wave_loop``.
+  requests, which all start at once, left out): ``gpucap.physics.batching.closed_loop``;
+- fixed lengths (the closed loop runs in waves): ``gpucap.physics.waves.wave_loop``.
 
 Within 10% on throughput and 20% on mean TTFT and TPOT where the closed form applies: up to the
 concurrency at which prompts start queueing for the token budget (beyond it the steady state's
@@ -13,13 +13,13 @@ prompts fill at most four budget-full steps (longer waves break up into groups t
 import numpy as np
 import pytest
 
-from gpucap.batching import closed_loop
-from gpucap.engine import Coefficients
 from gpucap.estimate import batch_slots, hardware
-from gpucap.lengths import Lengths
-from gpucap.loads import Load
-from gpucap.simulate import run_benchmark
-from gpucap.waves import wave_loop
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.waves import wave_loop
+from gpucap.queueing.lengths import Lengths
+from gpucap.queueing.loads import Load
+from gpucap.queueing.simulate import run_benchmark
 
 SETUPS = {
     "8B on 1 H100": hardware("meta-llama/Llama-3.1-8B-Instruct", "H100-SXM-80GB"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucap.models import ModelSpec
+from gpucap.catalog.models import ModelSpec
 
 from .conftest import ROOT
 

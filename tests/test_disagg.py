@@ -1,11 +1,11 @@
-"""Disaggregated prefill/decode pools (gpucap.disagg) against aggregated serving."""
+"""Disaggregated prefill/decode pools (gpucap.planning.disagg) against aggregated serving."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpucap.disagg import check_by_simulation, compare, read_links, transfer_s
 from gpucap.estimate import hardware
+from gpucap.planning.disagg import check_by_simulation, compare, read_links, transfer_s
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
 CASE = dict(rate=2.0, input_len=8000.0, output_len=200.0)

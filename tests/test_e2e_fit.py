@@ -15,11 +15,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpucap import units, validate
-from gpucap.catalog import load_model
-from gpucap.gpus import get_gpu
-from gpucap.layout import Layout
-from gpucap.memory import memory_breakdown
+from gpucap import units
+from gpucap.calibration import validate
+from gpucap.catalog.gpus import get_gpu
+from gpucap.catalog.lookup import load_model
+from gpucap.config import Layout
+from gpucap.physics.memory import memory_breakdown
 from gpucap.units import GiB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +76,7 @@ CPU_RUNS = ROOT / "data" / "loadtests" / "vllm-cpu-tiny-llama"
 
 @pytest.fixture()
 def cpu_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpucap import gpus
+    from gpucap.catalog import gpus
 
     monkeypatch.setattr(gpus, "_ADDED_FILES", [])
     gpus.add_gpu_file(CPU_RUNS / "gpus.csv")
@@ -100,15 +101,15 @@ def test_shipped_cpu_runs_carry_the_served_engine(cpu_gpu: None) -> None:
 
 
 def _cpu_cases() -> pd.DataFrame:
-    from gpucap.loadtests import cases_from_runs
-    from gpucap.results import read_results
+    from gpucap.calibration.loadtests import cases_from_runs
+    from gpucap.calibration.results import read_results
 
     return cases_from_runs(read_results(CPU_RUNS).runs.sort_values("concurrency"))
 
 
 def test_shipped_cpu_sweep_limit_and_its_fit(cpu_gpu: None) -> None:
-    from gpucap.calibrate import calibrate
-    from gpucap.limits import Slo, find_sweeps
+    from gpucap.calibration.calibrate import calibrate
+    from gpucap.calibration.limits import Slo, find_sweeps
 
     slo = Slo(1.0, 0.05, "mean")
     cases = _cpu_cases()
@@ -127,8 +128,8 @@ def test_shipped_cpu_sweep_limit_and_its_fit(cpu_gpu: None) -> None:
 def test_cli_calibrates_the_shipped_cpu_runs_with_their_gpu_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpucap import gpus
-    from gpucap.cli import main
+    from gpucap.catalog import gpus
+    from gpucap.cli.main import main
 
     monkeypatch.setattr(gpus, "_ADDED_FILES", [])
     common = [str(CPU_RUNS), "--targets", "runs,limits", "--slo-ttft", "1", "--slo-tpot", "0.05"]

@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.analysis import error_tables, format_error_table, size_class, wide_error_table
-from gpucap.cli import main
-from gpucap.engine import Coefficients
-from gpucap.validate import synthetic_cases
+from gpucap.calibration.analysis import error_tables, format_error_table, size_class, wide_error_table
+from gpucap.calibration.validate import synthetic_cases
+from gpucap.cli.main import main
+from gpucap.physics.coefficients import Coefficients
 
 TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3, t_seq_s=10e-6, t_request_s=0.01)
 SETUPS = (("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", 1), ("Qwen/Qwen3-32B", "H100-SXM-80GB", 2))

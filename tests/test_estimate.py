@@ -119,7 +119,7 @@ def test_tp_beyond_the_link_domain_is_said() -> None:
 
 
 def test_both_conventions_of_attention_data_parallelism() -> None:
-    from gpucap.layout import Layout, split_of
+    from gpucap.config import Layout, split_of
 
     # TensorRT-LLM's DEP8: attention tp 1, eight copies, experts over the eight GPUs
     assert split_of(8, tp=1, ep=8, attn_dp=8) == (Layout(tp=1, ep=8, attn_dp=8), "")

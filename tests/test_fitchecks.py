@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.calibrate import calibrate
-from gpucap.fitchecks import change_noise, median_abs_error, metric_changes, worse_flags
-from gpucap.validate import synthetic_cases
+from gpucap.calibration.calibrate import calibrate
+from gpucap.calibration.fitchecks import change_noise, median_abs_error, metric_changes, worse_flags
+from gpucap.calibration.validate import synthetic_cases
 
 from .test_limits import LEVELS, TRUTH
 

@@ -1,9 +1,9 @@
-"""The HTTP server in front of the engine as a processor-sharing queue (gpucap.frontend), times
+"""The HTTP server in front of the engine as a processor-sharing queue (gpucap.queueing.frontend), times
 derived by hand."""
 
 import pytest
 
-from gpucap.frontend import SharedServer
+from gpucap.queueing.frontend import SharedServer
 
 
 def ready(server: SharedServer, until: float) -> dict[int, float]:

@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.calibrate import calibrate
-from gpucap.cli import main
-from gpucap.engine import Coefficients
-from gpucap.history import HISTORY_NAME, append_history, calibration_history, history_limits, what_changed
-from gpucap.limits import Slo
-from gpucap.plots import history_figure
-from gpucap.validate import synthetic_cases
+from gpucap.calibration.calibrate import calibrate
+from gpucap.calibration.history import HISTORY_NAME, append_history, calibration_history, history_limits, what_changed
+from gpucap.calibration.limits import Slo
+from gpucap.calibration.validate import synthetic_cases
+from gpucap.cli.main import main
+from gpucap.physics.coefficients import Coefficients
+from gpucap.report.plots import history_figure
 
 TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3, t_seq_s=10e-6, t_request_s=0.01)
 SLOWER = dataclasses.replace(TRUTH, u_compute=0.45)  # the same box after, say, a power cap

@@ -1,16 +1,16 @@
-"""Hybrid models (gpucap.hybrid): which layers are linear, their weights and per-request state,
+"""Hybrid models (gpucap.catalog.hybrid): which layers are linear, their weights and per-request state,
 and what that does to memory and the step. Shapes by hand from vLLM's layers (module docstring
-of gpucap.hybrid); published parameter counts are checked in test_models via each card."""
+of gpucap.catalog.hybrid); published parameter counts are checked in test_models via each card."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from gpucap.catalog import load_model
+from gpucap.catalog.lookup import load_model
 from gpucap.estimate import hardware, hardware_memory
-from gpucap.memory import concurrency_by_memory, kv_bytes_per_token, state_bytes_per_request_per_gpu
-from gpucap.step import step_work
+from gpucap.physics.memory import concurrency_by_memory, kv_bytes_per_token, state_bytes_per_request_per_gpu
+from gpucap.physics.step import step_work
 
 QWEN_NEXT = "Qwen/Qwen3-Next-80B-A3B-Instruct"
 

@@ -1,4 +1,4 @@
-"""The throughput-interactivity frontier (gpucap.interactivity)."""
+"""The throughput-interactivity frontier (gpucap.planning.interactivity)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.cli import main
-from gpucap.interactivity import frontier, pareto
-from gpucap.prices import Prices
+from gpucap.catalog.prices import Prices
+from gpucap.cli.main import main
+from gpucap.planning.interactivity import frontier, pareto
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
 

@@ -1,15 +1,15 @@
-"""Where the TTFT curve bends and why (gpucap.knee), and the estimator's two kinds of load:
+"""Where the TTFT curve bends and why (gpucap.report.knee), and the estimator's two kinds of load:
 varied traffic (steady state) and a fixed-length load test (waves)."""
 
 import numpy as np
 import pytest
 
 from gpucap import estimate
-from gpucap.batching import closed_loop
-from gpucap.engine import Coefficients
 from gpucap.estimate import hardware
-from gpucap.knee import ttft_knee
-from gpucap.waves import wave_loop
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.waves import wave_loop
+from gpucap.report.knee import ttft_knee
 
 HW = hardware("meta-llama/Llama-3.1-8B-Instruct", "H100-SXM-80GB")
 COEF = Coefficients.for_engine("vllm")

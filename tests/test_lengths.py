@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpucap.lengths import Lengths
+from gpucap.queueing.lengths import Lengths
 
 
 def test_fixed() -> None:

@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.calibrate import calibrate, robust_cost, sanity_flags
-from gpucap.cli import main
-from gpucap.engine import Coefficients
-from gpucap.limits import Slo, crossing, find_sweeps, predicted_limits
-from gpucap.loadtests import cases_from_runs
-from gpucap.results import read_results
-from gpucap.validate import synthetic_cases
+from gpucap.calibration.calibrate import calibrate, robust_cost, sanity_flags
+from gpucap.calibration.limits import Slo, crossing, find_sweeps, predicted_limits
+from gpucap.calibration.loadtests import cases_from_runs
+from gpucap.calibration.results import read_results
+from gpucap.calibration.validate import synthetic_cases
+from gpucap.cli.main import main
+from gpucap.physics.coefficients import Coefficients
 
 from .conftest import ROOT
 
@@ -165,7 +165,7 @@ def test_cli_fits_limits_and_writes_nothing_on_bad_input(tmp_path, capsys) -> No
 def test_cli_saves_no_unconverged_fit_unless_asked(tmp_path, capsys, monkeypatch) -> None:
     import dataclasses
 
-    import gpucap.calibrate as cal
+    import gpucap.calibration.calibrate as cal
 
     real = cal.calibrate
 

@@ -1,11 +1,11 @@
-"""Benchmark loads and request lengths as vllm bench serve draws them (gpucap.loads,
-gpucap.lengths): bad input is refused in one line naming the value."""
+"""Benchmark loads and request lengths as vllm bench serve draws them (gpucap.queueing.loads,
+gpucap.queueing.lengths): bad input is refused in one line naming the value."""
 
 import numpy as np
 import pytest
 
-from gpucap.lengths import Lengths
-from gpucap.loads import Load, open_loop_sends
+from gpucap.queueing.lengths import Lengths
+from gpucap.queueing.loads import Load, open_loop_sends
 
 
 @pytest.mark.parametrize(

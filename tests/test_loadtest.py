@@ -1,5 +1,5 @@
 """benchmarks/loadtest.py against a fake ``vllm`` executable: the command line, the stop rule,
-no overwriting, and a run folder that gpucap.results reads with the hardware metadata applied.
+no overwriting, and a run folder that gpucap.calibration.results reads with the hardware metadata applied.
 
 The fake parses the ``vllm bench serve`` flags the harness uses and writes a result JSON with
 vLLM's field names (vllm/benchmarks/serve.py). Its latencies grow with the concurrency C:
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucap.results import read_results
+from gpucap.calibration.results import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("loadtest", ROOT / "benchmarks" / "loadtest.py")

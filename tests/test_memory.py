@@ -2,11 +2,12 @@
 
 import pytest
 
-from gpucap.catalog import load_model
-from gpucap.engine import EngineConfig
+from gpucap.catalog.lookup import load_model
+from gpucap.catalog.models import ModelSpec
+from gpucap.config import Layout
 from gpucap.estimate import DoesNotFit, estimate, hardware, memory_limit
-from gpucap.layout import Layout
-from gpucap.memory import (
+from gpucap.physics.coefficients import EngineConfig
+from gpucap.physics.memory import (
     MemoryBreakdown,
     WeightBytes,
     concurrency_by_memory,
@@ -15,7 +16,6 @@ from gpucap.memory import (
     kv_bytes_per_token_per_gpu,
     weight_bytes_per_gpu,
 )
-from gpucap.models import ModelSpec
 from gpucap.units import GB, GiB, weight_bytes_per_param
 
 from .conftest import llama_like

@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from gpucap.catalog.gpus import get_gpu
+from gpucap.config import Layout
 from gpucap.estimate import hardware
-from gpucap.gpus import get_gpu
-from gpucap.layout import Layout
-from gpucap.memory import kv_bytes_per_token_per_gpu, mxfp4_expert_padding, weight_bytes_per_gpu
+from gpucap.physics.memory import kv_bytes_per_token_per_gpu, mxfp4_expert_padding, weight_bytes_per_gpu
 from gpucap.units import GiB
 
 TABLE = Path(__file__).resolve().parents[1] / "data" / "memory" / "vllm-startup-logs.csv"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from gpucap.catalog import load_model, model_cards
-from gpucap.models import ModelSpec
+from gpucap.catalog.lookup import load_model, model_cards
+from gpucap.catalog.models import ModelSpec
 
 from .conftest import llama_like
 

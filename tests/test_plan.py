@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.cli import main
-from gpucap.engine import Coefficients
+from gpucap.catalog.gpus import get_gpu
+from gpucap.catalog.prices import read_prices
+from gpucap.cli.main import main
 from gpucap.estimate import hardware, memory_limit
-from gpucap.gpus import get_gpu
-from gpucap.lengths import Lengths
-from gpucap.plan import LOW_UTILIZATION, Headroom, plan, replicas_needed
-from gpucap.prices import read_prices
-from gpucap.queueing import max_request_rate
+from gpucap.physics.coefficients import Coefficients
+from gpucap.planning.search import LOW_UTILIZATION, Headroom, plan, replicas_needed
+from gpucap.queueing.analytic import max_request_rate
+from gpucap.queueing.lengths import Lengths
 
 MODEL = "meta-llama/Llama-3.1-8B"
 ONE = dict(gpus=["H100-SXM-80GB"], gpu_counts=[1], weight_dtypes=["fp8"], kv_dtypes=["auto"])
@@ -216,7 +216,7 @@ def test_simulation_check_columns(prices) -> None:
 
 
 def test_simulation_notes_name_the_cheapest_that_passes() -> None:
-    from gpucap.plan import simulation_notes
+    from gpucap.planning.search import simulation_notes
 
     checked = pd.DataFrame({"meets_slo_simulated": [False, True, None]}, dtype=object)
     (note,) = simulation_notes(checked)
@@ -253,9 +253,9 @@ def test_one_output_token_has_no_tpot_slo(prices) -> None:
 
 
 def test_hostile_planning_inputs_are_refused() -> None:
-    from gpucap.capacity import Headroom
-    from gpucap.cliargs import non_negative_float
-    from gpucap.lengths import Lengths
+    from gpucap.cli.args import non_negative_float
+    from gpucap.planning.capacity import Headroom
+    from gpucap.queueing.lengths import Lengths
 
     with pytest.raises(ValueError, match="burst_margin must be in"):
         Headroom(burst_margin=1e30)

@@ -1,4 +1,4 @@
-"""Capacity-planning figures and the planner widgets (gpucap.planplots, gpucap.planwidgets): the
+"""Capacity-planning figures and the planner widgets (gpucap.report.planplots, gpucap.app.planwidgets): the
 cost-vs-SLO frontier never gets cheaper as an SLO tightens, the latency knee keeps P99 above P50
 and rises with the arrival rate, and a Run of the widgets shows what ``plan`` returns."""
 
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from gpucap.estimate import hardware
-from gpucap.plan import Headroom, plan
-from gpucap.planplots import (
+from gpucap.planning.search import Headroom, plan
+from gpucap.report.planplots import (
     CHEAPEST,
     frontier,
     frontier_figure,
@@ -182,7 +182,7 @@ def test_simulation_at_a_trickle_agrees_with_the_analytic_median(h100, knee) -> 
 # ---- widgets ---------------------------------------------------------------------------------------
 def test_planner_app_runs_and_shows_the_cheapest_plans(prices) -> None:
     pytest.importorskip("ipywidgets")
-    from gpucap.planwidgets import TOP, PlannerApp
+    from gpucap.app.planwidgets import TOP, PlannerApp
 
     app = PlannerApp(
         model=MODEL,
@@ -241,7 +241,7 @@ def test_planner_app_runs_and_shows_the_cheapest_plans(prices) -> None:
 
 
 def test_kv_format_twins_are_one_row() -> None:
-    from gpucap.planwidgets import group_twins
+    from gpucap.app.planwidgets import group_twins
 
     row = dict(gpu="H100-SXM-80GB", gpus_per_replica=2, tp=2, pp=1, ep=1, weight_dtype="fp8", replicas=4,
                total_gpus=8, cost_per_hour=55.0)  # fmt: skip
@@ -271,7 +271,7 @@ def test_rejection_examples_say_which_option() -> None:
 
 
 def test_a_plan_in_words() -> None:
-    from gpucap.plan import describe_plan
+    from gpucap.planning.search import describe_plan
 
     row = pd.Series(dict(replicas=3, gpus_per_replica=2, gpu="H100-SXM-80GB", tp=2, pp=1, weight_dtype="fp8",
                          kv_dtype="auto", total_gpus=6, cost_per_hour=41.25))  # fmt: skip

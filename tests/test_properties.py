@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucap.batching import closed_loop
-from gpucap.engine import Coefficients
+from gpucap.catalog.gpus import get_gpu
 from gpucap.estimate import DoesNotFit, estimate, hardware, memory_limit
-from gpucap.gpus import get_gpu
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients
 from gpucap.units import GiB
 
 MODELS = st.sampled_from(

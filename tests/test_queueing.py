@@ -1,4 +1,4 @@
-"""Open-loop tail latency (gpucap.queueing): the chain against textbook queues, and the planner's
+"""Open-loop tail latency (gpucap.queueing.analytic): the chain against textbook queues, and the planner's
 search.
 
 The toy replica: Llama-3.2-3B on an H100 with 50 ms of fixed time per step (the largest
@@ -13,11 +13,11 @@ import math
 import numpy as np
 import pytest
 
-import gpucap.queueing as queueing
-from gpucap.batching import closed_loop
-from gpucap.engine import Coefficients
+import gpucap.queueing.analytic as queueing
 from gpucap.estimate import hardware, memory_limit
-from gpucap.queueing import STATS, max_request_rate, open_loop_latency
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.queueing.analytic import STATS, max_request_rate, open_loop_latency
 
 TOY = hardware("meta-llama/Llama-3.2-3B-Instruct", "H100-SXM-80GB")
 TOY_COEF = Coefficients(t_overhead_s=0.05, t_request_s=0.0, t_seq_s=0.0)

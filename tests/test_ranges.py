@@ -1,4 +1,4 @@
-"""Ranges on answers (gpucap.ranges): quantiles, groups, coverage, the SLO concurrency range, and
+"""Ranges on answers (gpucap.calibration.ranges): quantiles, groups, coverage, the SLO concurrency range, and
 what the estimate and a calibration do with them. Expected numbers are worked by hand."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import gpucap
-from gpucap.ranges import (
+from gpucap.calibration.ranges import (
     Band,
     band_quantiles,
     bands_from_coefficients,

@@ -1,4 +1,4 @@
-"""gpucap.results: every real example file parses with the values written in it; malformed input
+"""gpucap.calibration.results: every real example file parses with the values written in it; malformed input
 is an error naming the file and the field; hardware comes from metadata, then manifest, then
 defaults. Files marked synthetic below are built here from the field notes in
 ../shared/formats/notes/ (no real example of them was found)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpucap.results import COLUMNS, ResultSet, read_result_file, read_results, runs_needing
+from gpucap.calibration.results import COLUMNS, ResultSet, read_result_file, read_results, runs_needing
 
 ROOT = Path(__file__).resolve().parent.parent
 LOADTESTS = ROOT / "data" / "loadtests"
@@ -359,8 +359,8 @@ def test_sweep_summary_json_list_and_broken_manifest(tmp_path: Path) -> None:
 
 
 def test_engine_knobs_from_metadata_reach_the_prediction(tmp_path: Path) -> None:
-    from gpucap.loadtests import cases_from_runs
-    from gpucap.validate import case_hardware
+    from gpucap.calibration.loadtests import cases_from_runs
+    from gpucap.calibration.validate import case_hardware
 
     knobs = {"num_gpus": "2", "max_num_seqs": "64", "max_num_batched_tokens": "4096", "enforce_eager": "true"}
     knobs |= {"gpu_memory_utilization": "0.85", "weight_dtype": "fp8", "kv_cache_dtype": "fp8"}

@@ -1,12 +1,12 @@
-"""Expert-parallel load imbalance (gpucap.routing): the published points and the step they slow."""
+"""Expert-parallel load imbalance (gpucap.physics.routing): the published points and the step they slow."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpucap.estimate import hardware
-from gpucap.routing import ep_imbalance
-from gpucap.step import step_work
+from gpucap.physics.routing import ep_imbalance
+from gpucap.physics.step import step_work
 
 
 def test_published_points_and_interpolation():
@@ -30,7 +30,7 @@ def test_the_busiest_gpu_sets_the_expert_compute():
 
 
 def test_skewed_routing_reads_fewer_experts():
-    from gpucap.routing import experts_touched
+    from gpucap.physics.routing import experts_touched
 
     # E = 4, k = 1, s = 1: popularity 1, 1/2, 1/3, 1/4 over 25/12 = 0.48, 0.24, 0.16, 0.12; two
     # tokens read expert i with probability 1 - (1 - p_i)^2 = 0.7296, 0.4224, 0.2944, 0.2256

@@ -3,8 +3,8 @@
 from dataclasses import replace
 
 import gpucap
-from gpucap.engine import Coefficients
-from gpucap.sensitivity import SEED1_MEASURED, band_figure, what_moves
+from gpucap.physics.coefficients import Coefficients
+from gpucap.report.sensitivity import SEED1_MEASURED, band_figure, what_moves
 
 BASE = dict(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100-SXM-80GB", num_gpus=1, input_len=2000, output_len=200)
 

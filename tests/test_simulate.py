@@ -1,14 +1,14 @@
-"""Discrete-event simulation of continuous batching (gpucap.simulate): steps by hand, a textbook
-queue, and agreement with the analytic tails (gpucap.queueing)."""
+"""Discrete-event simulation of continuous batching (gpucap.queueing.simulate): steps by hand, a textbook
+queue, and agreement with the analytic tails (gpucap.queueing.analytic)."""
 
 import numpy as np
 import pytest
 
-from gpucap.engine import Coefficients
 from gpucap.estimate import hardware, memory_limit
-from gpucap.queueing import open_loop_latency
-from gpucap.simulate import arrival_times, simulate
-from gpucap.step import prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
+from gpucap.queueing.analytic import open_loop_latency
+from gpucap.queueing.simulate import arrival_times, simulate
 
 HW = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
 COEF = Coefficients.for_engine("vllm")
@@ -125,7 +125,7 @@ def test_simulate_rejects_bad_input(kwargs: dict, word: str) -> None:
         simulate(TOY, TOY_COEF, **args)
 
 
-# Agreement with gpucap.queueing on Llama-3.1-8B, one H100, vLLM defaults, slots from the KV cache.
+# Agreement with gpucap.queueing.analytic on Llama-3.1-8B, one H100, vLLM defaults, slots from the KV cache.
 # A chat-like workload (200 prompt, 1000 output tokens): decode dominates, so the closed-loop
 # steady state the analytic model is built on matches the simulated steps (prefill-heavy
 # workloads do not: see benchmarks/queueing.py). The tolerances cover the seed-to-seed spread of
@@ -168,7 +168,7 @@ def test_waiting_for_slots_matches_analytic() -> None:
 
 def test_pipeline_stages_do_not_shorten_a_lone_prompt() -> None:
     """A lone request's prompt chunk rides in one micro-batch: its TTFT is the same at pp 1, 2
-    and 4, up to the sends between stages (as in gpucap.batching.closed_loop)."""
+    and 4, up to the sends between stages (as in gpucap.physics.batching.closed_loop)."""
     ttft = []
     for pp in (1, 2, 4):
         hw = hardware("meta-llama/Llama-3.3-70B-Instruct", "H100-SXM-80GB", tp=2, pp=pp, weight_dtype="fp8")

@@ -6,12 +6,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpucap.batching import closed_loop
-from gpucap.engine import Coefficients
 from gpucap.estimate import estimate, hardware, hardware_memory
-from gpucap.runs import static_batch
-from gpucap.speculative import Speculative, acceptance_length
-from gpucap.step import step_time, step_work
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.runs import static_batch
+from gpucap.physics.speculative import Speculative, acceptance_length
+from gpucap.physics.step import step_time, step_work
 
 IDEAL = Coefficients(
     u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0

@@ -4,13 +4,21 @@ equations checked against step times computed directly from the work."""
 import numpy as np
 import pytest
 
-from gpucap.batching import closed_loop
-from gpucap.engine import Coefficients
 from gpucap.estimate import hardware
-from gpucap.speculative import Speculative
-from gpucap.steady import closed_loop_root, rate_cap_root, step_seconds
-from gpucap.step import ATTN_COMPUTE, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, prefill_pairs_per_layer, step_time, step_work
-from gpucap.vision import Images, image_work
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.speculative import Speculative
+from gpucap.physics.steady import closed_loop_root, rate_cap_root, step_seconds
+from gpucap.physics.step import (
+    ATTN_COMPUTE,
+    GEMM_COMPUTE,
+    GEMM_MEMORY,
+    OVERHEAD,
+    prefill_pairs_per_layer,
+    step_time,
+    step_work,
+)
+from gpucap.physics.vision import Images, image_work
 
 COEF = Coefficients()
 
@@ -162,7 +170,7 @@ def test_pipeline_stages_do_not_shorten_a_lone_prompt() -> None:
 def test_prompt_steps_apart_by_hand() -> None:
     # decode-only steps 10 ms, a step with a prompt chunk 50 ms; a = 0.2 requests per step, one
     # chunk each: 20% of steps carry a prompt, so a decoding sequence waits 0.8 x 10 + 0.2 x 50 = 18 ms
-    from gpucap.steady import separated_step
+    from gpucap.physics.steady import separated_step
 
     only, pre, avg = lines(gemm_m=(0.010, 0.0)), lines(gemm_m=(0.050, 0.0)), lines(gemm_m=(0.018, 0.0))
     t, slope, share = separated_step(only, pre, avg, np.array([0.2]), chunks=np.array([1.0]), pp=1)

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from gpucap.engine import Coefficients, EngineConfig
 from gpucap.estimate import hardware
-from gpucap.memory import weight_bytes_per_gpu
-from gpucap.step import attention_flop_per_pair, prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.coefficients import Coefficients, EngineConfig
+from gpucap.physics.memory import weight_bytes_per_gpu
+from gpucap.physics.step import attention_flop_per_pair, prefill_pairs_per_layer, step_time, step_work
 
 IDEAL = Coefficients(
     u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0
@@ -108,8 +108,8 @@ def test_pipeline_parallel_does_not_cut_decode_latency() -> None:
 
 
 def test_experts_touched_by_hand() -> None:
-    from gpucap.catalog import load_model
-    from gpucap.step import experts_touched
+    from gpucap.catalog.lookup import load_model
+    from gpucap.physics.step import experts_touched
 
     spec = load_model("Qwen/Qwen3-30B-A3B")  # 128 routed experts, 8 per token (config.json)
     assert spec.num_experts == 128 and spec.experts_per_token == 8

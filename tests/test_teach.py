@@ -1,5 +1,5 @@
-"""The seed articles' formulas (gpucap.seeds) reproduce the articles' own worked numbers, and the
-walkthrough's figure functions (gpucap.teach) return Figures with the expected axes and artists."""
+"""The seed articles' formulas (gpucap.teaching.seeds) reproduce the articles' own worked numbers, and the
+walkthrough's figure functions (gpucap.teaching.walkthrough) return Figures with the expected axes and artists."""
 
 import math
 
@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from gpucap import seeds, teach
-from gpucap.batching import closed_loop, open_loop
-from gpucap.catalog import load_model
-from gpucap.engine import Coefficients
+from gpucap.catalog.lookup import load_model
 from gpucap.estimate import hardware, hardware_memory
-from gpucap.memory import kv_bytes_per_token
-from gpucap.step import StepTime, prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.batching import closed_loop, open_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import kv_bytes_per_token
+from gpucap.physics.step import StepTime, prefill_pairs_per_layer, step_time, step_work
+from gpucap.teaching import seeds
+from gpucap.teaching import walkthrough as teach
 from gpucap.units import GB, GiB
 
 matplotlib.use("Agg")  # the figures are matplotlib.figure.Figure objects; no display needed

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucap.engine import Coefficients
-from gpucap.gpus import GPU_FILE, read_gpu_file
-from gpucap.models import ModelSpec
-from gpucap.prices import read_prices
+from gpucap.catalog.gpus import GPU_FILE, read_gpu_file
+from gpucap.catalog.models import ModelSpec
+from gpucap.catalog.prices import read_prices
+from gpucap.physics.coefficients import Coefficients
 from gpucap.textfiles import MAX_BYTES
 
 READERS = {

@@ -1,4 +1,4 @@
-"""Sizing from a trace (gpucap.trace): reading traces, bad traces, routing, and the search."""
+"""Sizing from a trace (gpucap.planning.trace): reading traces, bad traces, routing, and the search."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from gpucap.cli import main
-from gpucap.engine import Coefficients
+from gpucap.cli.main import main
 from gpucap.estimate import hardware
-from gpucap.trace import Trace, burstiness, read_trace, route, size_trace
+from gpucap.physics.coefficients import Coefficients
+from gpucap.planning.trace import Trace, burstiness, read_trace, route, size_trace
 
 
 def _csv(tmp_path, text: str):
@@ -80,7 +80,7 @@ def test_cli_trace_refuses_a_second_target(tmp_path, capsys):
 
 def test_replay_gives_up_once_the_slo_is_lost():
     from gpucap.estimate import batch_slots
-    from gpucap.simulate import kv_capacity_tokens, replay
+    from gpucap.queueing.simulate import kv_capacity_tokens, replay
 
     hw, coef = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB"), Coefficients.for_engine("vllm")
     n = 3000

@@ -3,7 +3,14 @@
 import pandas as pd
 import pytest
 
-from gpucap.validate import error_summary, prepare_cases, read_cases, row_front_end, row_overlap_host, validate
+from gpucap.calibration.validate import (
+    error_summary,
+    prepare_cases,
+    read_cases,
+    row_front_end,
+    row_overlap_host,
+    validate,
+)
 
 
 def test_predicts_at_least_90_percent_of_published_rows(shared_cases) -> None:

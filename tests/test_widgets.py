@@ -1,6 +1,6 @@
-"""The interactive estimator (gpucap.widgets) without a browser or a kernel: set widget values as a
+"""The interactive estimator (gpucap.app.widgets) without a browser or a kernel: set widget values as a
 person would (observers fire synchronously) and check what the app shows against the package
-called directly with the same inputs; and its SVG figures (gpucap.appfigures, gpucap.svg)."""
+called directly with the same inputs; and its SVG figures (gpucap.app.figures, gpucap.app.svg)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 import gpucap  # noqa: E402
-import gpucap.widgets as gw  # noqa: E402
-from gpucap.appcontrols import ALLOWED_ENV  # noqa: E402
-from gpucap.widgets import EstimatorApp  # noqa: E402
+import gpucap.app.widgets as gw  # noqa: E402
+from gpucap.app.controls import ALLOWED_ENV
+from gpucap.app.widgets import EstimatorApp
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
 SEED = dict(input_len=3840, output_len=256, ttft_slo_s=2.0, tpot_slo_s=0.1)  # the app's defaults
@@ -35,7 +35,7 @@ def shown_concurrency(app: EstimatorApp) -> int:
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
-    """Replace ``gpucap.widgets.<name>`` by a wrapper that counts its calls."""
+    """Replace ``gpucap.app.widgets.<name>`` by a wrapper that counts its calls."""
     calls = [0]
     real: Callable[..., Any] = getattr(gw, name)
 
@@ -214,9 +214,9 @@ def test_starting_values_and_unknown_names() -> None:
 
 
 def test_figures_take_package_results() -> None:
-    from gpucap.appfigures import constraints_svg, curves_svg, memory_svg
-    from gpucap.batching import closed_loop
-    from gpucap.memory import memory_breakdown
+    from gpucap.app.figures import constraints_svg, curves_svg, memory_svg
+    from gpucap.physics.batching import closed_loop
+    from gpucap.physics.memory import memory_breakdown
 
     est = gpucap.estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", 1, input_len=1000, output_len=256)
     assert est.limits["interconnect"] is None  # one GPU: no link traffic, drawn as "not binding"
@@ -244,7 +244,7 @@ def test_figures_take_package_results() -> None:
 
 
 def test_ticks_and_limits() -> None:
-    from gpucap.svg import Scale, linear_ticks, log_label, log_ticks, padded_limits
+    from gpucap.app.svg import Scale, linear_ticks, log_label, log_ticks, padded_limits
 
     assert log_ticks(1.0, 1000.0) == [1.0, 10.0, 100.0, 1000.0]  # 3 decades: powers of ten
     assert log_ticks(1.0, 50.0) == [1.0, 2.0, 5.0, 10.0, 20.0, 50.0]  # under 2.2 decades: 1-2-5
@@ -306,7 +306,7 @@ def upload(data: bytes, name: str = "config.json") -> tuple[dict[str, object], .
 def test_uploads_read_like_paths_and_server_files_are_not_echoed(
     app: EstimatorApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpucap.appcontrols import UPLOAD_MAX_BYTES
+    from gpucap.app.controls import UPLOAD_MAX_BYTES
 
     allowed = tmp_path / "allowed"
     allowed.mkdir()
@@ -345,7 +345,7 @@ def test_a_quantized_checkpoint_starts_in_its_own_format() -> None:
 
 
 def test_every_control_and_bar_says_what_it_is(app: EstimatorApp) -> None:
-    from gpucap.appcontrols import TIPS
+    from gpucap.app.controls import TIPS
 
     for name, w in app.inputs.items():
         assert (w.tooltip or "").strip(), f"{name} has no tooltip"

@@ -25,16 +25,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpucap import validate
-from gpucap.calibrate import calibrate
-from gpucap.catalog import load_model
-from gpucap.engine import Coefficients, EngineConfig
-from gpucap.gpus import get_gpu
-from gpucap.layout import Layout
-from gpucap.limits import Slo
-from gpucap.loadtests import cases_from_runs
-from gpucap.memory import activation_bytes_per_gpu, weight_bytes_per_gpu
-from gpucap.results import read_results
+from gpucap.calibration import validate
+from gpucap.calibration.calibrate import calibrate
+from gpucap.calibration.limits import Slo
+from gpucap.calibration.loadtests import cases_from_runs
+from gpucap.calibration.results import read_results
+from gpucap.catalog.gpus import get_gpu
+from gpucap.catalog.lookup import load_model
+from gpucap.config import Layout
+from gpucap.physics.coefficients import Coefficients, EngineConfig
+from gpucap.physics.memory import activation_bytes_per_gpu, weight_bytes_per_gpu
 from gpucap.units import GiB
 
 # The efficiencies, and the step's floors, which on this CPU (eager operator dispatch per layer;
@@ -47,7 +47,7 @@ def memory_share_for_kv(
     *, kv_bytes: float, weight_bytes: float, activation_bytes: float, reserved_bytes: float, memory_bytes: float
 ) -> float:
     """The ``gpu_memory_utilization`` u at which gpucap's vLLM KV budget equals ``kv_bytes``:
-    ``kv = u x memory - weights - activations - reserved`` (gpucap.memory.memory_breakdown; no
+    ``kv = u x memory - weights - activations - reserved`` (gpucap.physics.memory.memory_breakdown; no
     CUDA-graph pool when eager), so ``u = (kv + weights + activations + reserved) / memory``."""
     u = (kv_bytes + weight_bytes + activation_bytes + reserved_bytes) / memory_bytes
     if not 0 < u <= 1:
@@ -77,7 +77,7 @@ def server_engine(args: argparse.Namespace) -> EngineConfig:
 
 
 def as_served(cases: pd.DataFrame, engine: EngineConfig) -> pd.DataFrame:
-    """The cases with the server's engine knobs as columns (``gpucap.validate.case_hardware``)."""
+    """The cases with the server's engine knobs as columns (``gpucap.calibration.validate.case_hardware``)."""
     return cases.assign(
         max_num_seqs=engine.max_num_seqs,
         max_num_batched_tokens=engine.max_num_batched_tokens,

@@ -7,7 +7,7 @@
 #   3. this CPU's matmul FLOP/s and memory bandwidth as a GPU-file row (measure_cpu.py)
 #   4. `vllm serve` on 127.0.0.1, always stopped on exit (trap), by its process group
 #   5. benchmarks/loadtest.py at E2E_CONCURRENCY levels
-#   6. fit.py: gpucap.results -> gpucap.calibrate, predicted vs measured before and after the fit
+#   6. fit.py: gpucap.calibration.results -> gpucap.calibration.calibrate, predicted vs measured before and after the fit
 #
 # Everything lands in benchmarks/e2e/out/<YYYYmmdd-HHMMSS>/. Settings (environment):
 #   E2E_CONCURRENCY (1,2,4,8,16)  E2E_INPUT_LEN (256)  E2E_OUTPUT_LEN (64)  E2E_KV_GIB (1)

@@ -14,7 +14,7 @@ Cells (each a `benchmarks/loadtest.py` run against `vllm serve` of the tiny Llam
               512 and 8192 (two servers)
     seqs      --max-num-seqs 4 at concurrency 16 (requests queue for a batch slot)
 
-gpucap's coefficients are fitted once, by simulation, on the `closed` sweep (`gpucap.calibrate`,
+gpucap's coefficients are fitted once, by simulation, on the `closed` sweep (`gpucap.calibration.calibrate`,
 free: those of `make e2e`, ``fit.FREE``); every cell is then predicted by simulating its
 benchmark run with those coefficients, untouched. The script prints and writes
 (``table-<time>.md``, ``cells-<time>.csv`` in the run folder) the error per cell and statistic: throughput, TTFT and TPOT mean
@@ -46,12 +46,12 @@ sys.path.insert(0, str(HERE))
 
 from fit import FREE, as_served, server_engine  # noqa: E402
 
-from gpucap import validate  # noqa: E402
-from gpucap.calibrate import calibrate  # noqa: E402
-from gpucap.engine import Coefficients  # noqa: E402
-from gpucap.loadtests import cases_from_runs  # noqa: E402
-from gpucap.results import read_results  # noqa: E402
-from gpucap.simulate import run_benchmark  # noqa: E402
+from gpucap.calibration import validate  # noqa: E402
+from gpucap.calibration.calibrate import calibrate  # noqa: E402
+from gpucap.calibration.loadtests import cases_from_runs  # noqa: E402
+from gpucap.calibration.results import read_results  # noqa: E402
+from gpucap.physics.coefficients import Coefficients  # noqa: E402
+from gpucap.queueing.simulate import run_benchmark  # noqa: E402
 
 KEY = "CPU-E2E"
 NAME = "tiny-llama"

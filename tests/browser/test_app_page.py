@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucap.appserve import PAGES, voila_command
+from gpucap.app.serve import PAGES, voila_command
 
 # the page's kernels are culled as `make app` culls them, sooner: 8 s idle, checked every 2 s
 CULL_IDLE_S, CULL_INTERVAL_S = 8, 2
@@ -158,7 +158,7 @@ def _expected(app, *, model: str, input_len: int) -> int:
 def test_changing_model_and_context_updates_the_recommendation(server, tmp_path) -> None:
     from playwright.sync_api import sync_playwright
 
-    from gpucap.widgets import EstimatorApp
+    from gpucap.app.widgets import EstimatorApp
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(

@@ -9,7 +9,7 @@ more than 0.5% from this file.
 
 from pathlib import Path
 
-from gpucap.validate import read_cases, validate
+from gpucap.calibration.validate import read_cases, validate
 
 HERE = Path(__file__).resolve().parent
 COLUMNS = ["case_id", "output_tok_s_predicted", "ttft_ms_predicted", "tpot_ms_predicted", "error"]

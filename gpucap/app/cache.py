@@ -1,0 +1,98 @@
+"""What the interactive estimator caches, and by which inputs (see ``gpucap.app.widgets``): a small
+LRU cache, and the normalized widget values with the cache keys each stage depends on."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from gpucap.physics.coefficients import Coefficients, EngineConfig
+
+CACHE_SIZE = 64  # results kept per stage, so dragging a slider back and forth is instant
+
+T = TypeVar("T")
+
+
+class LRU(Generic[T]):
+    """A small least-recently-used cache: ``get(key, make)`` calls ``make`` only for a new key."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self.size = size
+        self._items: OrderedDict[Hashable, T] = OrderedDict()
+
+    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        value = make()
+        self._items[key] = value
+        if len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return value
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The widget values of one update, normalized; the cache keys are made from these."""
+
+    model: str  # catalog id, or the resolved path of a config.json
+    model_stamp: int  # the config file's modification time (0 for catalog models)
+    gpu: str
+    num_gpus: int
+    tp: int
+    pp: int
+    ep: int
+    weight_dtype: str
+    kv_dtype: str
+    engine: str
+    gpu_memory_utilization: float
+    cuda_graphs: bool
+    input_len: int
+    output_len: int
+    ttft_slo_s: float
+    tpot_slo_s: float
+    calibration: str  # resolved path, or "" for the engine's default coefficients
+    calibration_stamp: int
+    curve_max: float
+    lengths: str = "varied"  # "varied" traffic or a "fixed"-length load test (gpucap.estimate.LENGTHS)
+
+    @property
+    def hardware_key(self) -> tuple[Hashable, ...]:
+        return (
+            self.model,
+            self.model_stamp,
+            self.gpu,
+            self.tp,
+            self.pp,
+            self.ep,
+            self.weight_dtype,
+            self.kv_dtype,
+            self.engine,
+            self.gpu_memory_utilization,
+            self.cuda_graphs,
+        )
+
+    def load_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
+        """What the curves depend on: the hardware, the box, the lengths and the coefficients."""
+        return (*self.hardware_key, self.num_gpus, self.input_len, self.output_len, self.lengths, coefficients)
+
+    def estimate_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
+        return (*self.load_key(coefficients), self.ttft_slo_s, self.tpot_slo_s)
+
+    @property
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            engine=self.engine, gpu_memory_utilization=self.gpu_memory_utilization, cuda_graphs=self.cuda_graphs
+        )
+
+
+def stamp(path: Path) -> int:
+    """The file's modification time in nanoseconds (0 when it is missing): part of a cache key,
+    so that an edited file is read again."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0

@@ -1,0 +1,384 @@
+"""The interactive estimator's inputs (``gpucap.app.widgets``): one ipywidgets control per input of
+``gpucap.estimate``, their starting values and stops, their layout in three columns, and their
+values read into ``Inputs``."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+
+from gpucap.app.cache import Inputs, stamp
+from gpucap.catalog.gpus import get_gpu, load_gpus
+from gpucap.catalog.lookup import load_model, model_cards
+from gpucap.physics.coefficients import ENGINES, VLLM_UTILIZATION, Coefficients, EngineConfig
+from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
+
+ALLOWED_ENV = "GPUCAP_APP_FILES"  # folders the served page may read files from (os.pathsep-separated)
+# An uploaded config.json or coefficients file larger than this is refused unread: both are a few KB.
+UPLOAD_MAX_BYTES = 1 << 20
+UPLOADS = {"model_path": ("config.json", "model config"), "calibration": ("coefficients.json", "coefficients file")}
+
+DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
+DEFAULT_GPU = "A100-SXM-80GB"
+# Slider stops. Exact values (not a log slider, whose browser side rounds 2.0 to 10**0.3 and
+# sends it back): what a person sets is what the estimator gets.
+TTFT_SLO_CHOICES_S = tuple(
+    float(v) for v in "0.05 0.1 0.15 0.2 0.25 0.3 0.4 0.5 0.6 0.8 1 1.5 2 2.5 3 4 5 6 8 10 15 20 30 60".split()
+)
+TPOT_SLO_CHOICES_MS = tuple(
+    float(v) for v in "5 10 15 20 25 30 40 50 60 70 80 100 120 150 200 250 300 400 500 1000".split()
+)
+CURVE_MAX_CHOICES = tuple(float(m * 10**e) for e in range(0, 6) for m in (1, 2, 5) if 2 <= m * 10**e <= 100_000)
+ROW_WIDTH = "370px"
+COLUMN_WIDTH = "385px"
+DESCRIPTION_WIDTH = "150px"
+INPUT_NAMES = (
+    "model",
+    "model_path",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "ep",
+    "weight_dtype",
+    "kv_dtype",
+    "engine",
+    "gpu_memory_utilization",
+    "cuda_graphs",
+    "input_len",
+    "output_len",
+    "lengths",
+    "ttft_slo_s",
+    "tpot_slo_ms",
+    "calibration",
+    "curve_max",
+    "auto_range",
+)
+# What each control means and where its value goes: the tooltip over it.
+TIPS = {
+    "model": "a model from the catalog (data/models/: its config.json, as published)",
+    "model_path": "a path to any Hugging Face config.json (or its folder); replaces the list",
+    "gpu": "a GPU from the catalog (data/gpus.csv: datasheet memory, FLOP/s, HBM and link bandwidth)",
+    "num_gpus": "GPUs in the box; they form num_gpus / (TP x PP) replicas, each serving its own requests",
+    "tp": "tensor parallelism: GPUs one layer is split over (two all-reduces per layer per step)",
+    "pp": "pipeline parallelism: stages the layers are split into",
+    "ep": "expert parallelism (MoE models): GPUs the experts are spread over",
+    "weight_dtype": "the weights' format; starts at the checkpoint's own (its quantization_config)",
+    "kv_dtype": "the KV cache's format: auto is the model's own dtype, fp8 halves it",
+    "engine": "vLLM, SGLang or TensorRT-LLM: their batch limits, memory reservations and per-step overheads",
+    "cuda_graphs": "off (--enforce-eager) frees the CUDA-graph memory pool but adds kernel launch time per layer",
+    "input_len": "prompt tokens per request (type, then Enter)",
+    "output_len": "output tokens per request (type, then Enter)",
+    "lengths": "varied: traffic whose lengths differ (steady state); fixed: a load test's equal lengths (waves)",
+    "ttft_slo_s": "the mean time to first token the recommendation must meet",
+    "tpot_slo_ms": "the mean time per output token (after the first) the recommendation must meet",
+    "calibration": "a calibration JSON saved by notebook 03 or gpucap calibrate; empty: the engine's defaults",
+    "curve_max": "how far the curves go (concurrent requests, all replicas)",
+}
+COLUMNS = (  # (title, inputs) of the three columns of controls
+    ("Model and hardware", ("model", "model_path", "gpu", "num_gpus", "tp", "pp", "ep")),
+    (
+        "Formats and engine",
+        ("weight_dtype", "kv_dtype", "engine", "gpu_memory_utilization", "cuda_graphs", "calibration"),
+    ),
+    (
+        "Workload and SLOs",
+        ("input_len", "output_len", "lengths", "ttft_slo_s", "tpot_slo_ms", "curve_max", "auto_range"),
+    ),
+)
+
+
+def model_options(model_ids: Iterable[str]) -> list[tuple[str, str]]:
+    """(label, model id) for a dropdown: the name without its organization where that is
+    unambiguous, so that the box shows it whole."""
+    ids = list(model_ids)
+    names = [m.split("/")[-1] for m in ids]
+    return [(n if names.count(n) == 1 else m, m) for n, m in zip(names, ids, strict=True)]
+
+
+def labelled(values: tuple[float, ...]) -> list[tuple[str, float]]:
+    """Slider stops with thousands separators: ``[("1,000", 1000.0), ...]``."""
+    return [(f"{v:,g}", v) for v in values]
+
+
+def choose(w: Any, value: float) -> None:
+    """Set a selection slider to ``value``, adding it as a stop when it is not one."""
+    value = float(value)
+    stops = [v for _, v in w.options]
+    if value not in stops:
+        w.options = labelled(tuple(sorted([*stops, value])))
+    w.value = value
+
+
+def engine_default_utilization(engine: str, gpu: str) -> float:
+    """The engine's own ``gpu_memory_utilization`` on ``gpu`` (vLLM 0.92, SGLang 0.88, ...)."""
+    try:
+        return float(EngineConfig(engine=engine).resolve(get_gpu(gpu)).gpu_memory_utilization or 0.9)
+    except ValueError:
+        return 0.9
+
+
+class Controls:
+    """The input widgets as attributes (``model``, ``gpu``, ``tp``, ...; see ``INPUT_NAMES``), each
+    with CSS class ``gpucap-<name>`` (dashes for underscores), and ``inputs`` (name -> widget).
+    Keyword arguments set starting values; a slider value that is not a stop becomes one."""
+
+    def __init__(self, **values: Any) -> None:
+        cards = model_cards()
+        gpus = load_gpus()
+        wide = {"description_width": DESCRIPTION_WIDTH}
+        row = widgets.Layout(width=ROW_WIDTH)
+
+        def dropdown(options: list[str], value: str, description: str) -> Any:
+            return widgets.Dropdown(options=options, value=value, description=description, style=wide, layout=row)
+
+        def text(description: str, placeholder: str) -> Any:
+            return widgets.Text(
+                value="",
+                placeholder=placeholder,
+                description=description,
+                continuous_update=False,
+                style=wide,
+                layout=row,
+            )
+
+        def integer(description: str, value: int, lo: int, hi: int) -> Any:
+            return widgets.BoundedIntText(value=value, min=lo, max=hi, description=description, style=wide, layout=row)
+
+        def stops(choices: tuple[float, ...], value: float, description: str) -> Any:
+            return widgets.SelectionSlider(
+                options=labelled(choices), value=value, description=description, style=wide, layout=row
+            )
+
+        self.model = widgets.Dropdown(
+            options=model_options(cards),
+            value=DEFAULT_MODEL if DEFAULT_MODEL in cards else next(iter(cards)),
+            description="model",
+            style=wide,
+            layout=row,
+        )
+        self.model_path = text("or config.json", "path to any config.json (overrides the list)")
+        self.gpu = dropdown(list(gpus), DEFAULT_GPU if DEFAULT_GPU in gpus else next(iter(gpus)), "GPU")
+        self.num_gpus = integer("number of GPUs", 8, 1, 4096)
+        self.tp = integer("tensor parallel (TP)", 8, 1, 512)
+        self.pp = integer("pipeline parallel (PP)", 1, 1, 512)
+        self.ep = integer("expert parallel (EP)", 1, 1, 512)
+        self.weight_dtype = dropdown(list(WEIGHT_BYTES_PER_PARAM), "bf16", "weights")
+        self.kv_dtype = dropdown(list(KV_BYTES_PER_ELEMENT), "auto", "KV cache")
+        self.engine = dropdown(list(ENGINES), "vllm", "engine")
+        self.gpu_memory_utilization = widgets.FloatSlider(
+            value=VLLM_UTILIZATION,
+            min=0.5,
+            max=1.0,
+            step=0.01,
+            description="gpu_memory_utilization",
+            readout_format=".2f",
+            style={"description_width": "initial"},
+            layout=row,
+            tooltip="share of GPU memory the engine takes (TensorRT-LLM: share of what is free after the weights)",
+        )
+        self.cuda_graphs = widgets.Checkbox(value=True, description="CUDA graphs", indent=True, style=wide, layout=row)
+        self.input_len = integer("input tokens", 3840, 1, 10_000_000)
+        self.output_len = integer("output tokens", 256, 1, 10_000_000)
+        self.lengths = widgets.Dropdown(
+            options=[("varied (traffic)", "varied"), ("fixed (a load test)", "fixed")],
+            value="varied",
+            description="request lengths",
+            style=wide,
+            layout=row,
+        )
+        self.ttft_slo_s = stops(TTFT_SLO_CHOICES_S, 2.0, "mean TTFT SLO (s)")
+        self.tpot_slo_ms = stops(TPOT_SLO_CHOICES_MS, 100.0, "mean TPOT SLO (ms)")
+        self.calibration = text("coefficients file", "calibration JSON (empty: engine defaults)")
+        self.curve_max = stops(CURVE_MAX_CHOICES, 1000.0, "curves up to")
+        self.auto_range = widgets.Checkbox(
+            value=True,
+            description="automatic range",
+            tooltip="up to twice what the engine runs at once",
+            style=wide,
+            layout=row,
+        )
+        self.inputs: dict[str, Any] = {name: getattr(self, name) for name in INPUT_NAMES}
+        for name, w in self.inputs.items():
+            w.add_class("gpucap-" + name.replace("_", "-"))
+            if name in TIPS:
+                w.tooltip = TIPS[name]
+        # Upload buttons beside the two path boxes: the file is kept in a folder of this page's own
+        # and its path put in the box, so an upload reads exactly like a path.
+        self.uploads: dict[str, Any] = {}
+        for name, (_, what) in UPLOADS.items():
+            button = widgets.FileUpload(
+                accept=".json",
+                multiple=False,
+                description=f"upload {UPLOADS[name][0]}",
+                tooltip=f"send a {what} from this computer; its path goes in the box above",
+                layout=widgets.Layout(width="220px", margin=f"0 0 4px {DESCRIPTION_WIDTH}"),
+            )
+            button.add_class(f"gpucap-{name.replace('_', '-')}-upload")
+            button.observe(lambda change, name=name: self._take_upload(name, change["new"]), names="value")
+            self.uploads[name] = button
+        self._upload_dir: Path | None = None
+        self._upload_count = itertools.count(1)
+        self.upload_error: str | None = None
+
+        unknown = set(values) - set(self.inputs)
+        if unknown:
+            raise TypeError(f"EstimatorApp got unknown inputs {sorted(unknown)}; known: {', '.join(self.inputs)}")
+        if ("model" in values or "model_path" in values) and "weight_dtype" not in values:
+            for name in ("model", "model_path"):
+                if name in values:
+                    self.inputs[name].value = values[name]
+            values["weight_dtype"] = self.checkpoint_dtype() or "bf16"
+        if "engine" in values and "gpu_memory_utilization" not in values:
+            values["gpu_memory_utilization"] = engine_default_utilization(values["engine"], self.gpu.value)
+        if "curve_max" in values and "auto_range" not in values:
+            values["auto_range"] = False
+        for name, value in values.items():
+            if isinstance(self.inputs[name], widgets.SelectionSlider):
+                choose(self.inputs[name], value)
+            else:
+                self.inputs[name].value = value
+
+    def controls_box(self) -> Any:
+        """The controls in three titled columns (an upload button under each path box)."""
+        return widgets.HBox(
+            [
+                widgets.VBox(
+                    [
+                        widgets.HTML(f"<b>{title}</b>"),
+                        *(w for name in names for w in (self.inputs[name], self.uploads.get(name)) if w is not None),
+                    ],
+                    layout=widgets.Layout(width=COLUMN_WIDTH),
+                )
+                for title, names in COLUMNS
+            ]
+        )
+
+    def refresh(self) -> None:
+        """Recompute after an input changed (the estimator's page does the work)."""
+
+    def _take_upload(self, name: str, files: Any) -> None:
+        """Keep an uploaded file in this page's upload folder and put its path in box ``name``;
+        a file over UPLOAD_MAX_BYTES is refused unread, with a message in place of the results."""
+        if not files:
+            return
+        file_name, what = UPLOADS[name]
+        item = files[0]
+        content = bytes(item["content"])
+        self.uploads[name].value = ()  # the same file can be uploaded again
+        if len(content) > UPLOAD_MAX_BYTES:
+            self.upload_error = (
+                f"the uploaded {what} {item['name']!r} is {len(content) / 2**20:.1f} MiB, over the "
+                f"{UPLOAD_MAX_BYTES / 2**20:g} MiB this page takes (a {what} is a few KB); upload the {what} itself"
+            )
+            self.refresh()
+            return
+        if self._upload_dir is None:
+            self._upload_dir = Path(tempfile.mkdtemp(prefix="gpucap-uploads-"))
+        folder = self._upload_dir / str(next(self._upload_count))
+        folder.mkdir()
+        path = folder / file_name
+        path.write_bytes(content)
+        self.upload_error = None
+        self.inputs[name].value = str(path)  # the box's observer recomputes
+
+    @staticmethod
+    def _roots() -> list[Path]:
+        """The folders a served page may read (``ALLOWED_ENV``); none: anywhere (a notebook)."""
+        return [Path(r).resolve() for r in os.environ.get(ALLOWED_ENV, "").split(os.pathsep) if r]
+
+    def _uploaded(self, path: Path) -> bool:
+        return self._upload_dir is not None and path.resolve().is_relative_to(self._upload_dir.resolve())
+
+    def _readable(self, text: str, what: str) -> Path:
+        """The path in a box, checked: an upload of this page, or under the folders the page may
+        read (``ALLOWED_ENV``, set by ``gpucap.app.serve``; anywhere in a notebook), and existing."""
+        path = Path(text).expanduser()
+        roots = self._roots()
+        if roots and not self._uploaded(path) and not any(path.resolve().is_relative_to(r) for r in roots):
+            raise ValueError(
+                f"this page reads {what}s under {', '.join(map(str, roots))} only ({ALLOWED_ENV}); copy the file there"
+            )
+        if not path.exists():
+            raise ValueError(f"{what} {text!r} does not exist")
+        return path
+
+    def checkpoint_dtype(self) -> str | None:
+        """The weight format of the chosen model's checkpoint (its config's quantization_config);
+        None when the config.json in the box does not read (the update then says why)."""
+        try:
+            path_text = self.model_path.value.strip()
+            source = self._readable(path_text, "model config") if path_text else self.model.value
+            return load_model(source).checkpoint_dtype
+        except ValueError:
+            return None
+
+    def _parses(self, path: Path, what: str, parse: Any) -> None:
+        """Parse the file once; on a served page a file read from the server's folders that does
+        not parse is named without its content (keys, values): the message says what kind of
+        problem it is and how to see the details. An upload (the user's own file) or a notebook
+        gets the full message."""
+        try:
+            parse()
+        except ValueError as exc:
+            if not self._roots() or self._uploaded(path):
+                raise
+            kind = (
+                "it is not valid JSON"
+                if "not valid JSON" in str(exc)
+                else "a field is missing, unknown or out of range"
+            )
+            option = "--model" if what == "model config" else "--coefficients"
+            raise ValueError(
+                f"{what} {path} does not read: {kind}; this page does not show a server file's content "
+                f"(`gpucap estimate {option} {path}` in a terminal names the field, or upload the file)"
+            ) from None
+
+    def read(self) -> Inputs:
+        """The current values, normalized (paths resolved and stamped, no slider float noise);
+        raises ValueError for a model path that does not exist."""
+        if self.upload_error:
+            raise ValueError(self.upload_error)
+        model, model_stamp = self.model.value, 0
+        path_text = self.model_path.value.strip()
+        if path_text:
+            try:
+                path = self._readable(path_text, "model config")
+            except ValueError as exc:
+                raise ValueError(f"{exc}; give a path to a config.json (or its folder), or clear the box") from None
+            self._parses(path, "model config", lambda: load_model(path))
+            model, model_stamp = str(path.resolve()), stamp(path)
+        calibration, calibration_stamp = "", 0
+        calibration_text = self.calibration.value.strip()
+        if calibration_text:
+            path = self._readable(calibration_text, "coefficients file")
+            self._parses(path, "coefficients file", lambda: Coefficients.from_file(path, self.engine.value))
+            calibration, calibration_stamp = str(path.resolve()), stamp(path)
+        return Inputs(
+            model=model,
+            model_stamp=model_stamp,
+            gpu=self.gpu.value,
+            num_gpus=int(self.num_gpus.value),
+            tp=int(self.tp.value),
+            pp=int(self.pp.value),
+            ep=int(self.ep.value),
+            weight_dtype=self.weight_dtype.value,
+            kv_dtype=self.kv_dtype.value,
+            engine=self.engine.value,
+            gpu_memory_utilization=round(float(self.gpu_memory_utilization.value), 4),
+            cuda_graphs=bool(self.cuda_graphs.value),
+            input_len=int(self.input_len.value),
+            output_len=int(self.output_len.value),
+            ttft_slo_s=float(self.ttft_slo_s.value),
+            tpot_slo_s=float(self.tpot_slo_ms.value) / 1e3,
+            calibration=calibration,
+            calibration_stamp=calibration_stamp,
+            curve_max=float(self.curve_max.value),
+            lengths=str(self.lengths.value),
+        )

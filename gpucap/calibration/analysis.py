@@ -1,0 +1,258 @@
+"""Error tables: measured vs predicted by model size, GPU and engine, with the default
+coefficients, after calibration, and leave-one-model-out (fit without a model, predict it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpucap.calibration.calibrate import DEFAULT_FREE, calibrate
+from gpucap.calibration.validate import METRICS, error_summary, validate
+from gpucap.catalog.lookup import load_model
+from gpucap.physics.coefficients import ENGINES, Coefficients
+
+SIZE_BUCKETS = ((10e9, "<10B"), (40e9, "10-40B"), (100e9, "40-100B"), (np.inf, ">100B"))
+
+
+def size_bucket(model: str) -> str:
+    """Active parameters per token, bucketed: what sets decode cost."""
+    try:
+        active = load_model(model).active_params
+    except ValueError:
+        return "unknown"
+    return next(name for top, name in SIZE_BUCKETS if active < top)
+
+
+def _summary(result: pd.DataFrame, by: str, label: str) -> pd.DataFrame:
+    rows = []
+    for key, g in result.groupby(by):
+        for m in METRICS:
+            r = g[f"{m}_ratio"].dropna().astype(float)
+            if not r.empty:
+                rows.append(
+                    {
+                        by: key,
+                        "metric": m,
+                        f"n_{label}": len(r),
+                        f"median_abs_err_{label}": float((r - 1).abs().median()),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def error_table(
+    cases: pd.DataFrame,
+    after: Coefficients | dict[str, Coefficients] | None,
+    *,
+    by: str = "size",
+    before: Coefficients | dict[str, Coefficients] | None = None,
+    method: str = "simulate",
+) -> pd.DataFrame:
+    """Median absolute error per group of ``by`` ("size", "gpu", "engine", "model") and metric,
+    with ``before`` (default: each engine's defaults) and ``after`` coefficients side by side;
+    each case predicted by ``method`` (``gpucap.calibration.validate.predict_prepared``)."""
+    res_before, res_after = validate(cases, before, method=method), validate(cases, after, method=method)
+    for res in (res_before, res_after):
+        res["size"] = [size_bucket(str(m)) for m in res["model"]]
+    table = _summary(res_before, by, "before").merge(_summary(res_after, by, "after"), on=[by, "metric"], how="outer")
+    return table[[by, "metric", "n_before", "median_abs_err_before", "median_abs_err_after"]].rename(
+        columns={"n_before": "n"}
+    )
+
+
+def leave_one_model_out(cases: pd.DataFrame, *, free: tuple[str, ...] = DEFAULT_FREE, **fit: Any) -> pd.DataFrame:
+    """For each model: fit on every other model's runs, predict this model's, so the error quoted
+    is for a model the fit did not see. One row per case and metric with the ratio predicted /
+    measured under the defaults, under one fit on all runs (in sample), and held out;
+    ``lomo_summary`` turns it into median errors."""
+    all_fit = calibrate(cases, free=free, **fit).coefficients
+    cases = cases.reset_index(drop=True)
+    defaults, in_sample = validate(cases), validate(cases, all_fit)
+    held_out = defaults.copy()
+    for model in sorted(cases["model"].astype(str).unique()):
+        held = (cases["model"].astype(str) == model).to_numpy()
+        if held.all():
+            continue
+        coef = calibrate(cases[~held], free=free, **fit).coefficients
+        held_out.loc[held, [f"{m}_ratio" for m in METRICS]] = validate(cases[held], coef)[
+            [f"{m}_ratio" for m in METRICS]
+        ].to_numpy()
+    rows = []
+    for m in METRICS:
+        for k in range(len(cases)):
+            if pd.notna(defaults.loc[k, f"{m}_ratio"]):
+                rows.append(
+                    {
+                        "case_id": cases.loc[k, "case_id"] if "case_id" in cases else k,
+                        "model": str(cases.loc[k, "model"]),
+                        "size": size_bucket(str(cases.loc[k, "model"])),
+                        "metric": m,
+                        "ratio_default": defaults.loc[k, f"{m}_ratio"],
+                        "ratio_in_sample": in_sample.loc[k, f"{m}_ratio"],
+                        "ratio_held_out": held_out.loc[k, f"{m}_ratio"],
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def lomo_summary(lomo: pd.DataFrame, by: tuple[str, ...] = ("metric", "size")) -> pd.DataFrame:
+    """Median absolute error |ratio - 1| per group: defaults, in sample, held out."""
+    cols = {
+        "ratio_default": "median_abs_err_default",
+        "ratio_in_sample": "median_abs_err_in_sample",
+        "ratio_held_out": "median_abs_err_held_out",
+    }
+    err = lomo.assign(**{v: (lomo[k].astype(float) - 1).abs() for k, v in cols.items()})
+    table = err.groupby(list(by))[list(cols.values())].median()
+    table.insert(0, "n", err.groupby(list(by)).size())
+    return table.reset_index()
+
+
+VARIANTS = ("defaults", "fitted", "lomo", "loso")
+VARIANT_TEXT = {
+    "defaults": "each engine's default coefficients",
+    "fitted": "fitted on all rows (one fit per engine), in sample",
+    "lomo": "leave one model out: each model predicted by a fit on the other models",
+    "loso": "leave one source out: each source predicted by a fit on the other sources",
+}
+GROUPS = ("size", "gpu", "engine", "source_id", "load_mode", "model")
+
+
+def size_class(model: str) -> str:
+    """``size_bucket`` of the active parameters, marked MoE for mixture-of-experts models (their
+    total parameters set memory, their active ones the work per token)."""
+    bucket = size_bucket(model)
+    try:
+        moe = load_model(model).is_moe
+    except ValueError:
+        return bucket
+    return f"MoE {bucket} active" if moe else bucket
+
+
+def _fits_per_engine(cases: pd.DataFrame, free: tuple[str, ...], method: str) -> dict[str, Coefficients]:
+    """One fit per engine on that engine's rows; an engine whose rows cannot determine the
+    coefficients keeps its defaults."""
+    out = {}
+    engines = cases["engine"].astype(str).str.lower().replace({"nim": "trtllm"})
+    for engine in sorted(set(engines.unique()) & set(ENGINES)):  # other engines keep their defaults
+        rows = cases[(engines == engine).to_numpy()]
+        try:
+            out[engine] = calibrate(rows, start=Coefficients.for_engine(engine), free=free, method=method).coefficients
+        except ValueError:
+            out[engine] = Coefficients.for_engine(engine)
+    if "trtllm" in out:
+        out["nim"] = out["trtllm"]
+    return out
+
+
+def _held_out(cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str) -> pd.DataFrame:
+    """Every row predicted by per-engine fits on the rows of the other values of ``key``."""
+    parts = []
+    for value in sorted(cases[key].astype(str).unique()):
+        held = (cases[key].astype(str) == value).to_numpy()
+        coef = _fits_per_engine(cases[~held], free, method) if (~held).any() else None
+        parts.append(validate(cases[held], coef, method=method).set_index(cases.index[held]))
+    return pd.concat(parts).loc[cases.index]
+
+
+def error_tables(
+    cases: pd.DataFrame,
+    coefficients: Coefficients | dict[str, Coefficients] | None = None,
+    *,
+    by: tuple[str, ...] | list[str] = ("size",),
+    variants: tuple[str, ...] | list[str] = ("defaults", "fitted"),
+    free: tuple[str, ...] = DEFAULT_FREE,
+    method: str = "closed-form",
+) -> pd.DataFrame:
+    """The error tables a team pastes into a report: for every group of ``by`` (``size``: active
+    parameters from the model specs, MoE marked; or any of gpu, engine, source_id, load_mode,
+    model) and every variant (``VARIANT_TEXT``), per metric: rows compared, median and 90th
+    percentile of ``|predicted / measured - 1|``, median ratio. ``coefficients`` given: they are
+    the "fitted" variant; otherwise one fit per engine on all rows. Tidy: one row per (group,
+    variant, metric)."""
+    by, variants = tuple(by), tuple(variants)
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not variants:
+        raise ValueError(f"variants must be among {', '.join(VARIANTS)}, got {', '.join(variants) or 'none'}")
+    unknown = [b for b in by if b not in GROUPS]
+    if unknown or not by:
+        raise ValueError(f"group rows by {', '.join(GROUPS)}; got {', '.join(by) or 'nothing'}")
+    missing = [b for b in by if b not in ("size",) and b not in cases]
+    if "loso" in variants and "source_id" not in cases:
+        missing.append("source_id (for loso)")
+    if missing:
+        raise ValueError(f"the cases have no column {', '.join(missing)}")
+    cases = cases.reset_index(drop=True)
+    results = {}
+    for v in variants:
+        if v == "defaults":
+            results[v] = validate(cases, method=method)
+        elif v == "fitted":
+            coef = coefficients if coefficients is not None else _fits_per_engine(cases, free, method)
+            results[v] = validate(cases, coef, method=method)
+        else:
+            results[v] = _held_out(cases, "model" if v == "lomo" else "source_id", free, method)
+    labels = {
+        "size": [size_class(str(m)) for m in cases["model"]],
+        **{b: cases[b].astype(str).tolist() for b in by if b != "size"},
+    }
+    parts = []
+    for v, res in results.items():
+        res = res.reset_index(drop=True).assign(**{b: labels[b] for b in by})
+        key = res[list(by)].astype(str).agg(" | ".join, axis=1)
+        summary = error_summary(res.assign(_group=key), "_group")
+        summary = summary[summary["metric"].isin(METRICS)]
+        summary.insert(0, "variant", v)
+        for j, b in enumerate(by):
+            summary.insert(j, b, summary["_group"].str.split(" | ", regex=False).str[j])
+        parts.append(summary.drop(columns="_group"))
+    return pd.concat(parts, ignore_index=True)
+
+
+def wide_error_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``error_tables`` as a report shows it: one row per group and variant, per metric the
+    rows compared, median and p90 absolute error and median ratio."""
+    by = [c for c in table.columns if c in GROUPS]
+    wide = table.pivot_table(
+        index=[*by, "variant"],
+        columns="metric",
+        values=["n", "median_abs_err", "p90_abs_err", "median_ratio"],
+        aggfunc="first",
+    )
+    order = [(s, m) for m in METRICS for s in ("n", "median_abs_err", "p90_abs_err", "median_ratio") if (s, m) in wide]
+    wide = wide[order]
+    names = {"n": "n", "median_abs_err": "median |err|", "p90_abs_err": "p90 |err|", "median_ratio": "ratio"}
+    wide.columns = [f"{m} {names[s]}" for s, m in wide.columns]
+    sizes = [name for _, name in SIZE_BUCKETS]
+    rank = {
+        "variant": {v: k for k, v in enumerate(VARIANTS)},
+        "size": {**{n: k for k, n in enumerate(sizes)}, **{f"MoE {n} active": 10 + k for k, n in enumerate(sizes)}},
+    }
+    wide = wide.reset_index()
+    return wide.sort_values([*by, "variant"], key=lambda c: c.map(rank[c.name]).fillna(99) if c.name in rank else c)
+
+
+def format_error_table(table: pd.DataFrame, fmt: str = "markdown") -> str:
+    """``error_tables`` as text: ``markdown`` or ``html`` (wide, errors in percent) or ``csv``
+    (tidy, fractions)."""
+    if fmt == "csv":
+        return table.to_csv(index=False)
+    wide = wide_error_table(table)
+    cells = wide.copy()
+    for col in wide.columns:
+        if col.endswith("|err|"):
+            cells[col] = wide[col].map(lambda v: "" if pd.isna(v) else f"{v:.1%}")
+        elif col.endswith("ratio"):
+            cells[col] = wide[col].map(lambda v: "" if pd.isna(v) else f"{v:.2f}")
+        elif col.endswith(" n"):
+            cells[col] = wide[col].map(lambda v: "" if pd.isna(v) else f"{int(v)}")
+    if fmt == "html":
+        return cells.to_html(index=False)
+    if fmt != "markdown":
+        raise ValueError(f"format must be markdown, html or csv, got {fmt!r}")
+    head = "| " + " | ".join(cells.columns) + " |"
+    rule = "|" + "|".join("---" for _ in cells.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in cells.itertuples(index=False)]
+    return "\n".join([head, rule, *body])

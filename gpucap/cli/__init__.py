@@ -1,0 +1,1 @@
+"""The command line: one module per command, and the argument types they share."""

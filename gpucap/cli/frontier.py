@@ -1,0 +1,70 @@
+"""``gpucap frontier``: output tokens/s per GPU against tokens/s per user, and the Pareto front
+across GPUs, splits and formats (``gpucap.planning.interactivity``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from gpucap.cli.args import names, positive_float, positive_ints
+from gpucap.estimate import LENGTHS
+from gpucap.physics.coefficients import ENGINES, Coefficients, EngineConfig
+from gpucap.planning.interactivity import frontier
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("frontier", help="tokens/s per GPU against tokens/s per user, and the Pareto front")
+    p.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
+    p.add_argument("--gpus", type=names, required=True, help="GPU keys, comma-separated (see `gpucap gpus`)")
+    p.add_argument("--tp", type=positive_ints, default=[1, 2, 4, 8], help="tensor-parallel sizes to try (1,2,4,8)")
+    p.add_argument("--weight-dtypes", type=names, default=None, help="formats to try (default: the checkpoint's)")
+    p.add_argument("--input-len", type=positive_float, required=True, help="prompt tokens")
+    p.add_argument("--output-len", type=positive_float, required=True, help="output tokens")
+    p.add_argument("--ttft-slo", type=positive_float, default=None, help="seconds; points above it leave the front")
+    p.add_argument("--lengths", default="varied", choices=list(LENGTHS), help="varied traffic or a fixed-length test")
+    p.add_argument("--engine", default="vllm", choices=list(ENGINES))
+    p.add_argument("--coefficients", default=None, help="calibration JSON")
+    p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
+    p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    p.add_argument("--all", action="store_true", help="print every point, not only the Pareto front")
+    p.add_argument("--json", action="store_true", help="every point as JSON records")
+
+
+def run(a: argparse.Namespace) -> int:
+    coef = Coefficients.from_file(a.coefficients, a.engine) if a.coefficients else None
+    table, skipped = frontier(
+        a.model,
+        a.gpus,
+        input_len=a.input_len,
+        output_len=a.output_len,
+        tp=a.tp,
+        weight_dtypes=a.weight_dtypes or (None,),
+        engine=EngineConfig(engine=a.engine),
+        ttft_slo_s=a.ttft_slo or math.inf,
+        lengths=a.lengths,
+        coefficients=coef,
+        prices=a.price,
+        gpu_file=a.gpu_file,
+    )
+    if a.json:
+        print(json.dumps({"points": json.loads(table.to_json(orient="records")), "skipped": skipped}, indent=1))
+        return 0
+    shown = table if a.all else table[table["pareto"]]
+    shown = shown.sort_values("tokens_per_s_per_user", ascending=False)
+    print(
+        f"{'gpu':<20}{'tp':>3} {'format':<7}{'in flight':>10}{'tok/s/user':>11}{'tok/s/GPU':>11}"
+        f"{'TTFT s':>8}{'$/M tok':>9}"
+    )
+    for _, r in shown.iterrows():
+        usd = r["usd_per_million_output_tokens"]
+        print(
+            f"{r['gpu']:<20}{r['tp']:>3} {r['weight_dtype']:<7}{r['concurrency']:>10,.0f}{r['tokens_per_s_per_user']:>11,.1f}"
+            f"{r['tokens_per_s_per_gpu']:>11,.0f}{r['ttft_s']:>8.3g}{usd if usd == usd else float('nan'):>9.3g}"
+        )
+    label = "every point" if a.all else "the Pareto front"
+    print(f"{len(shown)} points ({label}) of {len(table)}; left out: {len(skipped)} option(s)")
+    for s in skipped:
+        print(f"  {s}")
+    return 0

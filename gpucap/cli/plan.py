@@ -1,0 +1,234 @@
+"""``gpucap plan``: the cheapest fleet for a target load within SLOs (``gpucap.planning.search``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from gpucap.cli.args import count, names, non_negative_float, positive_float, positive_int, positive_ints
+from gpucap.physics.coefficients import ENGINES
+from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Headroom, plan
+from gpucap.queueing.analytic import STATS
+from gpucap.queueing.lengths import Lengths
+
+EXIT_NOTHING_FITS = 3
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("plan", help="GPU type, count, split, replicas and cost for a target load within SLOs")
+    p.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--target-rps", type=positive_float, help="requests per second, all replicas")
+    target.add_argument("--target-concurrency", type=positive_float, help="requests in flight, all replicas")
+    target.add_argument("--target-output-tps", type=positive_float, help="output tokens per second, all replicas")
+    p.add_argument("--input-len", help="tokens: 2000, or percentiles p50=800,p90=2000,p99=6000")
+    p.add_argument("--output-len", help="tokens: 300, or percentiles p50=200,p99=1000")
+    p.add_argument(
+        "--trace",
+        default=None,
+        help="a recorded trace (CSV / JSON lines: arrival time, input and output tokens; or vllm bench serve "
+        "--save-detailed JSON) in place of a target and lengths: the cheapest option is sized by replaying it",
+    )
+    p.add_argument(
+        "--disaggregated",
+        default=None,
+        metavar="LINK",
+        help="also compare separate prefill and decode pools, the KV cache moving over LINK (nvlink, nic-400g, "
+        "nic-200g: data/links.csv); needs --target-rps, at mean lengths and mean latencies",
+    )
+    p.add_argument("--router", default="round_robin", choices=["round_robin", "least_outstanding"], help="with --trace")
+    p.add_argument(
+        "--replay-replicas",
+        type=positive_int,
+        default=None,
+        help="with --trace: replay only N replicas' shares (faster for long traces; default all)",
+    )
+    p.add_argument("--ttft-slo", type=positive_float, default=2.0, help="seconds (default 2)")
+    p.add_argument("--tpot-slo", type=positive_float, default=0.1, help="seconds (default 0.1)")
+    p.add_argument("--stat", default="p99", choices=list(STATS), help="statistic both SLOs apply to (default p99)")
+    p.add_argument("--gpus", type=names, default=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"])
+    p.add_argument(
+        "--gpu-counts", type=positive_ints, default=list(GPU_COUNTS), help="GPUs per replica to try (1,2,4,8)"
+    )
+    p.add_argument("--weight-dtypes", type=names, default=list(WEIGHT_DTYPES))
+    p.add_argument("--kv-dtypes", type=names, default=list(KV_DTYPES))
+    p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
+    p.add_argument(
+        "--usd-per-kwh",
+        type=non_negative_float,
+        default=None,
+        help="owned hardware: count power at each GPU's TDP (plus --price, read as amortized cost, if given)",
+    )
+    p.add_argument("--failure-spares", type=count, default=1, help="N+k replicas for failures (default 1)")
+    p.add_argument("--upgrade-spares", type=count, default=0, help="replicas out during a rolling upgrade (default 0)")
+    p.add_argument(
+        "--burst-margin", type=non_negative_float, default=0.2, help="capacity above the target, 0.2 = 20%% (default)"
+    )
+    p.add_argument("--burstiness", type=positive_float, default=1.0, help="gamma arrivals; 1 = Poisson, < 1 burstier")
+    p.add_argument("--engine", default="vllm", choices=list(ENGINES))
+    p.add_argument("--coefficients", default=None, help="calibration JSON")
+    p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    p.add_argument(
+        "--simulate-top", type=count, default=3, help="check the N cheapest plans by simulation (default 3, 0 = off)"
+    )
+    p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10; --json prints all)")
+    p.add_argument("--json", action="store_true", help='{"plans": [...], "rejected": [...]}, cheapest first')
+
+
+def search_options(a: argparse.Namespace) -> dict[str, Any]:
+    """The plan options a target run and a trace run share: SLOs, GPUs, formats, prices, engine."""
+    return dict(
+        ttft_slo_s=a.ttft_slo,
+        tpot_slo_s=a.tpot_slo,
+        stat=a.stat,
+        gpus=a.gpus,
+        prices=a.price,
+        usd_per_kwh=a.usd_per_kwh,
+        gpu_counts=a.gpu_counts,
+        weight_dtypes=a.weight_dtypes,
+        kv_dtypes=a.kv_dtypes,
+        engine=a.engine,
+        coefficients=a.coefficients,
+        gpu_file=a.gpu_file,
+        progress=not a.json and sys.stderr.isatty(),
+        simulate_top=a.simulate_top,
+    )
+
+
+def run(a: argparse.Namespace) -> int:
+    if a.trace:
+        return run_trace(a)
+    if not (a.target_rps or a.target_concurrency or a.target_output_tps) or not (a.input_len and a.output_len):
+        raise ValueError(
+            "give a target (--target-rps, --target-concurrency or --target-output-tps) with --input-len and "
+            "--output-len, or a --trace"
+        )
+    result = plan(
+        a.model,
+        input_len=Lengths.parse(a.input_len, "--input-len"),
+        output_len=Lengths.parse(a.output_len, "--output-len"),
+        target_request_rate=a.target_rps,
+        target_concurrency=a.target_concurrency,
+        target_output_tps=a.target_output_tps,
+        headroom=Headroom(a.failure_spares, a.upgrade_spares, a.burst_margin),
+        burstiness=a.burstiness,
+        **search_options(a),
+    )
+    if a.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        from gpucap.report.text import format_plan
+
+        print(format_plan(result, top=a.top))
+    if a.disaggregated:
+        print_disaggregated(a, Lengths.parse(a.input_len, "--input-len"), Lengths.parse(a.output_len, "--output-len"))
+    return 0 if not result.plans.empty else EXIT_NOTHING_FITS
+
+
+def print_disaggregated(a: argparse.Namespace, inp: Lengths, out: Lengths) -> None:
+    """``--disaggregated LINK``: per GPU and format, aggregated serving against prefill/decode pools."""
+    from gpucap.planning.disagg import compare
+
+    if not a.target_rps:
+        raise ValueError("--disaggregated compares pools for a request rate: give --target-rps")
+    print(f"\naggregated against disaggregated (mean TTFT and TPOT, mean lengths, KV over {a.disaggregated}):")
+    for gpu in a.gpus:
+        for wd in a.weight_dtypes:
+            table, notes = compare(
+                a.model,
+                gpu,
+                rate=a.target_rps,
+                input_len=inp.mean,
+                output_len=out.mean,
+                ttft_slo_s=a.ttft_slo,
+                tpot_slo_s=a.tpot_slo,
+                weight_dtype=wd,
+                link=a.disaggregated,
+                engine=a.engine,
+                prices=a.price,
+            )
+            for _, r in table.iterrows():
+                print(
+                    f"  {gpu} {wd} {r['serving']:<14}{r['pools']:<26}{r['gpus']:>5} GPUs {r['usd_per_hour']:>9.2f} $/h  "
+                    f"TTFT {r['ttft_s']:.3g} s (KV transfer {r['kv_transfer_s'] * 1e3:.3g} ms)  TPOT {r['tpot_s'] * 1e3:.3g} ms"
+                )
+            if table.empty:
+                print(f"  {gpu} {wd}: neither way meets the SLOs")
+            for n in notes:
+                print(f"    {n}")
+
+
+def run_trace(a: argparse.Namespace) -> int:
+    """``--trace``: the analytic plan for the trace's mean rate, lengths and burstiness (no spares,
+    no burst margin: the trace is the traffic), then its cheapest option sized by replay."""
+    from gpucap.estimate import hardware
+    from gpucap.physics.coefficients import Coefficients, EngineConfig
+    from gpucap.planning.trace import burstiness, read_trace, size_trace, trace_lengths
+
+    if a.target_rps or a.target_concurrency or a.target_output_tps or a.input_len or a.output_len:
+        raise ValueError("--trace gives the target and the lengths: leave out --target-* and --input-len/--output-len")
+    trace = read_trace(a.trace)
+    shape = burstiness(trace)
+    result = plan(
+        a.model,
+        input_len=trace_lengths(trace.input_len, "trace"),
+        output_len=trace_lengths(trace.output_len, "trace"),
+        target_request_rate=trace.mean_rate,
+        headroom=Headroom(0, 0, 0.0),
+        burstiness=shape,
+        simulate_top=0,
+        **{k: v for k, v in search_options(a).items() if k not in ("simulate_top", "progress")},
+    )
+    print(
+        f"{a.trace}: {trace.arrival_s.size:,} requests over {trace.duration_s:,.0f} s ({trace.mean_rate:.3g}/s, "
+        f"burstiness {shape:.2g}); input mean {trace.input_len.mean():,.0f}, output mean {trace.output_len.mean():,.0f}"
+    )
+    if result.plans.empty:
+        print("no option carries the trace's mean rate within the SLOs (see `gpucap plan` without --trace for why)")
+        return EXIT_NOTHING_FITS
+    best = result.plans.iloc[0]
+    hw = hardware(
+        a.model,
+        str(best["gpu"]),
+        tp=int(best["tp"]),
+        pp=int(best["pp"]),
+        weight_dtype=str(best["weight_dtype"]),
+        kv_dtype=str(best["kv_dtype"]),
+        engine=EngineConfig(engine=a.engine),
+        gpu_file=a.gpu_file,
+    )
+    coef = Coefficients.from_file(a.coefficients, a.engine) if a.coefficients else Coefficients.for_engine(a.engine)
+    sizing = size_trace(
+        hw,
+        coef,
+        trace,
+        ttft_slo_s=a.ttft_slo,
+        tpot_slo_s=a.tpot_slo,
+        stat=a.stat,
+        router=a.router,
+        start=int(best["replicas"]),
+        replay_replicas=a.replay_replicas,
+    )
+    option = f"{best['gpu']} x {int(best['gpus_per_replica'])} (tp={int(best['tp'])}, {best['weight_dtype']})"
+    print(f"cheapest option: {option}")
+    print(f"  analytic plan (mean rate, trace's lengths and burstiness): {int(best['replicas'])} replicas")
+    found = "none within the search" if sizing.replicas is None else f"{sizing.replicas} replicas"
+    print(
+        f"  replaying the trace ({a.router}, {a.stat} TTFT <= {a.ttft_slo:g} s, TPOT <= {a.tpot_slo * 1e3:g} ms): {found}"
+    )
+    for _, r in sizing.tried.iterrows():
+        if not np.isfinite(r["ttft_s"]):
+            print(
+                f"    {int(r['replicas']):>4} replicas: misses (more than the SLO allows are late; replay stopped early)"
+            )
+            continue
+        verdict = "meets" if r["meets"] else "misses"
+        print(
+            f"    {int(r['replicas']):>4} replicas: {a.stat} TTFT {r['ttft_s']:.3g} s, TPOT {r['tpot_s'] * 1e3:.3g} ms: {verdict}"
+        )
+    print(f"  ({sizing.seconds:.1f} s; add spares for failures and upgrades on top)")
+    return 0 if sizing.replicas is not None else EXIT_NOTHING_FITS

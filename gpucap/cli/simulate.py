@@ -1,0 +1,127 @@
+"""``gpucap simulate``: one load-test run of one replica, step by step, reported as
+``vllm bench serve`` reports it (``gpucap.queueing.simulate.run_benchmark``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from gpucap.cli.args import positive_float, positive_int
+from gpucap.estimate import hardware
+from gpucap.physics.coefficients import ENGINES, EngineConfig
+from gpucap.queueing.benchstats import BENCH_STATS, METRIC_NAMES
+from gpucap.queueing.lengths import Lengths
+from gpucap.queueing.loads import ARRIVALS, LOAD_MODES, Load
+from gpucap.queueing.simulate import run_benchmark
+from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
+
+LENGTH_KINDS = ("fixed", "range", "dataset")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("simulate", help="one load-test run step by step: TTFT/TPOT/ITL as vllm bench serve reports")
+    p.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
+    p.add_argument("--gpu", required=True, help="catalog key (see `gpucap gpus`)")
+    p.add_argument("--tp", type=positive_int, default=1)
+    p.add_argument("--pp", type=positive_int, default=1)
+    p.add_argument("--ep", type=positive_int, default=1)
+    p.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
+    p.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
+    p.add_argument("--engine", default="vllm", choices=list(ENGINES))
+    p.add_argument("--max-num-seqs", type=positive_int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=positive_int, default=None)
+    p.add_argument("--no-overlap-host", action="store_true", help="host work between steps (vLLM <= 0.11)")
+    p.add_argument("--offline", action="store_true", help="no HTTP server (trtllm-bench, vllm bench throughput)")
+    p.add_argument("--mode", required=True, help=f"load mode: {', '.join(LOAD_MODES)}")
+    p.add_argument("--num-prompts", type=positive_int, required=True)
+    p.add_argument("--concurrency", type=positive_int, default=None, help="closed-loop: requests in flight")
+    p.add_argument("--request-rate", type=float, default=None, help="open-loop: requests/s")
+    p.add_argument("--arrivals", default="poisson", help=f"open-loop: {', '.join(ARRIVALS)}")
+    p.add_argument("--burstiness", type=positive_float, default=1.0, help="gamma arrivals' shape (1 = Poisson)")
+    p.add_argument("--input-len", type=positive_float, required=True, help="prompt tokens (mean)")
+    p.add_argument("--output-len", type=positive_float, required=True, help="output tokens (mean)")
+    p.add_argument("--lengths", default="fixed", help=f"{', '.join(LENGTH_KINDS)} (dataset: exponential)")
+    p.add_argument("--range-ratio", type=float, default=0.0, help="--random-range-ratio with --lengths range")
+    p.add_argument("--stat", default="mean", help=f"statistic shown first: {', '.join(BENCH_STATS)}")
+    p.add_argument("--coefficients", default=None, help="calibration JSON")
+    p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+
+
+def _lengths(a: argparse.Namespace) -> tuple[Lengths, Lengths]:
+    if a.lengths not in LENGTH_KINDS:
+        raise ValueError(f"unknown --lengths {a.lengths!r}; use one of {', '.join(LENGTH_KINDS)}")
+    if a.lengths == "range":
+        return Lengths.range_ratio(a.input_len, a.range_ratio), Lengths.range_ratio(a.output_len, a.range_ratio)
+    if a.range_ratio:
+        raise ValueError("--range-ratio needs --lengths range")
+    if a.lengths == "dataset":
+        return Lengths.exponential(a.input_len), Lengths.exponential(a.output_len)
+    return Lengths.fixed(a.input_len), Lengths.fixed(a.output_len)
+
+
+def _load(a: argparse.Namespace) -> Load:
+    if a.mode not in LOAD_MODES:
+        raise ValueError(f"unknown --mode {a.mode!r}; use one of {', '.join(LOAD_MODES)}")
+    if a.mode == "closed-loop":
+        if a.concurrency is None:
+            raise ValueError("--mode closed-loop needs --concurrency C")
+        return Load("closed-loop", a.num_prompts, concurrency=a.concurrency)
+    if a.mode == "open-loop":
+        rate = a.request_rate
+        if rate is None or not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"--mode open-loop needs a --request-rate above 0, got {rate!r}")
+        return Load("open-loop", a.num_prompts, request_rate=rate, arrivals=a.arrivals, burstiness=a.burstiness)
+    return Load("all-at-once", a.num_prompts)
+
+
+def run(a: argparse.Namespace) -> int:
+    from gpucap.physics.coefficients import Coefficients
+
+    if a.stat not in BENCH_STATS:
+        raise ValueError(f"unknown --stat {a.stat!r}; use one of {', '.join(BENCH_STATS)}")
+    load = _load(a)
+    inp, out = _lengths(a)
+    engine = EngineConfig(
+        engine=a.engine,
+        max_num_seqs=a.max_num_seqs,
+        max_num_batched_tokens=a.max_num_batched_tokens,
+        overlap_host=False if a.no_overlap_host else None,
+        front_end="offline" if a.offline else "http",
+    )
+    hw = hardware(
+        a.model, a.gpu, tp=a.tp, pp=a.pp, ep=a.ep, weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype,
+        engine=engine, gpu_file=a.gpu_file,
+    )  # fmt: skip
+    coef = Coefficients.from_file(a.coefficients, a.engine) if a.coefficients else Coefficients.for_engine(a.engine)
+    result = run_benchmark(hw, coef, load, input_len=inp, output_len=out, seed=a.seed)
+    if a.json:
+        print(
+            json.dumps(
+                {
+                    "load": load.describe(),
+                    "duration_s": result.duration_s,
+                    "output_tokens_per_s": result.output_tokens_per_s,
+                    "requests_per_s": result.requests_per_s,
+                    "preemptions": result.preemptions,
+                    **{f"{m}_ms": {s: v * 1e3 for s, v in result.stats[m].items()} for m in METRIC_NAMES},
+                },
+                indent=2,
+            )
+        )
+        return 0
+    order = [a.stat, *(s for s in BENCH_STATS if s != a.stat)]
+    print(
+        f"{hw.spec.name} on {hw.gpu.key} (tp={hw.layout.tp} pp={hw.layout.pp}), {hw.engine.engine}: {load.describe()}"
+    )
+    print(
+        f"  lengths: {inp.label} in, {out.label} out; {result.steps:,} engine steps, {result.preemptions} preemptions"
+    )
+    print(f"  duration {result.duration_s:,.2f} s, output {result.output_tokens_per_s:,.1f} tok/s, "
+          f"{result.requests_per_s:,.2f} requests/s")  # fmt: skip
+    for m, label in zip(METRIC_NAMES, ("TTFT", "TPOT", "ITL", "E2E"), strict=True):
+        print(f"  {label:<5}" + "  ".join(f"{s} {result.stats[m][s] * 1e3:,.1f} ms" for s in order))
+    return 0

@@ -1,0 +1,1 @@
+"""One replica's physics: memory per GPU, the roofline time of one engine step, and continuous batching in steady state and in finite runs (DESIGN.md sections 3-5, 8). Imports only the catalog, gpucap.config and the base modules."""

@@ -1,0 +1,296 @@
+"""Serving-engine knobs and the efficiency coefficients the calibration fits.
+
+``EngineConfig`` holds the knobs a user sets on the engine's command line (``max_num_seqs``,
+``max_num_batched_tokens``, ``gpu_memory_utilization``, block size, CUDA graphs) with each
+engine's defaults. ``Coefficients`` holds the efficiencies of the roofline step time; they are
+applied in exactly one place (``gpucap.physics.step.step_time``) and are what ``calibrate`` fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpucap.catalog.gpus import GPU
+from gpucap.textfiles import read_text
+from gpucap.units import MS, GiB
+
+ENGINES = ("vllm", "sglang", "trtllm")
+VLLM_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.20 (vllm/config/cache.py)
+VLLM_UTILIZATION_BEFORE_0_20 = 0.9
+MAX_COEFFICIENTS_BYTES = 1 << 20
+# How requests reach the engine: through its OpenAI-compatible HTTP server ("http": vllm serve,
+# SGLang's launch_server, trtllm-serve), or handed to it in-process ("offline": trtllm-bench,
+# vllm bench throughput), with no front end at all.
+FRONT_ENDS = ("http", "offline")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine knobs. ``None`` means the engine's own default for this GPU (``resolve``).
+
+    memory_basis: "total" when the fraction applies to the whole GPU (vLLM
+    ``gpu_memory_utilization``, SGLang ``mem_fraction_static``), "free" when it applies to what
+    is left after weights and activations (TensorRT-LLM ``free_gpu_memory_fraction``).
+
+    overlap_host: the host's per-step work (scheduling, sampling, detokenizing) runs while the GPU
+    computes the step before, so a step lasts ``max(GPU, host)`` instead of their sum
+    (``gpucap.physics.step.combine``): vLLM's async scheduling (default since PR #27614, late 2025; off in
+    vLLM 0.11 and earlier), SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler. ``None``
+    is on, as today's versions of all three run.
+    front_end: "http" or "offline" (``FRONT_ENDS``): whether requests pass the engine's HTTP
+    server, whose per-request costs (``Coefficients.t_frontend_s``, ``t_request_s``) apply.
+    """
+
+    engine: str = "vllm"
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    cuda_graphs: bool = True
+    runtime_overhead_bytes: float = 1.0 * GiB  # CUDA context, NCCL buffers, allocator slack
+    cuda_graph_bytes: float = 1.0 * GiB  # CUDA-graph pools (vLLM logs 0.5-2 GiB)
+    overlap_host: bool | None = None
+    front_end: str = "http"
+    eplb: bool = False  # an expert-parallel load balancer (--enable-eplb): gpucap.physics.routing.ep_imbalance
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINES)}")
+        if self.front_end not in FRONT_ENDS:
+            raise ValueError(f"unknown front end {self.front_end!r}; use one of {', '.join(FRONT_ENDS)}")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+
+    @property
+    def memory_basis(self) -> str:
+        return "free" if self.engine == "trtllm" else "total"
+
+    def resolve(self, gpu: GPU) -> EngineConfig:
+        """Fill ``None`` knobs with the engine's defaults for ``gpu``.
+
+        vLLM (``EngineArgs.get_batch_defaults``, v0.10+): API server on GPUs with >= 70 GiB that
+        are not A100: 1024 sequences, 8192 batched tokens; otherwise 256 and 2048.
+        gpu_memory_utilization 0.92 (``vllm/config/cache.py`` since v0.20, which also counts the
+        CUDA-graph estimate in the budget; 0.9 before), block 16.
+        SGLang (``server_args.py``): chunked_prefill_size 8192 on >= 60 GB GPUs (4096 / 2048 on
+        smaller), mem_fraction_static ~0.88, page size 1; running requests capped by memory,
+        taken here as 1024.
+        TensorRT-LLM (``BuildConfig``): max_batch_size 2048, max_num_tokens 8192,
+        free_gpu_memory_fraction 0.9, tokens_per_block 32.
+        """
+        big = gpu.memory_bytes >= 70 * GiB
+        if self.engine == "vllm":
+            a100 = gpu.key.upper().startswith("A100")
+            seqs, tokens = (1024, 8192) if big and not a100 else (256, 2048)
+            util, block = VLLM_UTILIZATION, 16
+        elif self.engine == "sglang":
+            seqs, util, block = 1024, 0.88, 1
+            tokens = 8192 if gpu.memory_bytes >= 60 * GiB else 4096 if gpu.memory_bytes >= 35 * GiB else 2048
+        else:
+            seqs, tokens, util, block = 2048, 8192, 0.9, 32
+        return dataclasses.replace(
+            self,
+            max_num_seqs=self.max_num_seqs or seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens or tokens,
+            gpu_memory_utilization=self.gpu_memory_utilization or util,
+            block_size=self.block_size or block,
+            overlap_host=True if self.overlap_host is None else self.overlap_host,
+        )
+
+
+@dataclass(frozen=True)
+class Coefficient:
+    value: float
+    lower: float
+    upper: float
+    source: str
+
+
+# Each efficiency: default, physical bounds, and where the default comes from.
+COEFFICIENT_INFO: dict[str, Coefficient] = {
+    "u_compute": Coefficient(
+        0.50,
+        0.05,
+        1.0,
+        "share of dense tensor-core peak reached by a serving step's matmuls and attention; "
+        "DESIGN.md section 7 takes 50-60% for prefill; the default is its lower end (assumption, "
+        "checked only through benchmarks/accuracy.py)",
+    ),
+    "u_hbm": Coefficient(
+        0.80,
+        0.3,
+        1.0,
+        "share of datasheet HBM bandwidth reached when streaming weights and KV (assumption: below "
+        "what a plain copy kernel reaches, since decode GEMV and paged attention are not copies)",
+    ),
+    "u_link": Coefficient(
+        0.70,
+        0.1,
+        1.0,
+        "share of per-direction link bandwidth reached by NCCL all-reduce bus bandwidth "
+        "(assumption; calibrate it on runs with tensor parallelism)",
+    ),
+    "overlap": Coefficient(
+        0.0,
+        0.0,
+        1.0,
+        "share of communication hidden under compute; none unless the engine overlaps",
+    ),
+    "t_seq_s": Coefficient(
+        0.0,
+        0.0,
+        5e-3,
+        "time per running sequence per step that the step waits for (sampling, logits processing, "
+        "bookkeeping): what makes small models at batch 1000+ slower than their GPU work",
+    ),
+    "t_layer_s": Coefficient(
+        10e-6,
+        0.0,
+        5e-3,
+        "device time per layer per step beyond the rooflines: a decoder layer is 10-14 kernels, and "
+        "back-to-back kernels of a CUDA graph run about 0.5-1 us apart (NVIDIA, 'Getting Started "
+        "with CUDA Graphs': 3.4 us per 2.9-us kernel in a graph); on a CPU, eager operator dispatch",
+    ),
+    "t_request_s": Coefficient(
+        0.0,
+        0.0,
+        0.1,
+        "serial CPU time per request in the HTTP server (parsing, tokenizing, detokenizing and "
+        "streaming its output): the server shares one core among the requests it holds, so it "
+        "passes at most 1 / t_request_s requests/s (the 'host' limit)",
+    ),
+    "t_frontend_s": Coefficient(
+        0.0,
+        0.0,
+        0.5,
+        "latency per request outside the engine that holds no shared resource (HTTP round trip, "
+        "request set-up, first streamed chunk): added to TTFT and end-to-end latency",
+    ),
+    "t_overhead_s": Coefficient(
+        2.0 * MS,
+        0.0,
+        50.0 * MS,
+        "per-step time outside GPU kernels (scheduling, sampling, launch gaps) with CUDA graphs on",
+    ),
+}
+
+# Per-engine starting points. The HTTP server's terms were measured on vLLM 0.32's own server
+# (benchmarks/README.md, "The host beside the engine"): 512 requests of one prompt token and
+# one output token sent at once take 4.3 ms each of serial server time (t_request_s 4 ms), and
+# a lone request's TTFT exceeds its engine step by ~10 ms (t_frontend_s 10 ms). SGLang's and
+# trtllm-serve's servers are also Python HTTP servers and are given the same two numbers (an
+# assumption); trtllm-bench and other offline runs have no server (EngineConfig.front_end).
+# Per-step host time: a few ms of scheduling and sampling per step in vLLM and SGLang, 0.5 ms in
+# TensorRT-LLM's C++ runtime, ~10 us per running sequence (5 us in TensorRT-LLM).
+HTTP_FRONT_END = {"t_request_s": 4.0 * MS, "t_frontend_s": 10.0 * MS}
+ENGINE_COEFFICIENTS: dict[str, dict[str, float]] = {
+    "vllm": {"t_overhead_s": 2.0 * MS, "t_seq_s": 10e-6, **HTTP_FRONT_END},
+    "sglang": {"t_overhead_s": 1.5 * MS, "t_seq_s": 10e-6, **HTTP_FRONT_END},
+    "trtllm": {"u_hbm": 0.85, "t_overhead_s": 0.5 * MS, "t_seq_s": 5e-6, **HTTP_FRONT_END},
+}
+
+# Extra launch time per layer per step when CUDA graphs are off (enforce_eager): ~10 kernels a
+# layer at ~5 us each.
+EAGER_LAUNCH_S_PER_LAYER = 50e-6
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Efficiency coefficients of the step-time roofline (DESIGN.md section 4)."""
+
+    u_compute: float = COEFFICIENT_INFO["u_compute"].value
+    u_hbm: float = COEFFICIENT_INFO["u_hbm"].value
+    u_link: float = COEFFICIENT_INFO["u_link"].value
+    overlap: float = COEFFICIENT_INFO["overlap"].value
+    t_overhead_s: float = COEFFICIENT_INFO["t_overhead_s"].value
+    t_request_s: float = COEFFICIENT_INFO["t_request_s"].value
+    t_frontend_s: float = COEFFICIENT_INFO["t_frontend_s"].value
+    t_seq_s: float = COEFFICIENT_INFO["t_seq_s"].value
+    t_layer_s: float = COEFFICIENT_INFO["t_layer_s"].value
+
+    def __post_init__(self) -> None:
+        for name, info in COEFFICIENT_INFO.items():
+            v = getattr(self, name)
+            if not info.lower <= v <= info.upper:
+                raise ValueError(f"coefficient {name}={v} outside its bounds [{info.lower}, {info.upper}]")
+
+    @classmethod
+    def for_engine(cls, engine: str) -> Coefficients:
+        if engine not in ENGINE_COEFFICIENTS:
+            raise ValueError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
+        return cls(**ENGINE_COEFFICIENTS[engine])
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_file(cls, path: str | Path, engine: str | None = None) -> Coefficients:
+        """Load coefficients from a calibration JSON (``{"coefficients": {name: value|{value}}}``)
+        or a flat ``{name: value}`` object. A coefficient the file does not name keeps
+        ``engine``'s default (the generic default without an engine). Each value must be a
+        finite number within the coefficient's bounds."""
+        path = Path(path)
+        try:
+            data: Any = json.loads(read_text(path, "coefficients file", MAX_COEFFICIENTS_BYTES))
+        except FileNotFoundError:
+            raise ValueError(f"coefficients file {path} does not exist") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"coefficients file {path} is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError(f"coefficients file {path} is nested too deeply to be coefficients") from None
+        data = data.get("coefficients", data) if isinstance(data, dict) else data
+        if not isinstance(data, dict):
+            raise ValueError(f"coefficients file {path}: expected a JSON object of coefficient values")
+        values: dict[str, float] = {}
+        for name, v in data.items():
+            if name not in COEFFICIENT_INFO:
+                raise ValueError(
+                    f"coefficients file {path}: unknown coefficient {name!r}; known: {', '.join(COEFFICIENT_INFO)}"
+                )
+            v = v.get("value") if isinstance(v, dict) else v
+            info = COEFFICIENT_INFO[name]
+            try:
+                x = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
+            except OverflowError:
+                x = math.nan
+            if not math.isfinite(x):
+                raise ValueError(f"coefficients file {path}: {name} is {str(v)[:40]!r}, not a finite number")
+            if not info.lower <= x <= info.upper:
+                raise ValueError(
+                    f"coefficients file {path}: {name} = {x:g} is outside its physical range "
+                    f"[{info.lower:g}, {info.upper:g}]"
+                )
+            values[name] = x
+        base = cls.for_engine(engine).as_dict() if engine else {}
+        return cls(**{**base, **values})
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """What the HTTP server adds to every request (zero for offline runs): a pure latency, and
+    serial CPU time that the server's one core shares among the requests it holds."""
+
+    latency_s: float
+    serial_s: float
+
+    @property
+    def max_rate_per_s(self) -> float:
+        """Requests/s the server passes at most: ``1 / serial_s`` (inf without a front end)."""
+        return 1.0 / self.serial_s if self.serial_s > 0 else float("inf")
+
+
+def front_end(engine: EngineConfig, coef: Coefficients) -> FrontEnd:
+    """The front end of ``engine`` with ``coef``'s ``t_frontend_s`` and ``t_request_s``; none when
+    requests are handed to the engine in-process (``front_end="offline"``)."""
+    if engine.front_end == "offline":
+        return FrontEnd(0.0, 0.0)
+    return FrontEnd(coef.t_frontend_s, coef.t_request_s)

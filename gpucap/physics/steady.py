@@ -1,0 +1,283 @@
+"""The closed-loop steady state solved in closed form, piece by piece.
+
+In steady state a step admits ``a`` new requests on average (``a = X x TPOT``): then ``B = a (O -
+1)`` sequences decode and ``P = a I`` prompt tokens ride along (Little's law per step). Every part
+of the step's work (FLOP, bytes, link traffic, host time) is affine in those token counts, so each
+of the six step terms (``gpucap.physics.step.step_terms``) is a line in ``a``, and the step time
+
+    t(a) = pp x [max(gemm compute, gemm memory) + max(attn compute, attn memory) + link] + host
+
+is convex and piecewise linear with at most two kinks. The step that carries one request's
+prefill chunk (``B`` decodes plus ``I / s`` prompt tokens, ``s`` chunks) is another such line
+``t_p(a)``. The closed-loop condition ``R = X (TTFT + (O - 1) TPOT)`` with ``X = a / t(a)``,
+``TTFT = s t_p(a) + t_request`` reads
+
+    F(a) = a (s t_p(a) + t_request) + a (O - 1) t(a) - R t(a) = 0,
+
+a quadratic on each linear piece. ``F / t`` rises with ``a`` (every line has a non-negative
+intercept), so there is one root: find the piece where F changes sign and solve its quadratic.
+Mixture-of-experts weight traffic (``1 - (1 - k/E)^T`` of the experts) is concave in the
+tokens, not affine; it is linearized at the current solution and solved again (Newton's method on
+the concave term), which converges in a few passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucap.physics.step import ATTN_COMPUTE, ATTN_MEMORY, COMM, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, Array
+
+Ints = npt.NDArray[np.intp]
+Lines = tuple[Array, Array]  # intercepts and slopes of the six step terms, shape (6, ...)
+TermsAt = Callable[[Array], Array]  # arrivals per step -> stacked step terms
+
+
+def lines_through(terms_at: TermsAt, a: Array) -> Lines:
+    """Intercepts and slopes of the step terms through ``a`` and ``a + h`` (exact where the terms
+    are affine; the secant of the concave mixture-of-experts traffic otherwise)."""
+    h = np.maximum(1e-3 * a, 1e-3)
+    lo, hi = terms_at(a), terms_at(a + h)
+    slope = (hi - lo) / h
+    return lo - slope * a, slope
+
+
+def _crossing(k0: Array, k1: Array, c0: Array, c1: Array) -> Array:
+    """Where the line ``k0 + k1 a`` crosses ``c0 + c1 a``; inf where it does not in a > 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = (c0 - k0) / (k1 - c1)
+    return np.where(np.isfinite(x) & (x > 0), x, np.inf)
+
+
+def _kinks(lines: Lines, pp: int = 1, overlap: bool = False) -> Array:
+    """Where the two rooflines of each max cross, shape (2, ...), and, when the host overlaps the
+    GPU, where the host line crosses each of the four GPU lines (``max(G, H)``): shape (6, ...);
+    inf where they do not cross in a > 0."""
+    k0, k1 = lines
+    out = [_crossing(k0[c], k1[c], k0[m], k1[m]) for c, m in ((GEMM_COMPUTE, GEMM_MEMORY), (ATTN_COMPUTE, ATTN_MEMORY))]
+    if overlap:
+        for g in (GEMM_COMPUTE, GEMM_MEMORY):
+            for t in (ATTN_COMPUTE, ATTN_MEMORY):
+                gpu0 = pp * (k0[g] + k0[t] + k0[COMM])
+                gpu1 = pp * (k1[g] + k1[t] + k1[COMM])
+                out.append(_crossing(gpu0, gpu1, k0[OVERHEAD], k1[OVERHEAD]))
+    return np.stack(out)
+
+
+def step_seconds(lines: Lines, a: Array, pp: int, overlap: bool = False) -> Array:
+    """``t(a)`` from the lines of its terms (row by row: no stacked temporaries); the host's line
+    in ``max`` with the GPU's instead of added when ``overlap`` (``gpucap.physics.step.combine``)."""
+    k0, k1 = lines
+
+    def v(row: int) -> Array:
+        return k0[row] + k1[row] * a
+
+    rooflines = np.maximum(v(GEMM_COMPUTE), v(GEMM_MEMORY)) + np.maximum(v(ATTN_COMPUTE), v(ATTN_MEMORY))
+    gpu = pp * (rooflines + v(COMM))
+    return np.maximum(gpu, v(OVERHEAD)) if overlap else gpu + v(OVERHEAD)
+
+
+def active_line(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array]:
+    """Intercept and slope of ``t`` on the linear piece that holds ``a``."""
+    k0, k1 = lines
+    v = k0 + k1 * a
+    gemm = np.where(v[GEMM_COMPUTE] >= v[GEMM_MEMORY], GEMM_COMPUTE, GEMM_MEMORY)
+    attn = np.where(v[ATTN_COMPUTE] >= v[ATTN_MEMORY], ATTN_COMPUTE, ATTN_MEMORY)
+
+    def gpu(k: Array) -> Array:
+        g = np.where(gemm == GEMM_COMPUTE, k[GEMM_COMPUTE], k[GEMM_MEMORY])
+        t = np.where(attn == ATTN_COMPUTE, k[ATTN_COMPUTE], k[ATTN_MEMORY])
+        return pp * (g + t + k[COMM])
+
+    if not overlap:
+        return gpu(k0) + k0[OVERHEAD], gpu(k1) + k1[OVERHEAD]
+    host = v[OVERHEAD] > gpu(k0) + gpu(k1) * a
+    return np.where(host, k0[OVERHEAD], gpu(k0)), np.where(host, k1[OVERHEAD], gpu(k1))
+
+
+def _at_each(lines: Lines) -> Lines:
+    """The lines with an axis for several points ``a`` (the breaks) after the term axis."""
+    return lines[0][:, None], lines[1][:, None]
+
+
+def _piece(breaks: Array, positive: npt.NDArray[np.bool_]) -> Array:
+    """A point inside the linear piece where a rising function turns positive, given its sign at
+    the ``breaks`` (first axis; inf for none): between the last break where it is still <= 0
+    (or 0) and the first where it is positive (or inf)."""
+    lo = np.max(np.where(positive, 0.0, breaks), axis=0, initial=0.0, where=np.isfinite(breaks))
+    hi = np.min(np.where(positive, breaks, np.inf), axis=0, initial=np.inf)
+    return np.where(np.isfinite(hi), 0.5 * (lo + hi), 2.0 * lo + 1.0)
+
+
+def closed_loop_root(
+    dec: Lines,
+    pre: Lines,
+    *,
+    pp: int,
+    running: Array,
+    chunks: Array,
+    decoding: Array,
+    t_request_s: float,
+    overlap: bool = False,
+) -> Array:
+    """Arrivals per step ``a`` solving ``F(a) = 0`` (module docstring); inf where F never turns
+    positive (the loop is limited elsewhere: the prompt-token budget or the front end)."""
+    breaks = np.concatenate([_kinks(dec, pp, overlap), _kinks(pre, pp, overlap)])
+    breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]  # kinks no element has
+    safe = np.where(np.isfinite(breaks), breaks, 0.0)
+    t, tp = step_seconds(_at_each(dec), safe, pp, overlap), step_seconds(_at_each(pre), safe, pp, overlap)
+    f = safe * (chunks * tp + t_request_s) + safe * decoding * t - running * t
+    mid = _piece(breaks, np.isfinite(breaks) & (f > 0))
+    t0, t1 = active_line(dec, mid, pp, overlap)
+    p0, p1 = active_line(pre, mid, pp, overlap)
+    qa = chunks * p1 + decoding * t1
+    qb = chunks * p0 + t_request_s + decoding * t0 - running * t1
+    qc = -running * t0
+    disc = np.sqrt(np.maximum(qb * qb - 4.0 * qa * qc, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        root = np.where(qb >= 0, -2.0 * qc / (qb + disc), (disc - qb) / (2.0 * qa))
+    return np.where(np.isnan(root), np.inf, np.maximum(root, 0.0))
+
+
+def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float, overlap: bool = False) -> Array:
+    """Largest ``a`` with ``a / t(a) <= rate`` (the front end passes at most ``rate`` requests/s);
+    ``a / t(a)`` rises with ``a``. inf when there is no cap."""
+    if not np.isfinite(rate_per_s):
+        return np.full_like(dec[0][0], np.inf)
+    breaks = _kinks(dec, pp, overlap)
+    breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]
+    safe = np.where(np.isfinite(breaks), breaks, 0.0)
+    positive = np.isfinite(breaks) & (safe - rate_per_s * step_seconds(_at_each(dec), safe, pp, overlap) > 0)
+    t0, t1 = active_line(dec, _piece(breaks, positive), pp, overlap)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        root = np.where(1.0 > rate_per_s * t1, rate_per_s * t0 / (1.0 - rate_per_s * t1), np.inf)
+    return root
+
+
+# Prompt steps apart from decode steps ------------------------------------------------------
+#
+# The lines above put the prompt tokens of the average step, ``a I``, into every step. A real
+# engine runs a prompt chunk in the step that admits it, and the steps between carry decodes
+# only: with ``u = a s`` prompt chunks per step (s chunks per request) below one, a fraction u of
+# the steps are prompt steps ``t_p(a)`` (B decodes plus one chunk) and the rest decode steps
+# ``t_d(a)`` (B decodes), so a decoding sequence waits on average
+#
+#     T(a) = (1 - u) t_d(a) + u t_p(a)      (u < 1),      T(a) = t(a)      (u >= 1),
+#
+# where at u >= 1 every step carries prompt tokens and the average step ``t(a)`` holds. The two
+# agree at u = 1 and wherever the step is linear; where a decode step is memory-bound and a
+# prompt step compute-bound, T(a) > t(a) (Jensen: the step time is convex). Per second this is
+# ``TPOT = t_d / (1 - n_p (t_p - t_d))`` with n_p = X s prompt steps per second.
+
+
+def _value_slope(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array]:
+    return step_seconds(lines, a, pp, overlap), active_line(lines, a, pp, overlap)[1]
+
+
+def separated_step(
+    decode_only: Lines, pre: Lines, mixed: Lines, a: Array, *, chunks: Array, pp: int, overlap: bool = False
+) -> tuple[Array, Array, Array]:
+    """``T(a)``, its slope, and the prompt-step share ``u`` (capped at 1); see above."""
+    u = a * chunks
+    td, td1 = _value_slope(decode_only, a, pp, overlap)
+    tp, tp1 = _value_slope(pre, a, pp, overlap)
+    tm, tm1 = _value_slope(mixed, a, pp, overlap)
+    apart = u < 1.0
+    t = np.where(apart, (1.0 - u) * td + u * tp, tm)
+    slope = np.where(apart, -chunks * td + (1.0 - u) * td1 + chunks * tp + u * tp1, tm1)
+    return t, slope, np.minimum(u, 1.0)
+
+
+def _rising_root(fun: Callable[[Array, Ints], tuple[Array, Array]], hi: Array, start: Array) -> Array:
+    """Root of a rising function on [0, hi]; ``hi`` where the function is still <= 0 there.
+
+    Newton's method inside a shrinking bracket; where a Newton step leaves the bracket (at a
+    kink, where the function turns steeper), the Illinois variant of false position between the
+    bracket's ends, which keeps converging fast from one side. ``fun(a, idx)`` evaluates the
+    elements ``idx`` at ``a``; each iteration evaluates only the elements not yet converged."""
+    every = np.arange(hi.size)
+    f_hi, _ = fun(hi, every)
+    f_zero, _ = fun(np.zeros_like(hi), every)
+    lo, top = np.zeros_like(hi), hi.copy()
+    f_lo, f_top = np.minimum(f_zero, 0.0), f_hi.copy()
+    side = np.zeros(hi.size, dtype=np.int8)  # which end moved last: -1 low, +1 high
+    a = np.clip(start, 0.0, hi)
+    act = every[f_hi > 0]  # where F is still <= 0 at hi, the answer is hi
+    for _ in range(NEWTON_ITERATIONS):
+        if act.size == 0:
+            break
+        x = a[act]
+        f, slope = fun(x, act)
+        low = f <= 0
+        # Illinois: an end that stays put twice in a row has its value halved
+        f_top[act] = np.where(low & (side[act] == -1), 0.5 * f_top[act], f_top[act])
+        f_lo[act] = np.where(~low & (side[act] == 1), 0.5 * f_lo[act], f_lo[act])
+        lo[act], f_lo[act] = np.where(low, x, lo[act]), np.where(low, f, f_lo[act])
+        top[act], f_top[act] = np.where(low, top[act], x), np.where(low, f_top[act], f)
+        side[act] = np.where(low, -1, 1)
+        lower, t, fl, ft = lo[act], top[act], f_lo[act], f_top[act]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = x - f / slope
+            secant = lower - fl * (t - lower) / (ft - fl)
+        inside = np.isfinite(step) & (step > lower) & (step < t)
+        fallback = np.where(np.isfinite(secant) & (secant > lower) & (secant < t), secant, 0.5 * (lower + t))
+        new = np.where(inside, step, fallback)
+        a[act] = new
+        tol = ROOT_TOLERANCE * np.maximum(x, 1e-12)
+        act = act[(np.abs(new - x) > tol) & (t - lower > tol)]
+    return np.where(f_hi <= 0, hi, a)
+
+
+NEWTON_ITERATIONS = 40
+ROOT_TOLERANCE = 1e-9  # relative change of a step at which the root counts as found
+
+
+def separated_root(
+    decode_only: Lines,
+    pre: Lines,
+    mixed: Lines,
+    *,
+    pp: int,
+    running: Array,
+    chunks: Array,
+    decoding: Array,
+    t_request_s: float,
+    rate_per_s: float,
+    a_budget: Array,
+    start: Array,
+    overlap: bool = False,
+) -> Array:
+    """Arrivals per step of the closed loop with prompt steps apart from decode steps:
+
+        F(a) = a (s t_p(a) + t_request) + (a (O - 1) - R) T(a) = 0,
+
+    capped by the prompt-token budget (``a_budget``) and the front end (``a / T(a) <= rate``).
+    ``start``: the averaged-step solution, close to the root."""
+
+    def part(v: Any, idx: Ints) -> Any:
+        return v[..., idx] if isinstance(v, np.ndarray) and v.ndim and v.shape[-1] == running.size else v
+
+    def lines_at(lines: Lines, idx: Ints) -> Lines:
+        return part(lines[0], idx), part(lines[1], idx)
+
+    def closed(a: Array, idx: Ints) -> tuple[Array, Array]:
+        ch, dec, run, req = part(chunks, idx), part(decoding, idx), part(running, idx), part(t_request_s, idx)
+        d, p, m = lines_at(decode_only, idx), lines_at(pre, idx), lines_at(mixed, idx)
+        t, t1, _ = separated_step(d, p, m, a, chunks=ch, pp=pp, overlap=overlap)
+        tp, tp1 = _value_slope(p, a, pp, overlap)
+        f = a * (ch * tp + req) + (a * dec - run) * t
+        return f, ch * tp + req + a * ch * tp1 + dec * t + (a * dec - run) * t1
+
+    a = _rising_root(closed, a_budget, start)
+    if np.isfinite(rate_per_s):
+
+        def front(x: Array, idx: Ints) -> tuple[Array, Array]:
+            d, p, m = lines_at(decode_only, idx), lines_at(pre, idx), lines_at(mixed, idx)
+            t, t1, _ = separated_step(d, p, m, x, chunks=part(chunks, idx), pp=pp, overlap=overlap)
+            return x - rate_per_s * t, 1.0 - rate_per_s * t1
+
+        a = np.minimum(a, _rising_root(front, a, a))
+    return a

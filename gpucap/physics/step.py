@@ -1,0 +1,464 @@
+"""Time of one engine step (DESIGN.md section 4): FLOP, HBM bytes and link traffic per GPU, and the
+roofline that turns them into seconds with the efficiency coefficients.
+
+A step processes ``decode_tokens`` running sequences (one new token each, mean context
+``decode_context``) plus ``prefill_tokens`` prompt tokens that carry ``prefill_pairs`` causal
+attention (query, key) pairs per layer. All arguments may be numpy arrays (broadcast together).
+With ``pp`` pipeline stages the batch runs as ``pp`` micro-batches: a token passes all stages, so
+the step takes ``pp`` stage slots.
+
+Two optional kinds of work ride along. ``images`` encoded in the step run the vision encoder
+(``gpucap.physics.vision``) before the language model. With ``speculative`` decoding
+(``gpucap.physics.speculative``) every decoding sequence verifies ``k + 1`` tokens and a drafter makes
+``k`` passes over the batch. Both run as kernels of their own, so their time adds to the
+language model's rooflines instead of hiding under them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucap.catalog.gpus import GPU
+from gpucap.catalog.models import ModelSpec
+from gpucap.config import Layout
+from gpucap.physics.coefficients import EAGER_LAUNCH_S_PER_LAYER, Coefficients, EngineConfig
+from gpucap.physics.memory import (
+    ArrayLike,
+    held_tokens_per_layer,
+    kv_bytes_per_token_per_gpu,
+    serves_images,
+    state_bytes_per_request_per_gpu,
+    weight_bytes_per_gpu,
+    window_counts,
+)
+from gpucap.physics.routing import ep_imbalance
+from gpucap.physics.routing import experts_touched as routing_experts_touched
+from gpucap.physics.speculative import Speculative, draft_layout, draft_spec
+from gpucap.physics.vision import Images, encoder_weight_bytes_per_gpu, image_work
+from gpucap.units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
+
+Array = npt.NDArray[np.float64]
+
+# Activation traffic per token per layer in units of hidden (residual read/write, norm, attention
+# in/out, MLP in/out); small next to weights except in large prefill chunks.
+ACTIVATION_HIDDEN_PASSES = 10
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the step runs on: model, GPU, split, formats, engine."""
+
+    spec: ModelSpec
+    gpu: GPU
+    layout: Layout
+    weight_dtype: str
+    kv_dtype: str
+    engine: EngineConfig
+
+
+def _zeros() -> Array:
+    return np.zeros(())
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """Work of one pipeline-stage slot on one GPU, before any efficiency is applied. The
+    encoder and draft parts (zero unless images or speculative decoding are given) are separate
+    kernels with rooflines of their own (``step_terms``); their link traffic is in ``link_*``."""
+
+    linear_flop: Array  # matmuls against weights, at the weight format's tensor-core rate
+    attention_flop: Array  # QK^T and AV (and the V3.2 indexer), at bf16 rate
+    weight_bytes: Array  # weights read, plus activations
+    kv_bytes: Array  # KV cache read and written by attention
+    link_bytes_s: Array  # link transfer time at full per-direction bandwidth
+    link_latency_s: Array  # sum of per-collective latencies (alpha)
+    sequences: Array  # running sequences one scheduler handles (batch / attn_dp)
+    encoder_flop: Array = field(default_factory=_zeros)  # vision encoder, bf16
+    encoder_bytes: Array = field(default_factory=_zeros)  # encoder weights and activations
+    draft_linear_flop: Array = field(default_factory=_zeros)  # drafter matmuls, weight format's rate
+    draft_attention_flop: Array = field(default_factory=_zeros)
+    draft_bytes: Array = field(default_factory=_zeros)  # drafter weights, KV and activations
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds of one engine step, by part. ``total_s`` is what a running sequence waits per token."""
+
+    compute_s: Array
+    memory_s: Array
+    comm_s: Array
+    overhead_s: Array
+    total_s: Array
+
+    @property
+    def comm_share(self) -> Array:
+        return self.comm_s / self.total_s
+
+
+def attended_tokens_per_layer(spec: ModelSpec, context_tokens: ArrayLike) -> Array:
+    """Keys one query attends to, averaged over layers: ``mean_l min(context, window_l)``, with
+    DeepSeek-V3.2's sparse attention capped at ``index_topk``."""
+    ctx = np.asarray(context_tokens, dtype=float)
+    if spec.index_topk:
+        ctx = np.minimum(ctx, spec.index_topk)
+    return np.asarray(held_tokens_per_layer(spec, ctx), dtype=float)
+
+
+def prefill_pairs_per_layer(spec: ModelSpec, prompt_tokens: ArrayLike) -> Array:
+    """Causal attention pairs of one prompt of I tokens, averaged over attention layers.
+
+    Full attention: ``I^2 / 2``; a window w < I: ``w I - w^2 / 2`` (each query sees at most w keys);
+    a hybrid's linear layer (window 0): none.
+    """
+    i = np.asarray(prompt_tokens, dtype=float)
+    total = np.zeros_like(i)
+    cap = spec.index_topk or None
+    for w, count in window_counts(spec).items():  # layers grouped by window
+        if w == 0:
+            continue
+        w = min(w, cap) if (w and cap) else (w or cap)
+        total = total + count * (i * i / 2 if w is None else np.where(i <= w, i * i / 2, w * i - w * w / 2))
+    return total / max(spec.num_kv_layers, 1)
+
+
+def experts_touched(spec: ModelSpec, tokens: ArrayLike) -> Array:
+    """Expected fraction of a MoE layer's routed experts that a step of T tokens reads:
+    ``1 - (1 - k / E)^T`` (each token picks k of E experts, taken as independent and uniform: an
+    assumption), or with ``spec.routing_skew`` the Zipf-popularity form of
+    ``gpucap.physics.routing.experts_touched``. One token reads k / E; a few hundred tokens read nearly all."""
+    return routing_experts_touched(spec.num_experts, spec.experts_per_token, tokens, spec.routing_skew)
+
+
+def attention_flop_per_pair(spec: ModelSpec, decode: bool) -> float:
+    """FLOP per (query, key) pair per layer: ``2 x heads x qk_dim + 2 x heads x v_dim``.
+
+    GQA/MHA: ``4 x heads x head_dim``. MLA decode uses the absorbed form over the latent
+    (qk_dim = kv_lora_rank + rope, v_dim = kv_lora_rank); MLA prefill the expanded heads
+    (qk_dim = nope + rope, v_dim = v_head_dim) (DeepSeek-V2 paper, appendix on absorption).
+    """
+    if not spec.is_mla:
+        return 4.0 * spec.num_heads * spec.head_dim
+    if decode:
+        return 2.0 * spec.num_heads * (2 * spec.kv_lora_rank + spec.qk_rope_head_dim)
+    return 2.0 * spec.num_heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim + spec.v_head_dim)
+
+
+def step_work(
+    hw: Hardware,
+    *,
+    decode_tokens: ArrayLike,
+    decode_context: ArrayLike,
+    prefill_tokens: ArrayLike = 0.0,
+    prefill_pairs: ArrayLike = 0.0,
+    images: ArrayLike = 0.0,
+    image: Images | None = None,
+    speculative: Speculative | None = None,
+) -> StepWork:
+    """FLOP, bytes and link traffic of one stage slot on one GPU (one replica's batch).
+
+    FLOP = 2 x dense params x tokens / tp + 2 x expert params x k x tokens / stage GPUs
+    + 2 x hidden x vocab x sampled tokens / tp + attention pairs x FLOP per pair / tp.
+    Bytes = dense weights + experts the batch routes to (``E (1 - (1 - k/E)^T)`` of E) + KV read
+    for every attended key + KV written + activations. A hybrid's linear layers attend to no KV:
+    they add their recurrence FLOP per token (``LinearMixer.flop_per_token``) and read and write
+    each decoding sequence's state once per step (in ``kv_bytes``). Link: two ring all-reduces per layer
+    under tp (``2 (tp-1)/tp x message``), two all-to-alls per MoE layer under ep, one
+    point-to-point send per pipeline stage. Under ep the expert FLOP and the all-to-all messages
+    are the busiest GPU's: ``ep_imbalance(ep)`` times the mean (``gpucap.physics.routing``).
+
+    ``decode_tokens`` counts decoding sequences. With ``speculative`` each verifies ``k + 1``
+    tokens: tokens = ``(k + 1) x decode_tokens + prefill_tokens`` in the FLOP, sampled tokens,
+    KV writes, activations and messages, while the KV cache is read once per sequence; the
+    drafter's work is ``speculative_draft_work``. ``images`` (of size ``image``) are encoded in
+    the step: ``encoder_work``. All of it stays affine in decode tokens, prompt tokens, prefill
+    pairs and images, which the closed-loop solver relies on (``gpucap.physics.steady``).
+    """
+    spec, lay = hw.spec, hw.layout
+    pp, group = lay.pp, lay.tp * lay.attn_dp
+    verify = speculative.verify_tokens if speculative else 1
+    b = np.asarray(decode_tokens, dtype=float) / pp  # decoding sequences of one micro-batch
+    p = np.asarray(prefill_tokens, dtype=float) / pp
+    pairs_prefill = np.asarray(prefill_pairs, dtype=float) / pp
+    v = verify * b  # tokens the decoding sequences put through the model
+    tokens = v + p
+    layers = spec.num_layers / pp
+    kv_layers = spec.num_kv_layers / pp  # attention layers (a hybrid's linear layers attend to no KV)
+    moe_layers = spec.num_moe_layers / pp
+
+    # FLOP
+    dense_flop = 2 * spec.dense_params / pp * tokens / group
+    busiest = ep_imbalance(lay.ep, hw.engine.eplb)  # the busiest GPU of the expert-parallel group sets the step
+    expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus * busiest
+    lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * v / group
+    attended = attended_tokens_per_layer(spec, decode_context)
+    attn_flop = (
+        kv_layers
+        / group
+        * (
+            v * attended * attention_flop_per_pair(spec, decode=True)
+            + pairs_prefill * attention_flop_per_pair(spec, decode=False)
+        )
+    )
+    if spec.index_n_heads:  # V3.2 indexer scores every key of the full context (fp8)
+        ctx = np.asarray(decode_context, dtype=float)
+        attn_flop = attn_flop + kv_layers / group * 2 * spec.index_n_heads * spec.index_head_dim * (
+            v * ctx + pairs_prefill
+        )
+
+    # HBM bytes
+    w = weight_bytes_per_gpu(spec, hw.weight_dtype, lay, hw.gpu)
+    lm_head_bytes = w.embeddings / (1 if spec.tie_embeddings or pp > 1 else 2)
+    touched = experts_touched(spec, tokens) if spec.is_moe else np.zeros_like(tokens)
+    weights = w.attention + w.dense_mlp + lm_head_bytes + w.experts * touched
+    kv_tok = kv_bytes_per_token_per_gpu(spec, hw.kv_dtype, lay)
+    if spec.index_head_dim:  # main latent read for top-k keys, indexer keys for all
+        idx_tok = kv_tok - spec.kv_elements_per_token_per_layer * kv_bytes_per_element(hw.kv_dtype) * kv_layers
+        kv_read = b / lay.attn_dp * (attended * (kv_tok - idx_tok) + np.asarray(decode_context) * idx_tok)
+    else:
+        kv_read = b / lay.attn_dp * attended * kv_tok
+    kv_write = tokens / lay.attn_dp * kv_tok
+    if spec.linear is not None:  # linear layers: recurrence FLOP per token; each decoding
+        # sequence's state read and written once per step (one copy of it)
+        attn_flop = attn_flop + spec.linear.flop_per_token * spec.num_linear_layers / pp * tokens / group
+        kv_write = kv_write + 2 * b / lay.attn_dp * state_bytes_per_request_per_gpu(spec, lay, copies=1)
+    act = tokens / lay.attn_dp * layers * ACTIVATION_HIDDEN_PASSES * spec.hidden_size * ACTIVATION_BYTES
+
+    # Link traffic
+    link, alpha = hw.gpu.link_bytes_per_s, hw.gpu.link_latency_s
+    group_tokens = tokens / lay.attn_dp
+    msg = group_tokens * spec.hidden_size * ACTIVATION_BYTES
+    zero = np.zeros_like(tokens)
+    link_s, lat_s = zero.copy(), zero.copy()
+    if lay.tp > 1:
+        n_ar = 2 * layers if lay.ep == 1 else layers + (layers - moe_layers)  # attention + dense MLPs
+        link_s = link_s + n_ar * 2 * (lay.tp - 1) / lay.tp * msg / link
+        lat_s = lat_s + n_ar * alpha
+    if lay.ep > 1:
+        sent = group_tokens / lay.tp * spec.experts_per_token * spec.hidden_size * ACTIVATION_BYTES * busiest
+        link_s = link_s + 2 * moe_layers * sent * (lay.ep - 1) / lay.ep / link
+        lat_s = lat_s + 2 * moe_layers * alpha
+    if pp > 1:
+        link_s = link_s + msg * lay.attn_dp / link
+        lat_s = lat_s + alpha
+    work = StepWork(
+        linear_flop=np.asarray(dense_flop + expert_flop + lm_head_flop, dtype=float),
+        attention_flop=np.asarray(attn_flop, dtype=float),
+        weight_bytes=np.asarray(weights + act, dtype=float),
+        kv_bytes=np.asarray(kv_read + kv_write, dtype=float),
+        link_bytes_s=np.asarray(link_s, dtype=float),
+        link_latency_s=np.asarray(lat_s + zero, dtype=float),
+        sequences=np.asarray(b * pp / lay.attn_dp + zero, dtype=float),
+    )
+    if np.any(images) and serves_images(spec, image or Images()):
+        work = _add(work, encoder_work(hw, images=images, image=image or Images()))
+    if speculative is not None:
+        work = _add(
+            work,
+            speculative_draft_work(
+                hw,
+                speculative,
+                decode_tokens=decode_tokens,
+                decode_context=decode_context,
+                prefill_tokens=prefill_tokens,
+                prefill_pairs=prefill_pairs,
+            ),
+        )
+    return work
+
+
+def _add(a: StepWork, b: StepWork) -> StepWork:
+    """Field-by-field sum of two works (broadcast)."""
+    return StepWork(
+        **{f: np.asarray(getattr(a, f) + getattr(b, f), dtype=float) for f in StepWork.__dataclass_fields__}
+    )
+
+
+def _only(zero: Array, **fields: Array) -> StepWork:
+    """A work with the given fields and zeros elsewhere (shaped like ``zero``)."""
+    base = {f: zero for f in StepWork.__dataclass_fields__}
+    base.update({k: np.asarray(v + zero, dtype=float) for k, v in fields.items()})
+    return StepWork(**base)
+
+
+def encoder_work(hw: Hardware, *, images: ArrayLike, image: Images) -> StepWork:
+    """Vision-encoder work of ``images`` images in one step, per GPU and stage slot.
+
+    Per image (``gpucap.physics.vision.image_work``): FLOP ``F`` and encoder sequence ``S``. Each
+    attention-data-parallel group encodes its own requests' images (``n = images / attn_dp``),
+    on the first pipeline stage, once per step (so ``/ pp`` per stage slot):
+
+    ``FLOP = n F / tp``; ``bytes = n x (encoder weights / tp + S x layers x 10 x hidden x 2)``;
+    with ``--mm-encoder-tp-mode weights`` two all-reduces of ``S x hidden x 2`` bytes per encoder
+    layer (``data`` mode: none, and each image on one GPU, ``1 / tp`` of them per GPU).
+    Weights and collective latencies are charged per image: vLLM encodes a step's images in one
+    call, so this overcounts when several images share a step (the encoder is compute-bound at
+    hundreds of patches per image, so the error is small).
+    """
+    spec, lay = hw.spec, hw.layout
+    enc = spec.vision
+    if enc is None:
+        raise ValueError(f"{spec.name} has no vision encoder")
+    w = image_work(enc, image)
+    n = np.asarray(images, dtype=float) / (lay.attn_dp * lay.pp)
+    tp = lay.tp
+    act = w.sequence * enc.num_layers * ACTIVATION_HIDDEN_PASSES * enc.hidden_size * ACTIVATION_BYTES
+    zero = np.zeros_like(n)
+    link_s, lat_s = zero, zero
+    if image.encoder_tp_mode == "weights":
+        per_image_bytes = encoder_weight_bytes_per_gpu(enc, tp, "weights") + act
+        if tp > 1:
+            collectives = 2 * enc.num_layers
+            msg = w.sequence * enc.hidden_size * ACTIVATION_BYTES
+            link_s = n * collectives * 2 * (tp - 1) / tp * msg / hw.gpu.link_bytes_per_s
+            lat_s = n * collectives * hw.gpu.link_latency_s
+    else:
+        per_image_bytes = (encoder_weight_bytes_per_gpu(enc, tp, "data") + act) / tp
+    return _only(
+        zero,
+        encoder_flop=n * w.flop / tp,
+        encoder_bytes=n * per_image_bytes,
+        link_bytes_s=link_s,
+        link_latency_s=lat_s,
+    )
+
+
+def draft_hardware(hw: Hardware, sp: Speculative) -> Hardware:
+    """The drafter on the target's GPUs, formats and engine (``gpucap.physics.speculative``)."""
+    d = draft_spec(hw.spec, sp)
+    return Hardware(
+        spec=d,
+        gpu=hw.gpu,
+        layout=draft_layout(hw.layout, d),
+        weight_dtype=hw.weight_dtype,
+        kv_dtype=hw.kv_dtype,
+        engine=hw.engine,
+    )
+
+
+def speculative_draft_work(
+    hw: Hardware,
+    sp: Speculative,
+    *,
+    decode_tokens: ArrayLike,
+    decode_context: ArrayLike,
+    prefill_tokens: ArrayLike = 0.0,
+    prefill_pairs: ArrayLike = 0.0,
+) -> StepWork:
+    """The drafter's work in one step: ``k`` decode passes over the B decoding sequences, each
+    a full decode step of the drafter (its weights, KV read and written, lm_head), plus one
+    pass over the step's prompt tokens (the drafter's own prefill):
+
+    ``draft = k x W_d(B decode) + [W_d(P prompt) - W_d(empty)]``
+
+    with ``W_d`` = ``step_work`` of the drafter (EAGLE/MTP: one target-shaped layer plus the
+    lm_head; or a separate draft model). Returned in the ``draft_*`` fields (and its link
+    traffic in ``link_*``).
+    """
+    dhw = draft_hardware(hw, sp)
+    one = step_work(dhw, decode_tokens=decode_tokens, decode_context=decode_context)
+    pre = step_work(
+        dhw,
+        decode_tokens=0.0,
+        decode_context=decode_context,
+        prefill_tokens=prefill_tokens,
+        prefill_pairs=prefill_pairs,
+    )
+    empty = step_work(dhw, decode_tokens=0.0, decode_context=decode_context)
+    k = sp.draft_tokens
+
+    def total(f: str) -> Array:
+        return np.asarray(k * getattr(one, f) + getattr(pre, f) - getattr(empty, f), dtype=float)
+
+    zero = np.zeros_like(total("linear_flop") + np.asarray(decode_tokens, dtype=float))
+    return _only(
+        zero,
+        draft_linear_flop=total("linear_flop"),
+        draft_attention_flop=total("attention_flop"),
+        draft_bytes=total("weight_bytes") + total("kv_bytes"),
+        link_bytes_s=total("link_bytes_s"),
+        link_latency_s=total("link_latency_s"),
+    )
+
+
+# Rows of the stacked step terms (``step_terms``): each is affine in the work, and ``combine``
+# turns them into seconds. The batching solver uses them as lines in the arrivals per step.
+GEMM_COMPUTE, GEMM_MEMORY, ATTN_COMPUTE, ATTN_MEMORY, COMM, OVERHEAD = range(6)
+
+
+def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
+    """The six parts of a step, stacked on a new first axis (rows named above), each affine in
+    the work: matmul compute ``linear FLOP / (peak_format x u_compute)``, matmul memory
+    ``weight bytes / (hbm x u_hbm)``, attention compute ``attention FLOP / (peak_bf16 x
+    u_compute)``, attention memory ``KV bytes / (hbm x u_hbm)``, link ``(1 - overlap) x (alpha +
+    link bytes / (link x u_link))`` (these per pipeline stage), and the host's scheduling time
+    ``t_overhead`` (which an engine may run beside the GPU: ``combine``).
+
+    Kernels have a floor the rooflines miss: ``t_layer`` per layer per step (back-to-back kernels
+    of a CUDA graph, plus ``50 us`` of kernel launches per layer when CUDA graphs are off), and
+    the work per running sequence the step waits for, ``t_seq x sequences`` (sampling, logits
+    processing, bookkeeping). Both run with the step, so they are added to both matmul rows.
+
+    The vision encoder and the drafter are kernels of their own, so their seconds are added to
+    both matmul rows (``max(c + e, m + e) = max(c, m) + e``: they add to the step and neither
+    roofline of the language model hides them):
+
+    ``t_encoder = max(encoder FLOP / (peak_bf16 x u_compute), encoder bytes / (hbm x u_hbm))``
+    (exact: both grow with the images); ``t_draft = draft linear FLOP / (peak_format x
+    u_compute) + draft attention FLOP / (peak_bf16 x u_compute) + draft bytes / (hbm x u_hbm)``,
+    the sum rather than the max of its rooflines so that it stays affine in the batch: an upper
+    bound, close while the drafter is memory-bound (a one-layer head or a small model up to
+    hundreds of sequences)."""
+    gpu = hw.gpu
+    bw = gpu.hbm_bytes_per_s * coef.u_hbm
+    peak_format = gpu.peak_flops_per_s(COMPUTE_FORMAT[hw.weight_dtype]) * coef.u_compute
+    peak_bf16 = gpu.peak_flops_per_s("bf16") * coef.u_compute
+    extra: Array | float = 0.0
+    if work.encoder_bytes.any() or work.draft_bytes.any():
+        extra = np.maximum(work.encoder_flop / peak_bf16, work.encoder_bytes / bw) + (
+            work.draft_linear_flop / peak_format + work.draft_attention_flop / peak_bf16 + work.draft_bytes / bw
+        )
+    pp = hw.layout.pp
+    per_layer = coef.t_layer_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER)
+    floor = (per_layer * hw.spec.num_layers + coef.t_seq_s * work.sequences) / pp  # per stage slot
+    extra = extra + floor
+    gemm_c = work.linear_flop / peak_format + extra
+    attn_c = work.attention_flop / peak_bf16
+    comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
+    host = coef.t_overhead_s + 0.0 * work.sequences
+    gemm_m = work.weight_bytes / bw + extra
+    return np.stack(np.broadcast_arrays(gemm_c, gemm_m, attn_c, work.kv_bytes / bw, comm, host))
+
+
+def combine(hw: Hardware, terms: Array) -> StepTime:
+    """Matmuls and attention are separate kernels that run one after the other, so each gets its
+    own roofline (as in LLM-Viewer) and the two add; the host's per-step work adds to the GPU's,
+    or runs beside it when the engine overlaps it (``EngineConfig.overlap_host``):
+
+    ``t_gpu = pp x [max(gemm compute, gemm memory) + max(attn compute, attn memory) + link]``
+    ``t_step = t_gpu + host``, or ``max(t_gpu, host)`` when overlapped."""
+    pp = hw.layout.pp
+    gemm_c, gemm_m, attn_c, attn_m, comm, host = terms
+    gpu = pp * (np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm)
+    total = np.maximum(gpu, host) if hw.engine.overlap_host else gpu + host
+    return StepTime(
+        compute_s=pp * (gemm_c + attn_c),
+        memory_s=pp * (gemm_m + attn_m),
+        comm_s=pp * comm,
+        overhead_s=host,
+        total_s=total,
+    )
+
+
+def step_time(hw: Hardware, work: StepWork, coef: Coefficients) -> StepTime:
+    """The one place efficiencies are applied (``step_terms``), combined by ``combine``:
+
+    ``t_gemm = max(linear FLOP / (peak_format x u_compute), weight bytes / (hbm x u_hbm))``
+    ``t_attn = max(attention FLOP / (peak_bf16 x u_compute), KV bytes / (hbm x u_hbm))``
+    ``t_step = pp x [t_gemm + t_attn + (1 - overlap) x (alpha + link bytes / (link x u_link))]
+    + t_overhead``, with the floor ``t_layer x layers + t_seq x sequences`` inside ``t_gemm`` (the
+    host's ``t_overhead`` in ``max`` instead of ``+`` where the engine overlaps it with the GPU)
+    """
+    return combine(hw, step_terms(hw, work, coef))
