@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gpucap.calibration.validate import case_hardware, read_cases
-from gpucap.estimate import Workload
+from gpucap.config import Workload
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.interactivity import option_points
 

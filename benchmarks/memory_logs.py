@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpucap.estimate import hardware, hardware_memory
-from gpucap.physics.coefficients import EngineConfig
+from gpucap.config import EngineConfig, hardware
+from gpucap.physics.memory import hardware_memory
 from gpucap.units import GiB
 
 TABLE = Path(__file__).resolve().parents[1] / "data" / "memory" / "vllm-startup-logs.csv"

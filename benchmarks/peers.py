@@ -69,7 +69,7 @@ import pandas as pd
 
 from gpucap.calibration.validate import METRICS, read_cases, validate
 from gpucap.catalog.gpus import get_gpu
-from gpucap.physics.coefficients import EngineConfig
+from gpucap.config import EngineConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CASES = REPO.parent / "shared" / "data" / "measured-public.csv"

@@ -17,9 +17,10 @@ import time
 
 import numpy as np
 
-from gpucap.estimate import batch_slots, hardware, memory_limit
+from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import batch_slots, memory_limit
 from gpucap.queueing.simulate import kv_capacity_tokens, simulate
 
 MODEL, GPU = "meta-llama/Llama-3.1-8B", "H100-SXM-80GB"

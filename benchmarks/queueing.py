@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpucap.estimate import hardware, memory_limit
+from gpucap.config import EngineConfig, Hardware, hardware
 from gpucap.physics.batching import closed_loop
-from gpucap.physics.coefficients import Coefficients, EngineConfig
-from gpucap.physics.step import Hardware
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import memory_limit
 from gpucap.queueing.analytic import STATS, max_request_rate, open_loop_latency
 from gpucap.queueing.simulate import Simulation, simulate
 

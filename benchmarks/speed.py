@@ -28,7 +28,8 @@ import pandas as pd
 
 from gpucap.calibration.calibrate import calibrate
 from gpucap.calibration.validate import synthetic_cases
-from gpucap.estimate import estimate, hardware
+from gpucap.config import hardware
+from gpucap.estimate import estimate
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.search import plan

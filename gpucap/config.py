@@ -1,4 +1,12 @@
-"""How one replica of a model is split over GPUs: tensor, pipeline, expert and attention-data
+"""What is asked: the deployment (model, GPUs, split, formats, engine knobs), the workload (request
+lengths, images, prefix cache), the SLOs and the operating point, as frozen dataclasses that can
+be cache keys and swept with ``dataclasses.replace``. ``Deployment.resolve()`` looks the names up
+in the catalog and fills the engine's defaults: the ``Hardware`` of one replica, with no field
+left to a default.
+
+Parallel layout (``Layout``)
+----------------------------
+How one replica of a model is split over GPUs: tensor, pipeline, expert and attention-data
 parallelism.
 
 A replica uses ``tp x pp x attn_dp`` GPUs. Attention and dense layers are split ``tp`` ways and
@@ -17,9 +25,104 @@ Two conventions name the same split (``split_of`` reads both):
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
+
+from gpucap.catalog.gpus import GPU, get_gpu
+from gpucap.catalog.lookup import load_model
 from gpucap.catalog.models import ModelSpec
+from gpucap.catalog.vision import VisionEncoder
+from gpucap.types import ENGINES, FRONT_ENDS, LENGTHS
+from gpucap.units import GiB
+
+MAX_ROUTING_SKEW = 3.0  # a Zipf exponent past which one expert takes nearly every token
+ENCODER_TP_MODES = ("weights", "data")
+
+
+VLLM_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.20 (vllm/config/cache.py)
+VLLM_UTILIZATION_BEFORE_0_20 = 0.9
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine knobs. ``None`` means the engine's own default for this GPU (``resolve``).
+
+    memory_basis: "total" when the fraction applies to the whole GPU (vLLM
+    ``gpu_memory_utilization``, SGLang ``mem_fraction_static``), "free" when it applies to what
+    is left after weights and activations (TensorRT-LLM ``free_gpu_memory_fraction``).
+
+    overlap_host: the host's per-step work (scheduling, sampling, detokenizing) runs while the GPU
+    computes the step before, so a step lasts ``max(GPU, host)`` instead of their sum
+    (``gpucap.physics.step.combine``): vLLM's async scheduling (default since PR #27614, late 2025; off in
+    vLLM 0.11 and earlier), SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler. ``None``
+    is on, as today's versions of all three run.
+    front_end: "http" or "offline" (``FRONT_ENDS``): whether requests pass the engine's HTTP
+    server, whose per-request costs (``Coefficients.t_frontend_s``, ``t_request_s``) apply.
+    """
+
+    engine: str = "vllm"
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    cuda_graphs: bool = True
+    runtime_overhead_bytes: float = 1.0 * GiB  # CUDA context, NCCL buffers, allocator slack
+    cuda_graph_bytes: float = 1.0 * GiB  # CUDA-graph pools (vLLM logs 0.5-2 GiB)
+    overlap_host: bool | None = None
+    front_end: str = "http"
+    eplb: bool = False  # an expert-parallel load balancer (--enable-eplb): gpucap.physics.routing.ep_imbalance
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINES)}")
+        if self.front_end not in FRONT_ENDS:
+            raise ValueError(f"unknown front end {self.front_end!r}; use one of {', '.join(FRONT_ENDS)}")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+
+    @property
+    def memory_basis(self) -> str:
+        return "free" if self.engine == "trtllm" else "total"
+
+    def resolve(self, gpu: GPU) -> EngineConfig:
+        """Fill ``None`` knobs with the engine's defaults for ``gpu``.
+
+        vLLM (``EngineArgs.get_batch_defaults``, v0.10+): API server on GPUs with >= 70 GiB that
+        are not A100: 1024 sequences, 8192 batched tokens; otherwise 256 and 2048.
+        gpu_memory_utilization 0.92 (``vllm/config/cache.py`` since v0.20, which also counts the
+        CUDA-graph estimate in the budget; 0.9 before), block 16.
+        SGLang (``server_args.py``): chunked_prefill_size 8192 on >= 60 GB GPUs (4096 / 2048 on
+        smaller), mem_fraction_static ~0.88, page size 1; running requests capped by memory,
+        taken here as 1024.
+        TensorRT-LLM (``BuildConfig``): max_batch_size 2048, max_num_tokens 8192,
+        free_gpu_memory_fraction 0.9, tokens_per_block 32.
+        """
+        big = gpu.memory_bytes >= 70 * GiB
+        if self.engine == "vllm":
+            a100 = gpu.key.upper().startswith("A100")
+            seqs, tokens = (1024, 8192) if big and not a100 else (256, 2048)
+            util, block = VLLM_UTILIZATION, 16
+        elif self.engine == "sglang":
+            seqs, util, block = 1024, 0.88, 1
+            tokens = 8192 if gpu.memory_bytes >= 60 * GiB else 4096 if gpu.memory_bytes >= 35 * GiB else 2048
+        else:
+            seqs, tokens, util, block = 2048, 8192, 0.9, 32
+        return dataclasses.replace(
+            self,
+            max_num_seqs=self.max_num_seqs or seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens or tokens,
+            gpu_memory_utilization=self.gpu_memory_utilization or util,
+            block_size=self.block_size or block,
+            overlap_host=True if self.overlap_host is None else self.overlap_host,
+        )
 
 
 @dataclass(frozen=True)
@@ -86,3 +189,281 @@ def split_of(num_gpus: int | None, *, tp: int, pp: int = 1, ep: int = 1, attn_dp
         f"--enable-dp-attention: {attn_dp} attention copies of tp={tp // attn_dp} over {tp * pp} GPUs per replica"
     )
     return Layout(tp=tp // attn_dp, pp=pp, ep=ep, attn_dp=attn_dp), note
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the step runs on: model, GPU, split, formats, engine."""
+
+    spec: ModelSpec
+    gpu: GPU
+    layout: Layout
+    weight_dtype: str
+    kv_dtype: str
+    engine: EngineConfig
+
+
+@dataclass(frozen=True)
+class Images:
+    """Images each request carries.
+
+    ``size_px``: the side of a square image or ``(height, width)``; ``None`` takes the encoder's
+    native size (Gemma 3: 896, Llama 4: one 336-px tile); Qwen2.5-VL needs a size.
+    ``encoder_tp_mode``: vLLM's ``--mm-encoder-tp-mode``: ``"weights"`` (default) splits each
+    encoder layer over the tp GPUs like the language model, ``"data"`` keeps the whole encoder
+    on every GPU and spreads the images over them.
+    """
+
+    per_request: float = 1.0
+    size_px: int | tuple[int, int] | None = None
+    encoder_tp_mode: str = "weights"
+
+    def __post_init__(self) -> None:
+        n = self.per_request
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or not (n >= 0 and math.isfinite(n)):
+            raise ValueError(f"images_per_request must be a number >= 0, got {n!r}; use 0 for text-only requests")
+        size = self.size_px
+        sides = size if isinstance(size, tuple) else (size, size)
+        if size is not None and not (
+            len(sides) == 2 and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sides)
+        ):
+            raise ValueError(
+                f"image_size_px must be a positive integer (a square side) or (height, width), got {size!r}"
+            )
+        if self.encoder_tp_mode not in ENCODER_TP_MODES:
+            raise ValueError(
+                f"encoder_tp_mode must be one of {', '.join(ENCODER_TP_MODES)}, got {self.encoder_tp_mode!r}"
+            )
+
+    def height_width(self, enc: VisionEncoder) -> tuple[int, int]:
+        """The image size in pixels, the encoder's native size when none is given."""
+        if self.size_px is None:
+            if not enc.image_size_px:
+                raise ValueError(
+                    f"image_size_px is needed for a {enc.kind} encoder (it reads images at their own "
+                    "resolution); give e.g. image_size_px=1344"
+                )
+            return enc.image_size_px, enc.image_size_px
+        if isinstance(self.size_px, tuple):
+            return self.size_px
+        return self.size_px, self.size_px
+
+
+def check_prefix(input_len: float, prefix_tokens: float, share: float, turns: int) -> None:
+    """Raise a one-line ValueError for a prefix longer than the prompt, a share outside [0, 1]
+    or a turn count that is not a whole number >= 1."""
+    if not (isinstance(prefix_tokens, (int, float)) and 0 <= prefix_tokens <= input_len):
+        raise ValueError(
+            f"prefix_tokens={prefix_tokens!r} must be between 0 and the prompt's input_len ({input_len:g}): "
+            "the system prompt is part of the prompt"
+        )
+    if not (isinstance(share, (int, float)) and 0 <= share <= 1):
+        raise ValueError(f"prefix_share must be a share between 0 and 1, got {share!r}")
+    if not (isinstance(turns, int) and not isinstance(turns, bool) and turns >= 1):
+        raise ValueError(f"turns must be a whole number >= 1, got {turns!r}")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Request lengths (text tokens), the images each request carries, and its prefix cache.
+
+    ``input_len`` counts text tokens; images add their tokens on top (``gpucap.physics.vision``).
+    ``image_size_px``: side of a square image or (height, width); None = the encoder's native
+    size (Qwen2.5-VL reads images at their own size and needs one). ``lengths``: "varied"
+    (traffic whose requests differ in length: steady state) or "fixed" (a load test with one
+    length for all requests: the closed loop runs in waves, ``gpucap.physics.waves``).
+    """
+
+    input_len: float
+    output_len: float
+    images_per_request: float = 0.0
+    image_size_px: int | tuple[int, int] | None = None
+    lengths: str = "varied"
+    prefix_tokens: float = 0.0  # a system prompt (inside input_len) in the prefix cache
+    prefix_share: float = 1.0  # share of requests that carry it
+    turns: int = 1  # turns per conversation; each turn's prompt carries the earlier turns
+
+    def __post_init__(self) -> None:
+        if self.lengths not in LENGTHS:
+            raise ValueError(f"lengths must be one of {', '.join(LENGTHS)}, got {self.lengths!r}")
+        for name in ("input_len", "output_len"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
+        check_prefix(self.input_len, self.prefix_tokens, self.prefix_share, self.turns)
+        if self.lengths == "fixed" and self.cached_len:
+            raise ValueError(
+                "prefix caching and turns are modelled for varied traffic (lengths='varied'), not fixed-length waves"
+            )
+        Images(per_request=self.images_per_request, size_px=self.image_size_px)  # validates both
+
+    def images(self, encoder_tp_mode: str = "weights") -> Images | None:
+        """The images of each request, or None for text-only requests."""
+        if not self.images_per_request:
+            return None
+        return Images(per_request=self.images_per_request, size_px=self.image_size_px, encoder_tp_mode=encoder_tp_mode)
+
+    @property
+    def history_len(self) -> float:
+        """Earlier turns a prompt carries, on average over a conversation's turns:
+        ``(turns - 1) / 2 x (input - system prompt + output)`` (the system prompt once)."""
+        return (self.turns - 1) / 2 * (self.input_len - self.prefix_tokens + self.output_len)
+
+    @property
+    def prompt_len(self) -> float:
+        """Mean prompt: the turn's own input plus the history it carries."""
+        return self.input_len + self.history_len
+
+    @property
+    def cached_len(self) -> float:
+        """Prompt tokens found in the prefix cache, on average: the system prompt where a request
+        carries it, and the whole history (taken to stay cached between turns)."""
+        return self.prefix_share * self.prefix_tokens + self.history_len
+
+    @property
+    def shared_len(self) -> float:
+        """Tokens whose KV one copy serves every request that carries them (the system prompt)."""
+        return self.prefix_tokens if self.prefix_share > 0 else 0.0
+
+    @property
+    def max_context(self) -> float:
+        """Tokens a request holds at its end: input + output (the safe length for memory), the
+        last turn's for a conversation."""
+        return self.input_len + 2 * self.history_len + self.output_len
+
+    @property
+    def mean_context(self) -> float:
+        """Tokens a request holds on average over its life: input + output / 2."""
+        return self.prompt_len + self.output_len / 2
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets: time to first token and time per output token, in seconds."""
+
+    ttft_s: float = 2.0
+    tpot_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
+                raise ValueError(
+                    f"the {name.split('_')[0].upper()} SLO must be a positive number of seconds, got {v!r}"
+                )
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """Where the speed is evaluated: ``concurrency`` requests kept in flight (closed loop), or
+    ``request_rate`` arrivals per second (open loop), both across all replicas; neither: at the
+    recommended concurrency."""
+
+    concurrency: float | None = None
+    request_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency is not None and self.request_rate is not None:
+            raise ValueError("give concurrency (closed loop) or request_rate (open loop), not both")
+        if self.concurrency is not None and not self.concurrency > 0:
+            raise ValueError(f"concurrency must be positive, got {self.concurrency}")
+        if self.request_rate is not None and not self.request_rate > 0:
+            raise ValueError(f"request_rate must be positive, got {self.request_rate}")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What is deployed: ``num_gpus`` GPUs of one kind serving ``model`` as replicas of
+    ``tp x pp x attn_dp`` GPUs (either convention, see ``split_of``), the formats, the engine and
+    its knobs. ``weight_dtype`` None: the checkpoint's own format. ``num_gpus`` None: one replica.
+    ``routing_skew``: Zipf exponent of a MoE router's expert popularity
+    (``gpucap.physics.routing``). ``encoder_tp_mode``: how a vision encoder is split (``Images``)."""
+
+    model: str | Path | ModelSpec
+    gpu: str | GPU
+    num_gpus: int | None = None
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    attn_dp: int = 1
+    weight_dtype: str | None = None
+    kv_dtype: str = "auto"
+    engine: str | EngineConfig = "vllm"
+    gpu_file: str | Path | None = None
+    routing_skew: float = 0.0
+    encoder_tp_mode: str = "weights"
+
+    def split(self) -> tuple[Layout, str]:
+        """The replica's layout, and a note when SGLang's convention was read (``split_of``)."""
+        return split_of(self.num_gpus, tp=self.tp, pp=self.pp, ep=self.ep, attn_dp=self.attn_dp)
+
+    def resolve(self) -> Hardware:
+        """The checked ``Hardware`` of one replica: catalog entries looked up, the layout checked
+        against the model, the engine's defaults for this GPU filled in."""
+        layout, _ = self.split()
+        return hardware(
+            self.model,
+            self.gpu,
+            tp=layout.tp,
+            pp=layout.pp,
+            ep=layout.ep,
+            attn_dp=layout.attn_dp,
+            weight_dtype=self.weight_dtype,
+            kv_dtype=self.kv_dtype,
+            engine=self.engine,
+            gpu_file=self.gpu_file,
+            routing_skew=self.routing_skew,
+        )
+
+    def replicas(self, layout: Layout) -> int:
+        """Replicas the GPUs form; a count that is not a multiple of the replica's GPUs is an error
+        that names the nearest count that is."""
+        per_replica = layout.gpus_per_replica
+        num_gpus = self.num_gpus or per_replica
+        if num_gpus % per_replica:
+            degrees = "tp x pp" + (" x attn_dp" if layout.attn_dp > 1 else "")
+            raise ValueError(
+                f"num_gpus={num_gpus} is not a multiple of the GPUs per replica, {degrees} = {per_replica}: "
+                f"use {per_replica * max(num_gpus // per_replica, 1)} GPUs or another split"
+            )
+        return num_gpus // per_replica
+
+
+def hardware(
+    model: str | Path | ModelSpec,
+    gpu: str | GPU,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    attn_dp: int = 1,
+    weight_dtype: str | None = None,
+    kv_dtype: str = "auto",
+    engine: str | EngineConfig = "vllm",
+    gpu_file: str | Path | None = None,
+    routing_skew: float = 0.0,
+) -> Hardware:
+    """Resolve names into a checked ``Hardware`` (model, GPU, layout, formats, engine knobs).
+    ``weight_dtype`` None: the checkpoint's own format (``ModelSpec.checkpoint_dtype``).
+    ``routing_skew``: Zipf exponent of a MoE router's expert popularity (``gpucap.physics.routing``)."""
+    spec = load_model(model)
+    if routing_skew:
+        if not (spec.is_moe and 0 < routing_skew <= MAX_ROUTING_SKEW):
+            raise ValueError(
+                f"routing_skew={routing_skew:g}: give a number in (0, {MAX_ROUTING_SKEW:g}] for a mixture-of-experts "
+                f"model ({spec.name} is {'MoE' if spec.is_moe else 'dense'}); DeepSeek-V3's published popularity is ~0.52"
+            )
+        spec = dataclasses.replace(spec, routing_skew=float(routing_skew))
+    weight_dtype = weight_dtype or spec.checkpoint_dtype
+    g = get_gpu(gpu, gpu_file)
+    if g.is_amd and kv_dtype == "fp8_e5m2":
+        raise ValueError(
+            f"kv_dtype fp8_e5m2 does not run on {g.key}: vLLM's ROCm KV-cache kernels take fp8 (= fp8_e4m3) "
+            "only (csrc/quantization/fp8/amd/quant_utils.cuh); use kv_dtype fp8 or auto"
+        )
+    layout = Layout(tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)
+    layout.check(spec)
+    eng = EngineConfig(engine=engine) if isinstance(engine, str) else engine
+    return Hardware(
+        spec=spec, gpu=g, layout=layout, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=eng.resolve(g)
+    )

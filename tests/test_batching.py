@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gpucap.estimate import hardware
+from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.runs import drain_time, saturation_run, static_batch

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import gpucap.queueing.simulate as simulate_module
-from gpucap.estimate import hardware
-from gpucap.physics.coefficients import Coefficients, EngineConfig
+from gpucap.config import EngineConfig, hardware
+from gpucap.physics.coefficients import Coefficients
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import Load
 from gpucap.queueing.simulate import run_benchmark

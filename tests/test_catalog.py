@@ -205,7 +205,7 @@ def test_cdna4_rates_and_mxfp4_on_amd() -> None:
 
 
 def test_fp8_e5m2_kv_is_refused_on_amd() -> None:
-    from gpucap.estimate import hardware
+    from gpucap.config import hardware
 
     # vLLM's ROCm KV kernels take fp8 = fp8_e4m3 only (csrc/quantization/fp8/amd/quant_utils.cuh)
     with pytest.raises(ValueError, match="fp8_e5m2.*ROCm.*fp8"):

@@ -13,9 +13,10 @@ prompts fill at most four budget-full steps (longer waves break up into groups t
 import numpy as np
 import pytest
 
-from gpucap.estimate import batch_slots, hardware
+from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import batch_slots
 from gpucap.physics.waves import wave_loop
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import Load

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucap.estimate import hardware
+from gpucap.config import hardware
 from gpucap.planning.disagg import check_by_simulation, compare, read_links, transfer_s
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"

@@ -2,7 +2,8 @@
 
 import pytest
 
-from gpucap.estimate import BOTTLENECKS, estimate
+from gpucap.estimate import estimate
+from gpucap.types import BOTTLENECKS
 
 
 @pytest.fixture(scope="module")

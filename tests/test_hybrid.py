@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 from gpucap.catalog.lookup import load_model
-from gpucap.estimate import hardware, hardware_memory
-from gpucap.physics.memory import concurrency_by_memory, kv_bytes_per_token, state_bytes_per_request_per_gpu
+from gpucap.config import hardware
+from gpucap.physics.memory import (
+    concurrency_by_memory,
+    hardware_memory,
+    kv_bytes_per_token,
+    state_bytes_per_request_per_gpu,
+)
 from gpucap.physics.step import step_work
 
 QWEN_NEXT = "Qwen/Qwen3-Next-80B-A3B-Instruct"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gpucap import estimate
-from gpucap.estimate import hardware
+from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.waves import wave_loop

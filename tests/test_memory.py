@@ -4,9 +4,9 @@ import pytest
 
 from gpucap.catalog.lookup import load_model
 from gpucap.catalog.models import ModelSpec
-from gpucap.config import Layout
-from gpucap.estimate import DoesNotFit, estimate, hardware, memory_limit
-from gpucap.physics.coefficients import EngineConfig
+from gpucap.config import EngineConfig, Layout, hardware
+from gpucap.errors import DoesNotFit
+from gpucap.estimate import estimate
 from gpucap.physics.memory import (
     MemoryBreakdown,
     WeightBytes,
@@ -14,6 +14,7 @@ from gpucap.physics.memory import (
     held_tokens_per_layer,
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
+    memory_limit,
     weight_bytes_per_gpu,
 )
 from gpucap.units import GB, GiB, weight_bytes_per_param

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 
 from gpucap.catalog.gpus import get_gpu
-from gpucap.config import Layout
-from gpucap.estimate import hardware
+from gpucap.config import Layout, hardware
 from gpucap.physics.memory import kv_bytes_per_token_per_gpu, mxfp4_expert_padding, weight_bytes_per_gpu
 from gpucap.units import GiB
 

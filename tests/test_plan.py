@@ -11,9 +11,11 @@ import pytest
 from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.prices import read_prices
 from gpucap.cli.main import main
-from gpucap.estimate import hardware, memory_limit
+from gpucap.config import hardware
 from gpucap.physics.coefficients import Coefficients
-from gpucap.planning.search import LOW_UTILIZATION, Headroom, plan, replicas_needed
+from gpucap.physics.memory import memory_limit
+from gpucap.planning.capacity import Headroom, replicas_needed
+from gpucap.planning.search import LOW_UTILIZATION, plan
 from gpucap.queueing.analytic import max_request_rate
 from gpucap.queueing.lengths import Lengths
 
@@ -58,7 +60,7 @@ def test_load_exactly_at_capacity_needs_whole_replicas_plus_headroom(prices) -> 
     assert mu > 1
     kw = dict(input_len=2000, output_len=300, ttft_slo_s=2.0, tpot_slo_s=0.1, stat="p99", prices=prices, **ONE)
     exact = plan(MODEL, target_request_rate=3 * mu, headroom=Headroom(1, 1, 0.0), **kw)
-    assert exact.best["capacity_per_replica"] == pytest.approx(mu)
+    assert exact.best["capacity_requests_per_s"] == pytest.approx(mu)
     assert exact.best["replicas"] == 3 + 2  # three serving, one failure spare, one upgrade spare
     more = plan(MODEL, target_request_rate=3.03 * mu, headroom=Headroom(1, 1, 0.0), **kw)
     assert more.best["replicas"] == 4 + 2
@@ -112,7 +114,7 @@ def test_more_load_never_needs_fewer_gpus_and_looser_slo_never_more(prices) -> N
 def test_tail_statistic_needs_at_least_the_mean(prices) -> None:
     kw = dict(input_len=2000, output_len=300, target_request_rate=20.0, prices=prices, **ONE)
     mean, p99 = plan(MODEL, stat="mean", **kw).best, plan(MODEL, stat="p99", **kw).best
-    assert p99["capacity_per_replica"] <= mean["capacity_per_replica"]
+    assert p99["capacity_requests_per_s"] <= mean["capacity_requests_per_s"]
     assert p99["replicas"] >= mean["replicas"]
 
 
@@ -120,7 +122,7 @@ def test_long_prompts_lower_the_p99_capacity(prices) -> None:
     kw = dict(output_len=300, target_request_rate=20.0, prices=prices, stat="p99", **ONE)
     fixed = plan(MODEL, input_len=2000, **kw).best
     spread = plan(MODEL, input_len=Lengths.percentiles({1: 1000, 50: 1900, 99: 6000}), **kw).best
-    assert spread["capacity_per_replica"] < fixed["capacity_per_replica"]
+    assert spread["capacity_requests_per_s"] < fixed["capacity_requests_per_s"]
 
 
 def test_power_cost_for_owned_hardware() -> None:
@@ -216,7 +218,7 @@ def test_simulation_check_columns(prices) -> None:
 
 
 def test_simulation_notes_name_the_cheapest_that_passes() -> None:
-    from gpucap.planning.search import simulation_notes
+    from gpucap.planning.result import simulation_notes
 
     checked = pd.DataFrame({"meets_slo_simulated": [False, True, None]}, dtype=object)
     (note,) = simulation_notes(checked)

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.estimate import hardware
-from gpucap.planning.search import Headroom, plan
+from gpucap.config import hardware
+from gpucap.planning.capacity import Headroom
+from gpucap.planning.search import plan
 from gpucap.report.planplots import (
     CHEAPEST,
     frontier,
@@ -271,7 +272,7 @@ def test_rejection_examples_say_which_option() -> None:
 
 
 def test_a_plan_in_words() -> None:
-    from gpucap.planning.search import describe_plan
+    from gpucap.planning.result import describe_plan
 
     row = pd.Series(dict(replicas=3, gpus_per_replica=2, gpu="H100-SXM-80GB", tp=2, pp=1, weight_dtype="fp8",
                          kv_dtype="auto", total_gpus=6, cost_per_hour=41.25))  # fmt: skip

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import gpucap
-from gpucap.estimate import Workload, batch_slots, hardware, hardware_memory, memory_limit
+from gpucap.config import Workload, hardware
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import batch_slots, hardware_memory, memory_limit
 from gpucap.queueing.simulate import kv_capacity_tokens, simulate
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B"

@@ -7,9 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucap.catalog.gpus import get_gpu
-from gpucap.estimate import DoesNotFit, estimate, hardware, memory_limit
+from gpucap.config import hardware
+from gpucap.errors import DoesNotFit
+from gpucap.estimate import estimate
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import memory_limit
 from gpucap.units import GiB
 
 MODELS = st.sampled_from(
@@ -107,7 +110,7 @@ def test_tpot_never_falls_as_concurrency_rises(model: str, isl: int, osl: int, e
 def test_a_longer_prompt_never_raises_the_recommendation(
     model: str, gpu: str, tp: int, pp: int, input_len: int, longer: float, output_len: int, lengths: str
 ) -> None:
-    from gpucap.estimate import BOTTLENECKS
+    from gpucap.types import BOTTLENECKS
 
     kw = dict(tp=tp, pp=pp, output_len=output_len, lengths=lengths)
     try:

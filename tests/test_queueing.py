@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import gpucap.queueing.analytic as queueing
-from gpucap.estimate import hardware, memory_limit
+from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import memory_limit
 from gpucap.queueing.analytic import STATS, max_request_rate, open_loop_latency
 
 TOY = hardware("meta-llama/Llama-3.2-3B-Instruct", "H100-SXM-80GB")

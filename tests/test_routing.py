@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucap.estimate import hardware
+from gpucap.config import hardware
 from gpucap.physics.routing import ep_imbalance
 from gpucap.physics.step import step_work
 

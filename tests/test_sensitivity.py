@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import gpucap
 from gpucap.physics.coefficients import Coefficients
-from gpucap.report.sensitivity import SEED1_MEASURED, band_figure, what_moves
+from gpucap.teaching.sensitivity import SEED1_MEASURED, band_figure, what_moves
 
 BASE = dict(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100-SXM-80GB", num_gpus=1, input_len=2000, output_len=200)
 

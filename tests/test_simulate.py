@@ -4,8 +4,9 @@ queue, and agreement with the analytic tails (gpucap.queueing.analytic)."""
 import numpy as np
 import pytest
 
-from gpucap.estimate import hardware, memory_limit
+from gpucap.config import hardware
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import memory_limit
 from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
 from gpucap.queueing.analytic import open_loop_latency
 from gpucap.queueing.simulate import arrival_times, simulate

@@ -6,9 +6,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpucap.estimate import estimate, hardware, hardware_memory
+from gpucap.config import hardware
+from gpucap.estimate import estimate
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import hardware_memory
 from gpucap.physics.runs import static_batch
 from gpucap.physics.speculative import Speculative, acceptance_length
 from gpucap.physics.step import step_time, step_work

@@ -4,7 +4,7 @@ equations checked against step times computed directly from the work."""
 import numpy as np
 import pytest
 
-from gpucap.estimate import hardware
+from gpucap.config import Images, hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.speculative import Speculative
@@ -18,7 +18,7 @@ from gpucap.physics.step import (
     step_time,
     step_work,
 )
-from gpucap.physics.vision import Images, image_work
+from gpucap.physics.vision import image_work
 
 COEF = Coefficients()
 

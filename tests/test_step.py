@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from gpucap.estimate import hardware
-from gpucap.physics.coefficients import Coefficients, EngineConfig
+from gpucap.config import EngineConfig, hardware
+from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import weight_bytes_per_gpu
 from gpucap.physics.step import attention_flop_per_pair, prefill_pairs_per_layer, step_time, step_work
 

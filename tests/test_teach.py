@@ -9,10 +9,10 @@ import pytest
 from matplotlib.figure import Figure
 
 from gpucap.catalog.lookup import load_model
-from gpucap.estimate import hardware, hardware_memory
+from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.memory import kv_bytes_per_token
+from gpucap.physics.memory import hardware_memory, kv_bytes_per_token
 from gpucap.physics.step import StepTime, prefill_pairs_per_layer, step_time, step_work
 from gpucap.teaching import seeds
 from gpucap.teaching import walkthrough as teach

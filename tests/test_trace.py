@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpucap.cli.main import main
-from gpucap.estimate import hardware
+from gpucap.config import hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.trace import Trace, burstiness, read_trace, route, size_trace
 
@@ -79,7 +79,7 @@ def test_cli_trace_refuses_a_second_target(tmp_path, capsys):
 
 
 def test_replay_gives_up_once_the_slo_is_lost():
-    from gpucap.estimate import batch_slots
+    from gpucap.physics.memory import batch_slots
     from gpucap.queueing.simulate import kv_capacity_tokens, replay
 
     hw, coef = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB"), Coefficients.for_engine("vllm")

@@ -5,11 +5,13 @@ import numpy as np
 import pytest
 
 from gpucap.catalog.lookup import load_model, model_cards
-from gpucap.estimate import Workload, estimate, hardware, hardware_memory
+from gpucap.config import Images, Workload, hardware
+from gpucap.estimate import estimate
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import hardware_memory
 from gpucap.physics.runs import static_batch
 from gpucap.physics.step import step_time, step_work
-from gpucap.physics.vision import Images, image_grid, image_work, llama4_canvas_tiles, qwen_resized_px
+from gpucap.physics.vision import image_grid, image_work, llama4_canvas_tiles, qwen_resized_px
 
 IDEAL = Coefficients(
     u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0
@@ -178,10 +180,9 @@ def test_bad_image_inputs_are_named() -> None:
 def test_pipeline_stages_do_not_shorten_the_encoder() -> None:
     """The encoder runs once per step on the first stage: eight images take the same seconds at
     pp = 1, 2 and 4 (dividing by pp twice, as before, halved them at each doubling)."""
-    from gpucap.estimate import hardware
+    from gpucap.config import Images, hardware
     from gpucap.physics.coefficients import Coefficients
     from gpucap.physics.step import step_time, step_work
-    from gpucap.physics.vision import Images
 
     coef = Coefficients.for_engine("vllm")
     seconds = []

@@ -32,8 +32,8 @@ from gpucap.calibration.loadtests import cases_from_runs
 from gpucap.calibration.results import read_results
 from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.lookup import load_model
-from gpucap.config import Layout
-from gpucap.physics.coefficients import Coefficients, EngineConfig
+from gpucap.config import EngineConfig, Layout
+from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import activation_bytes_per_gpu, weight_bytes_per_gpu
 from gpucap.units import GiB
 

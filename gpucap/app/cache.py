@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from gpucap.physics.coefficients import Coefficients, EngineConfig
+from gpucap.config import EngineConfig
+from gpucap.physics.coefficients import Coefficients
 
 CACHE_SIZE = 64  # results kept per stage, so dragging a slider back and forth is instant
 

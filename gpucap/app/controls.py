@@ -16,7 +16,9 @@ import ipywidgets as widgets
 from gpucap.app.cache import Inputs, stamp
 from gpucap.catalog.gpus import get_gpu, load_gpus
 from gpucap.catalog.lookup import load_model, model_cards
-from gpucap.physics.coefficients import ENGINES, VLLM_UTILIZATION, Coefficients, EngineConfig
+from gpucap.config import VLLM_UTILIZATION, EngineConfig
+from gpucap.physics.coefficients import Coefficients
+from gpucap.types import ENGINES
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 ALLOWED_ENV = "GPUCAP_APP_FILES"  # folders the served page may read files from (os.pathsep-separated)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpucap.app.svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks, log_label, log_ticks, padded_limits
-from gpucap.estimate import BAR_NAMES, Estimate
+from gpucap.estimate import Estimate
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.memory import MemoryBreakdown
+from gpucap.report.text import BAR_NAMES
 from gpucap.units import GiB
 
 # What each bar of the constraints figure means and where its number comes from (its tooltip).

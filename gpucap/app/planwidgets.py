@@ -18,17 +18,9 @@ from gpucap.app.controls import model_options
 from gpucap.catalog.gpus import load_gpus
 from gpucap.catalog.lookup import model_cards
 from gpucap.catalog.prices import Prices
-from gpucap.planning.search import (
-    GPU_COUNTS,
-    KV_DTYPES,
-    PLAN_COLUMNS,
-    TARGETS,
-    WEIGHT_DTYPES,
-    Headroom,
-    Plan,
-    plan,
-    rejected_counts,
-)
+from gpucap.planning.capacity import Headroom
+from gpucap.planning.result import PLAN_COLUMNS, TARGETS, Plan, rejected_counts
+from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, plan
 from gpucap.queueing.analytic import STATS
 from gpucap.queueing.lengths import Lengths
 from gpucap.units import MS
@@ -259,16 +251,18 @@ def plan_table(result: Plan, top: int = TOP) -> pd.DataFrame:
     with units (capacity in the target's own unit, latencies at the SLOs' statistic)."""
     plans = group_twins(result.plans).head(top)
     cols = TABLE_COLUMNS + [c for c in SIMULATED_COLUMNS if c in plans]
+    capacity = "capacity_concurrency" if result.target.kind == "concurrency" else "capacity_requests_per_s"
+    cols = [c for c in cols if not c.startswith("capacity_") or c == capacity]
     table = plans[cols].copy()
     for col in ("tpot_s", "tpot_s_simulated"):
         if col in table:
             table[col] = table[col] / MS
     stat = str(result.slo["stat"]).upper() if result.slo["stat"] != "mean" else "mean"
-    unit = {"concurrency": "requests in flight"}.get(result.target.kind, "requests/s")
     names = {
         "gpu": "GPU", "gpus_per_replica": "GPUs per replica", "tp": "TP", "pp": "PP", "ep": "EP",
         "weight_dtype": "weights", "kv_dtype": "KV cache", "replicas": "replicas (with spares)",
-        "total_gpus": "GPUs in all", "capacity_per_replica": f"capacity per replica ({unit})",
+        "total_gpus": "GPUs in all", "capacity_requests_per_s": "capacity per replica (requests/s)",
+        "capacity_concurrency": "capacity per replica (requests in flight)",
         "utilization": "share of service rate", "ttft_s": f"{stat} TTFT (s)", "tpot_s": f"{stat} TPOT (ms)",
         "cost_per_hour": "$ per hour", "cost_per_million_output_tokens": "$ per million output tokens",
         "meets_slo_simulated": "meets SLOs in simulation", "ttft_s_simulated": f"simulated {stat} TTFT (s)",

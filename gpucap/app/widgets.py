@@ -33,22 +33,15 @@ from gpucap.app.cache import LRU, Inputs
 from gpucap.app.controls import CURVE_MAX_CHOICES, Controls, choose, engine_default_utilization
 from gpucap.app.figures import constraints_svg, curves_svg, memory_svg
 from gpucap.calibration.ranges import range_note
-from gpucap.estimate import (
-    PLAIN_NAMES,
-    DoesNotFit,
-    Estimate,
-    Workload,
-    batch_slots,
-    estimate,
-    hardware,
-    hardware_memory,
-    loop_point,
-)
+from gpucap.config import Hardware, Workload, hardware
+from gpucap.errors import DoesNotFit
+from gpucap.estimate import Estimate, estimate
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.memory import MemoryBreakdown
-from gpucap.physics.step import Hardware
+from gpucap.physics.concurrency import loop_point
+from gpucap.physics.memory import MemoryBreakdown, batch_slots, hardware_memory
 from gpucap.report.knee import Knee, ttft_knee
+from gpucap.report.text import PLAIN_NAMES
 from gpucap.units import GiB
 
 CURVE_POINTS = 120  # concurrencies the curves are solved at (one vectorized closed_loop call)

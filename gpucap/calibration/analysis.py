@@ -11,7 +11,8 @@ import pandas as pd
 from gpucap.calibration.calibrate import DEFAULT_FREE, calibrate
 from gpucap.calibration.validate import METRICS, error_summary, validate
 from gpucap.catalog.lookup import load_model
-from gpucap.physics.coefficients import ENGINES, Coefficients
+from gpucap.physics.coefficients import Coefficients
+from gpucap.types import ENGINES
 
 SIZE_BUCKETS = ((10e9, "<10B"), (40e9, "10-40B"), (100e9, "40-100B"), (np.inf, ">100B"))
 

@@ -30,12 +30,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from gpucap import __version__
 from gpucap.calibration.fitchecks import metric_changes, worse_flags
 from gpucap.calibration.limits import LIMIT_STATS, Slo, Sweep, find_sweeps, predicted_limits
 from gpucap.calibration.ranges import fit_bands
 from gpucap.calibration.validate import METRICS, PreparedCase, measured_metrics, predict_prepared, prepare_cases
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
+from gpucap.version import __version__
 
 DEFAULT_FREE = ("u_compute", "u_hbm", "overlap", "t_overhead_s")
 # A run the model calls unstable (infinite TTFT) or cannot predict counts as this log error.

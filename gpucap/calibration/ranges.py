@@ -35,6 +35,9 @@ import numpy as np
 import pandas as pd
 
 from gpucap.catalog.gpus import DATA_DIR
+from gpucap.catalog.models import ModelSpec
+from gpucap.config import SLO
+from gpucap.physics.batching import LoadPoint
 from gpucap.textfiles import read_text
 
 RANGES_FILE = DATA_DIR / "ranges.csv"
@@ -324,3 +327,68 @@ def slo_concurrency_range(
     low = _largest_meeting(grid, (ttft_s * ttft.f_high <= ttft_slo_s) & (tpot_s * tpot.f_high <= tpot_slo_s), top)
     high = _largest_meeting(grid, (ttft_s * ttft.f_low <= ttft_slo_s) & (tpot_s * tpot.f_low <= tpot_slo_s), top)
     return min(low, top), min(high, top)
+
+
+def model_class(spec: ModelSpec) -> str:
+    """ "moe" or "dense": the model classes of ``gpucap.calibration.ranges``."""
+    return "moe" if spec.is_moe else "dense"
+
+
+def slo_concurrency(
+    grid: np.ndarray, point: LoadPoint, slo: SLO, bands: dict[str, Band], top: float, replicas: int
+) -> tuple[float, float] | None:
+    """Range of the SLO-limited concurrency, all replicas (``gpucap.calibration.ranges.slo_concurrency_range``
+    on the SLO search's own grid); None without both latency bands."""
+    if "ttft_ms" not in bands or "tpot_ms" not in bands:
+        return None
+    low, high = slo_concurrency_range(
+        grid,
+        np.asarray(point.ttft_s, dtype=float),
+        np.asarray(point.tpot_s, dtype=float),
+        ttft_slo_s=slo.ttft_s,
+        tpot_slo_s=slo.tpot_s,
+        ttft=bands["ttft_ms"],
+        tpot=bands["tpot_ms"],
+        top=top,
+    )
+    return low * replicas, high * replicas
+
+
+def answer_ranges(
+    bands: dict[str, Band],
+    recommended: int,
+    concurrency: tuple[float, float] | None,
+    *,
+    output_tokens_per_s: float,
+    ttft_s: float,
+    tpot_s: float,
+    saturation: tuple[float, Band | None],
+) -> dict[str, Range]:
+    """Each answer with its range: ``value x (f_low, f_high)`` of its metric's band; the
+    concurrency's from ``slo_concurrency``, named after the TTFT band it comes from."""
+    out: dict[str, Range] = {}
+    for key, value, metric in (
+        ("output_tokens_per_s", output_tokens_per_s, "output_tok_s"),
+        ("ttft_s", ttft_s, "ttft_ms"),
+        ("tpot_s", tpot_s, "tpot_ms"),
+    ):
+        band = bands.get(metric)
+        if band is not None and np.isfinite(value):
+            out[key] = Range(value, *band.apply(value), band)
+    sat_value, sat_band = saturation
+    if sat_band is not None and np.isfinite(sat_value):
+        out["saturation_output_tokens_per_s"] = Range(sat_value, *sat_band.apply(sat_value), sat_band)
+    if concurrency is not None:
+        low, high = concurrency
+        t, d = bands["ttft_ms"], bands["tpot_ms"]
+        band = Band(
+            "concurrency",
+            low / max(recommended, 1),
+            high / max(recommended, 1),
+            min(t.runs, d.runs),
+            f"TTFT: {t.group}; TPOT: {d.group}",
+            t.level,
+            t.basis,
+        )
+        out["recommended_concurrency"] = Range(float(recommended), float(np.floor(low)), float(np.floor(high)), band)
+    return out

@@ -23,12 +23,12 @@ import numpy as np
 import pandas as pd
 
 from gpucap.catalog.gpus import scaled
-from gpucap.config import split_of
-from gpucap.estimate import DoesNotFit, batch_slots, hardware, memory_limit
+from gpucap.config import VLLM_UTILIZATION_BEFORE_0_20, EngineConfig, Hardware, hardware, split_of
+from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import LoadPoint, closed_loop, open_loop
-from gpucap.physics.coefficients import VLLM_UTILIZATION_BEFORE_0_20, Coefficients, EngineConfig
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import batch_slots, memory_limit
 from gpucap.physics.runs import saturation_run, static_batch
-from gpucap.physics.step import Hardware
 from gpucap.physics.waves import wave_loop
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import Load

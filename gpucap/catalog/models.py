@@ -17,7 +17,7 @@ from typing import Any
 
 from gpucap.catalog.configfields import Fields
 from gpucap.catalog.hybrid import HYBRID_FAMILIES, LinearMixer, linear_layers, linear_mixer, nemotron_blocks
-from gpucap.physics.vision import VisionEncoder, parse_vision_config
+from gpucap.catalog.vision import VisionEncoder, parse_vision_config
 from gpucap.textfiles import read_text
 
 SUPPORTED_FAMILIES: dict[str, str] = {

@@ -9,9 +9,10 @@ import math
 from typing import Any
 
 from gpucap.cli.args import names, positive_float, positive_ints
-from gpucap.estimate import LENGTHS
-from gpucap.physics.coefficients import ENGINES, Coefficients, EngineConfig
+from gpucap.config import EngineConfig
+from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.interactivity import frontier
+from gpucap.types import ENGINES, LENGTHS
 
 
 def add_parser(sub: Any) -> None:

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from gpucap import __version__
 from gpucap.calibration.analysis import GROUPS
 from gpucap.calibration.calibrate import DEFAULT_FREE
 from gpucap.calibration.limits import LIMIT_STATS, Slo
@@ -23,10 +22,13 @@ from gpucap.cli import frontier as cli_frontier
 from gpucap.cli import plan as cli_plan
 from gpucap.cli import simulate as cli_simulate
 from gpucap.cli.args import output_file, positive_float, positive_int
-from gpucap.estimate import LENGTHS, DoesNotFit, estimate
-from gpucap.physics.coefficients import ENGINES, EngineConfig
+from gpucap.config import EngineConfig
+from gpucap.errors import DoesNotFit
+from gpucap.estimate import estimate
 from gpucap.physics.speculative import Speculative, acceptance_length
+from gpucap.types import ENGINES, LENGTHS
 from gpucap.units import GB, KV_BYTES_PER_ELEMENT, TB, TERA, WEIGHT_BYTES_PER_PARAM, GiB
+from gpucap.version import __version__
 
 
 def _image_size(text: str) -> int | tuple[int, int]:

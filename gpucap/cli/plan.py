@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 
 from gpucap.cli.args import count, names, non_negative_float, positive_float, positive_int, positive_ints
-from gpucap.physics.coefficients import ENGINES
-from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Headroom, plan
+from gpucap.planning.capacity import Headroom
+from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, plan
 from gpucap.queueing.analytic import STATS
 from gpucap.queueing.lengths import Lengths
+from gpucap.types import ENGINES
 
 EXIT_NOTHING_FITS = 3
 
@@ -121,7 +122,7 @@ def run(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
-        from gpucap.report.text import format_plan
+        from gpucap.planning.result import format_plan
 
         print(format_plan(result, top=a.top))
     if a.disaggregated:
@@ -165,8 +166,8 @@ def print_disaggregated(a: argparse.Namespace, inp: Lengths, out: Lengths) -> No
 def run_trace(a: argparse.Namespace) -> int:
     """``--trace``: the analytic plan for the trace's mean rate, lengths and burstiness (no spares,
     no burst margin: the trace is the traffic), then its cheapest option sized by replay."""
-    from gpucap.estimate import hardware
-    from gpucap.physics.coefficients import Coefficients, EngineConfig
+    from gpucap.config import EngineConfig, hardware
+    from gpucap.physics.coefficients import Coefficients
     from gpucap.planning.trace import burstiness, read_trace, size_trace, trace_lengths
 
     if a.target_rps or a.target_concurrency or a.target_output_tps or a.input_len or a.output_len:

@@ -9,12 +9,12 @@ import math
 from typing import Any
 
 from gpucap.cli.args import positive_float, positive_int
-from gpucap.estimate import hardware
-from gpucap.physics.coefficients import ENGINES, EngineConfig
+from gpucap.config import EngineConfig, hardware
 from gpucap.queueing.benchstats import BENCH_STATS, METRIC_NAMES
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import ARRIVALS, LOAD_MODES, Load
 from gpucap.queueing.simulate import run_benchmark
+from gpucap.types import ENGINES
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 LENGTH_KINDS = ("fixed", "range", "dataset")

@@ -27,12 +27,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpucap.config import Hardware, Images
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import ArrayLike, serves_images
 from gpucap.physics.speculative import Speculative
 from gpucap.physics.steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
-from gpucap.physics.step import Array, Hardware, StepTime, combine, prefill_pairs_per_layer, step_terms, step_work
-from gpucap.physics.vision import Images, image_work
+from gpucap.physics.step import Array, StepTime, combine, prefill_pairs_per_layer, step_terms, step_work
+from gpucap.physics.vision import image_work
 
 DENSE_PASSES = 2  # the second pass takes the chunk count at the first solution
 MOE_PASSES = 4  # Newton passes on the concave expert traffic (converged to 1e-11 in tests)

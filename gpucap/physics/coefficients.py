@@ -15,96 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucap.catalog.gpus import GPU
+from gpucap.config import EngineConfig
 from gpucap.textfiles import read_text
-from gpucap.units import MS, GiB
+from gpucap.types import ENGINES
+from gpucap.units import MS
 
-ENGINES = ("vllm", "sglang", "trtllm")
-VLLM_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.20 (vllm/config/cache.py)
-VLLM_UTILIZATION_BEFORE_0_20 = 0.9
 MAX_COEFFICIENTS_BYTES = 1 << 20
-# How requests reach the engine: through its OpenAI-compatible HTTP server ("http": vllm serve,
-# SGLang's launch_server, trtllm-serve), or handed to it in-process ("offline": trtllm-bench,
-# vllm bench throughput), with no front end at all.
-FRONT_ENDS = ("http", "offline")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Engine knobs. ``None`` means the engine's own default for this GPU (``resolve``).
-
-    memory_basis: "total" when the fraction applies to the whole GPU (vLLM
-    ``gpu_memory_utilization``, SGLang ``mem_fraction_static``), "free" when it applies to what
-    is left after weights and activations (TensorRT-LLM ``free_gpu_memory_fraction``).
-
-    overlap_host: the host's per-step work (scheduling, sampling, detokenizing) runs while the GPU
-    computes the step before, so a step lasts ``max(GPU, host)`` instead of their sum
-    (``gpucap.physics.step.combine``): vLLM's async scheduling (default since PR #27614, late 2025; off in
-    vLLM 0.11 and earlier), SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler. ``None``
-    is on, as today's versions of all three run.
-    front_end: "http" or "offline" (``FRONT_ENDS``): whether requests pass the engine's HTTP
-    server, whose per-request costs (``Coefficients.t_frontend_s``, ``t_request_s``) apply.
-    """
-
-    engine: str = "vllm"
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float | None = None
-    block_size: int | None = None
-    cuda_graphs: bool = True
-    runtime_overhead_bytes: float = 1.0 * GiB  # CUDA context, NCCL buffers, allocator slack
-    cuda_graph_bytes: float = 1.0 * GiB  # CUDA-graph pools (vLLM logs 0.5-2 GiB)
-    overlap_host: bool | None = None
-    front_end: str = "http"
-    eplb: bool = False  # an expert-parallel load balancer (--enable-eplb): gpucap.physics.routing.ep_imbalance
-
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINES)}")
-        if self.front_end not in FRONT_ENDS:
-            raise ValueError(f"unknown front end {self.front_end!r}; use one of {', '.join(FRONT_ENDS)}")
-        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
-
-    @property
-    def memory_basis(self) -> str:
-        return "free" if self.engine == "trtllm" else "total"
-
-    def resolve(self, gpu: GPU) -> EngineConfig:
-        """Fill ``None`` knobs with the engine's defaults for ``gpu``.
-
-        vLLM (``EngineArgs.get_batch_defaults``, v0.10+): API server on GPUs with >= 70 GiB that
-        are not A100: 1024 sequences, 8192 batched tokens; otherwise 256 and 2048.
-        gpu_memory_utilization 0.92 (``vllm/config/cache.py`` since v0.20, which also counts the
-        CUDA-graph estimate in the budget; 0.9 before), block 16.
-        SGLang (``server_args.py``): chunked_prefill_size 8192 on >= 60 GB GPUs (4096 / 2048 on
-        smaller), mem_fraction_static ~0.88, page size 1; running requests capped by memory,
-        taken here as 1024.
-        TensorRT-LLM (``BuildConfig``): max_batch_size 2048, max_num_tokens 8192,
-        free_gpu_memory_fraction 0.9, tokens_per_block 32.
-        """
-        big = gpu.memory_bytes >= 70 * GiB
-        if self.engine == "vllm":
-            a100 = gpu.key.upper().startswith("A100")
-            seqs, tokens = (1024, 8192) if big and not a100 else (256, 2048)
-            util, block = VLLM_UTILIZATION, 16
-        elif self.engine == "sglang":
-            seqs, util, block = 1024, 0.88, 1
-            tokens = 8192 if gpu.memory_bytes >= 60 * GiB else 4096 if gpu.memory_bytes >= 35 * GiB else 2048
-        else:
-            seqs, tokens, util, block = 2048, 8192, 0.9, 32
-        return dataclasses.replace(
-            self,
-            max_num_seqs=self.max_num_seqs or seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens or tokens,
-            gpu_memory_utilization=self.gpu_memory_utilization or util,
-            block_size=self.block_size or block,
-            overlap_host=True if self.overlap_host is None else self.overlap_host,
-        )
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,10 @@ import numpy.typing as npt
 from gpucap.catalog.gpus import GPU
 from gpucap.catalog.hybrid import STATE_COPIES
 from gpucap.catalog.models import ModelSpec
-from gpucap.config import Layout
-from gpucap.physics.coefficients import EngineConfig
+from gpucap.config import EngineConfig, Hardware, Images, Layout
+from gpucap.errors import DoesNotFit
 from gpucap.physics.speculative import Speculative, draft_layout, draft_spec, shares_output_head
 from gpucap.physics.vision import (
-    Images,
     encoder_activation_bytes,
     encoder_cache_bytes,
     encoder_weight_bytes_per_gpu,
@@ -359,9 +358,10 @@ def concurrency_by_memory(
     return np.floor(layout.attn_dp * max(mem.kv_budget, 0.0) / per_request)
 
 
-def does_not_fit_message(mem: MemoryBreakdown, spec: ModelSpec, gpu: GPU, layout: Layout, weight_dtype: str) -> str:
-    """'does not fit by X GiB; try ...' for a non-positive KV budget, with the smallest split and
-    the lighter formats that would leave room for weights (KV cache needs more on top)."""
+def does_not_fit(mem: MemoryBreakdown, spec: ModelSpec, gpu: GPU, layout: Layout, weight_dtype: str) -> DoesNotFit:
+    """The error for a non-positive KV budget: by how much it is short per GPU, and the options
+    that would leave room for the weights (the KV cache needs more on top): the smallest split,
+    the lighter formats, a GPU with more memory."""
     short = -mem.kv_budget / GiB
     room = mem.usable - mem.reserved
     shards = layout.tp * layout.pp * mem.weights.total / room if room > 0 else math.inf
@@ -379,8 +379,64 @@ def does_not_fit_message(mem: MemoryBreakdown, spec: ModelSpec, gpu: GPU, layout
             tries.append(f"{lighter} weights")
             break
     tries.append("a GPU with more memory")
-    return (
+    message = (
         f"{spec.name} does not fit on {gpu.key} with tp={layout.tp} pp={layout.pp}: short by "
         f"{short:.1f} GiB per GPU (weights {mem.weights.total / GiB:.1f} GiB + reserved "
         f"{mem.reserved / GiB:.1f} GiB of {mem.usable / GiB:.1f} GiB usable); try {', or '.join(tries)}"
     )
+    return DoesNotFit(message, short_bytes=-mem.kv_budget, options=tuple(tries))
+
+
+def hardware_memory(
+    hw: Hardware, *, images: Images | None = None, speculative: Speculative | None = None
+) -> MemoryBreakdown:
+    """``gpucap.physics.memory.memory_breakdown`` of resolved hardware; does not raise when it does not fit
+    (a negative ``kv_budget`` says by how much)."""
+    return memory_breakdown(
+        hw.spec,
+        hw.gpu,
+        hw.layout,
+        weight_dtype=hw.weight_dtype,
+        kv_dtype=hw.kv_dtype,
+        engine=hw.engine,
+        images=images,
+        speculative=speculative,
+    )
+
+
+def memory_limit(
+    hw: Hardware,
+    context_tokens: float,
+    *,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
+    shared_tokens: float = 0.0,
+    shared_by: float = 1.0,
+) -> tuple[MemoryBreakdown, float]:
+    """Per-GPU breakdown and the requests one replica's KV cache holds at ``context_tokens``
+    (image tokens included); raises ``DoesNotFit`` when the weights leave no room.
+
+    ``shared_tokens`` of a prefix that ``shared_by`` of the requests carry (a system prompt in
+    the prefix cache) hold their KV once: the budget loses one copy, and each request is charged
+    ``context - shared_by x shared_tokens``."""
+    mem = hardware_memory(hw, images=images, speculative=speculative)
+    if not mem.fits:
+        raise does_not_fit(mem, hw.spec, hw.gpu, hw.layout, hw.weight_dtype)
+    block = int(hw.engine.block_size or 1)
+    counted = mem
+    if shared_tokens:
+        one_copy = float(held_tokens_per_layer(hw.spec, shared_tokens, block)) * mem.kv_bytes_per_token_per_gpu
+        counted = dataclasses.replace(mem, kv_budget=mem.kv_budget - one_copy)
+    charged = context_tokens - shared_by * shared_tokens
+    limit = float(concurrency_by_memory(counted, hw.spec, hw.layout, charged, block))
+    return mem, limit
+
+
+def batch_slots(hw: Hardware, kv_slots: float | None = None, *, context_tokens: float | None = None) -> float:
+    """Requests one replica runs at once: the smaller of the engine's ``max_num_seqs`` and the
+    requests its KV cache holds (``kv_slots``, or found by ``memory_limit`` at ``context_tokens``)."""
+    if kv_slots is None:
+        if context_tokens is None:
+            raise ValueError("give kv_slots or context_tokens")
+        _, kv_slots = memory_limit(hw, context_tokens)
+    return float(min(float(hw.engine.max_num_seqs or np.inf), kv_slots))

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpucap.config import Hardware, Images
 from gpucap.physics.batching import Extras, LoadPoint, _frontend_rate, _steps, closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.speculative import Speculative
-from gpucap.physics.step import Array, Hardware, prefill_pairs_per_layer
-from gpucap.physics.vision import Images
+from gpucap.physics.step import Array, prefill_pairs_per_layer
 
 DRAIN_NODES = 16
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "dataset")

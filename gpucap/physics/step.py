@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from gpucap.catalog.gpus import GPU
 from gpucap.catalog.models import ModelSpec
-from gpucap.config import Layout
-from gpucap.physics.coefficients import EAGER_LAUNCH_S_PER_LAYER, Coefficients, EngineConfig
+from gpucap.config import Hardware, Images
+from gpucap.physics.coefficients import EAGER_LAUNCH_S_PER_LAYER, Coefficients
 from gpucap.physics.memory import (
     ArrayLike,
     held_tokens_per_layer,
@@ -37,7 +36,7 @@ from gpucap.physics.memory import (
 from gpucap.physics.routing import ep_imbalance
 from gpucap.physics.routing import experts_touched as routing_experts_touched
 from gpucap.physics.speculative import Speculative, draft_layout, draft_spec
-from gpucap.physics.vision import Images, encoder_weight_bytes_per_gpu, image_work
+from gpucap.physics.vision import encoder_weight_bytes_per_gpu, image_work
 from gpucap.units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
 
 Array = npt.NDArray[np.float64]
@@ -45,18 +44,6 @@ Array = npt.NDArray[np.float64]
 # Activation traffic per token per layer in units of hidden (residual read/write, norm, attention
 # in/out, MLP in/out); small next to weights except in large prefill chunks.
 ACTIVATION_HIDDEN_PASSES = 10
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """What the step runs on: model, GPU, split, formats, engine."""
-
-    spec: ModelSpec
-    gpu: GPU
-    layout: Layout
-    weight_dtype: str
-    kv_dtype: str
-    engine: EngineConfig
 
 
 def _zeros() -> Array:

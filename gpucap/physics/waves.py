@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpucap.config import Hardware
 from gpucap.physics.batching import LoadPoint, _frontend_latency, _steps
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import ArrayLike
-from gpucap.physics.step import Hardware, prefill_pairs_per_layer
+from gpucap.physics.step import prefill_pairs_per_layer
 
 
 def wave_loop(

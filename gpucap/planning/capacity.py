@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from gpucap.config import Hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import charged_tokens_per_layer
-from gpucap.physics.step import Hardware
 from gpucap.queueing.analytic import QUANTILES, max_request_rate, open_loop_latency, service_curve
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.simulate import simulate

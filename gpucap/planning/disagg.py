@@ -36,11 +36,12 @@ import pandas as pd
 
 from gpucap.catalog.gpus import DATA_DIR
 from gpucap.catalog.prices import Prices, read_prices
-from gpucap.estimate import DoesNotFit, batch_slots, hardware, memory_limit
+from gpucap.config import Hardware, hardware
+from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import open_loop
 from gpucap.physics.coefficients import Coefficients, front_end
-from gpucap.physics.memory import kv_bytes_per_token_per_gpu, state_bytes_per_request_per_gpu
-from gpucap.physics.step import Hardware, prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.memory import batch_slots, kv_bytes_per_token_per_gpu, memory_limit, state_bytes_per_request_per_gpu
+from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
 from gpucap.textfiles import read_text
 from gpucap.units import GB
 

@@ -27,9 +27,11 @@ import pandas as pd
 from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.models import ModelSpec
 from gpucap.catalog.prices import Prices, read_prices
-from gpucap.estimate import DoesNotFit, Workload, batch_slots, hardware, loop_point, memory_limit
-from gpucap.physics.coefficients import Coefficients, EngineConfig
-from gpucap.physics.step import Hardware
+from gpucap.config import EngineConfig, Hardware, Workload, hardware
+from gpucap.errors import DoesNotFit
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.concurrency import loop_point
+from gpucap.physics.memory import batch_slots, memory_limit
 
 COLUMNS = [
     "gpu",

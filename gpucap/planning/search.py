@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +31,17 @@ from gpucap.catalog.gpus import GPU, get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.catalog.models import ModelSpec
 from gpucap.catalog.prices import Prices, read_prices
-from gpucap.estimate import DoesNotFit, batch_slots, hardware, memory_limit
+from gpucap.config import EngineConfig, Hardware, hardware
+from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import closed_loop
-from gpucap.physics.coefficients import Coefficients, EngineConfig
-from gpucap.physics.memory import weight_bytes_per_gpu
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import batch_slots, memory_limit, weight_bytes_per_gpu
 from gpucap.planning.capacity import Headroom, concurrency_load, rate_load, replicas_needed, simulated
+from gpucap.planning.result import PLAN_COLUMNS, Plan, Target, simulation_notes, too_big_notes
 from gpucap.queueing.analytic import STATS
 from gpucap.queueing.lengths import Lengths, as_lengths
 from gpucap.units import COMPUTE_FORMAT, GiB
 
-TARGETS = ("request_rate", "concurrency", "output_tps")
 GPU_COUNTS = (1, 2, 4, 8)
 WEIGHT_DTYPES = ("bf16", "fp8", "nvfp4")
 KV_DTYPES = ("auto", "fp8")
@@ -51,43 +52,6 @@ SIMULATE_MORE = 10  # plans simulated beyond the top ones while none has passed
 # A cheapest plan whose replicas run below this share of their service rate is flagged: its GPUs
 # are bought for an SLO near the physical floor, not for the load (a judgement, not a constant).
 LOW_UTILIZATION = 0.25
-PLAN_COLUMNS = [
-    "gpu",
-    "gpus_per_replica",
-    "tp",
-    "pp",
-    "ep",
-    "weight_dtype",
-    "kv_dtype",
-    "replicas",
-    "spare_replicas",
-    "total_gpus",
-    "capacity_per_replica",
-    "utilization",
-    "ttft_s",
-    "tpot_s",
-    "comm_share",
-    "cost_per_hour",
-    "cost_per_million_output_tokens",
-]
-
-
-@dataclass(frozen=True)
-class Target:
-    """What the fleet must carry: requests/s, requests in flight, or output tokens/s."""
-
-    kind: str
-    value: float
-
-    def __post_init__(self) -> None:
-        if self.kind not in TARGETS:
-            raise ValueError(f"target kind must be one of {', '.join(TARGETS)}, got {self.kind!r}")
-        if not (math.isfinite(self.value) and self.value > 0):
-            raise ValueError(f"target {self.kind} must be a positive number, got {self.value!r}")
-
-    def describe(self) -> str:
-        unit = {"request_rate": "requests/s", "concurrency": "concurrent requests", "output_tps": "output tokens/s"}
-        return f"{self.value:g} {unit[self.kind]}"
 
 
 @dataclass(frozen=True)
@@ -159,85 +123,7 @@ def candidates(
     return out, invalid
 
 
-@dataclass
-class Plan:
-    """Options ranked by cost (``plans``), the ones that failed and why (``rejected``)."""
-
-    model: str
-    target: Target
-    slo: dict[str, Any]
-    plans: pd.DataFrame
-    rejected: pd.DataFrame
-    searched: int
-    search_s: float
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def best(self) -> pd.Series | None:
-        """The cheapest plan by the queueing model."""
-        return None if self.plans.empty else self.plans.iloc[0]
-
-    @property
-    def best_checked(self) -> pd.Series | None:
-        """The cheapest plan that also meets the SLOs in the step-level simulation, where plans
-        were simulated (``simulate_top``); without a simulation, or when none simulated passes,
-        the cheapest by the queueing model (``simulation_notes`` says which)."""
-        if self.plans.empty or "meets_slo_simulated" not in self.plans:
-            return self.best
-        ok = self.plans[self.plans["meets_slo_simulated"].eq(True)]
-        return ok.iloc[0] if not ok.empty else self.best
-
-    def to_dict(self) -> dict[str, Any]:
-        def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-            return [{k: _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
-
-        return {
-            "model": self.model,
-            "target": {"kind": self.target.kind, "value": self.target.value},
-            "slo": self.slo,
-            "searched": self.searched,
-            "search_s": round(self.search_s, 3),
-            "notes": self.notes,
-            "plans": records(self.plans),
-            "rejected": records(self.rejected),
-        }
-
-    def __str__(self) -> str:
-        from gpucap.report.text import format_plan
-
-        return format_plan(self)
-
-    def _repr_html_(self) -> str:
-        head = f"<b>{self.model}</b>: {self.target.describe()}, {self.slo['stat']} TTFT &le; {self.slo['ttft_s']:g} s"
-        head += f", {self.slo['stat']} TPOT &le; {self.slo['tpot_s']:g} s; {self.searched} options searched"
-        body = self.plans.head(15).to_html(index=False, float_format=lambda v: f"{v:.4g}")
-        return f"<p>{head}</p>{body}<p>{len(self.rejected)} rejected (see .rejected)</p>"
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, (np.floating, float)):
-        return None if not math.isfinite(float(v)) else float(v)
-    if isinstance(v, np.integer):
-        return int(v)
-    return v
-
-
-def _check_by_simulation(
-    plans: pd.DataFrame,
-    spec: ModelSpec,
-    coef: Coefficients,
-    *,
-    engine: str,
-    inp: Lengths,
-    out: Lengths,
-    rate: float,
-    headroom: Headroom,
-    top: int,
-    ttft_slo_s: float,
-    tpot_slo_s: float,
-    stat: str,
-    burstiness: float,
-) -> pd.DataFrame:
+def _check_by_simulation(plans: pd.DataFrame, ask: _Question, *, top: int) -> pd.DataFrame:
     """The ``top`` cheapest plans simulated at the target spread over their serving replicas; when
     none of them passes, the next ones too (up to ``SIMULATE_MORE``) until one does."""
     plans = plans.copy()
@@ -245,65 +131,46 @@ def _check_by_simulation(
         plans[col] = np.nan
     plans["meets_slo_simulated"] = pd.Series([None] * len(plans), dtype=object)
     plans["simulation_error"] = pd.Series([None] * len(plans), dtype=object)
+    inp, out = ask.inp, ask.out
     passed = False
     for k in range(min(top + SIMULATE_MORE, len(plans))):
         if k >= top and passed:
             break  # the cheapest that passes is known
         row = plans.iloc[k]
-        hw = hardware(
-            spec,
-            str(row["gpu"]),
-            tp=int(row["tp"]),
-            pp=int(row["pp"]),
-            ep=int(row["ep"]),
-            weight_dtype=str(row["weight_dtype"]),
-            kv_dtype=str(row["kv_dtype"]),
-            engine=EngineConfig(engine=engine),
-        )
+        hw = ask.hardware(str(row["gpu"]), row)
         mem, slots = memory_limit(hw, inp.mean + out.mean)
         try:
             ttft, tpot = simulated(
                 hw,
-                coef,
+                ask.coef,
                 inp=inp,
                 out=out,
-                rate=rate / (int(row["replicas"]) - headroom.spares),
+                rate=ask.rate / (int(row["replicas"]) - ask.headroom.spares),
                 max_running=batch_slots(hw, slots),
                 kv_capacity_tokens=mem.kv_tokens_per_gpu * hw.layout.attn_dp,
-                stat=stat,
-                burstiness=burstiness,
+                stat=ask.stat,
+                burstiness=ask.burstiness,
             )
         except ValueError as err:  # the simulation cannot run this plan: say why, keep the others
             plans.at[k, "simulation_error"] = str(err)
             continue
         plans.loc[k, ["ttft_s_simulated", "tpot_s_simulated"]] = [ttft, tpot]
-        tpot_ok = tpot <= tpot_slo_s or (out.mean <= 1 and math.isnan(tpot))  # one token: no TPOT
-        plans.at[k, "meets_slo_simulated"] = bool(ttft <= ttft_slo_s and tpot_ok)
+        tpot_ok = tpot <= ask.tpot_slo_s or (out.mean <= 1 and math.isnan(tpot))  # one token: no TPOT
+        plans.at[k, "meets_slo_simulated"] = bool(ttft <= ask.ttft_slo_s and tpot_ok)
         passed = passed or bool(plans.at[k, "meets_slo_simulated"])
     return plans
 
 
-def low_utilization_notes(
-    best: pd.Series,
-    spec: ModelSpec,
-    coef: Coefficients,
-    engine: str,
-    inp: Lengths,
-    out: Lengths,
-    slo: tuple[float, float],
-    gpus: dict[str, GPU],
-) -> list[str]:
+def low_utilization_notes(best: pd.Series, ask: _Question, gpus: dict[str, GPU]) -> list[str]:
     """A note when the cheapest plan runs its replicas below LOW_UTILIZATION of their service
     rate, saying why: an SLO within 2x of what one request alone gets on the plan's split
     (``closed_loop`` at concurrency 1: the floor no fleet of it goes below), or a target smaller
     than the replicas the plan needs anyway (spares, the smallest split that fits)."""
     if not best["utilization"] < LOW_UTILIZATION:
         return []
-    hw = hardware(
-        spec, gpus[str(best["gpu"])], tp=int(best["tp"]), pp=int(best["pp"]), ep=int(best["ep"]),
-        weight_dtype=str(best["weight_dtype"]), kv_dtype=str(best["kv_dtype"]), engine=EngineConfig(engine=engine),
-    )  # fmt: skip
-    alone = closed_loop(hw, coef, concurrency=1.0, input_len=inp.mean, output_len=out.mean)
+    hw = ask.hardware(gpus[str(best["gpu"])], best)
+    alone = closed_loop(hw, ask.coef, concurrency=1.0, input_len=ask.inp.mean, output_len=ask.out.mean)
+    slo = (ask.ttft_slo_s, ask.tpot_slo_s)
     ttft_s, tpot_s = float(alone.ttft_s), float(alone.tpot_s)
     where = f"{best['gpus_per_replica']} x {best['gpu']} (tp={best['tp']}, {best['weight_dtype']} weights)"
     busy = f"the cheapest plan runs each replica at {best['utilization']:.0%} of its service rate"
@@ -319,75 +186,106 @@ def low_utilization_notes(
     ]
 
 
-# The columns of a plan a summary table shows (notebook 04), in reading order.
-SUMMARY_COLUMNS = [
-    "gpu", "gpus_per_replica", "tp", "pp", "weight_dtype", "kv_dtype", "replicas", "total_gpus",
-    "capacity_per_replica", "utilization", "ttft_s", "tpot_s", "cost_per_hour", "cost_per_million_output_tokens",
-]  # fmt: skip
+@dataclass(frozen=True)
+class _Question:
+    """What every option is asked: the model, coefficients and engine, the target (and its
+    request rate), the lengths, the SLOs at their statistic, the headroom and the link limit."""
+
+    spec: ModelSpec
+    coef: Coefficients
+    engine: str
+    target: Target
+    rate: float  # requests/s for rate and output-token targets
+    inp: Lengths
+    out: Lengths
+    ttft_slo_s: float
+    tpot_slo_s: float
+    stat: str
+    burstiness: float
+    headroom: Headroom
+    max_comm_share: float
+
+    def hardware(self, gpu: GPU | str, row: Candidate | pd.Series) -> Hardware:
+        """One replica of an option (a ``Candidate``, or a row of the plans table)."""
+        get = (lambda k: getattr(row, k)) if isinstance(row, Candidate) else (lambda k: row[k])
+        return hardware(
+            self.spec, gpu, tp=int(get("tp")), pp=int(get("pp")), ep=int(get("ep")),
+            weight_dtype=str(get("weight_dtype")), kv_dtype=str(get("kv_dtype")), engine=EngineConfig(engine=self.engine),
+        )  # fmt: skip
 
 
-def describe_split(row: pd.Series | dict[str, Any]) -> str:
-    """One replica of a plan or option in words: "2 x H100-SXM-80GB (tp=2, pp=1, fp8 weights, fp8 KV)"."""
-    return (
-        f"{row['gpus_per_replica']} x {row['gpu']} (tp={row['tp']}, pp={row['pp']}, {row['weight_dtype']} weights, "
-        f"{row['kv_dtype']} KV)"
-    )
+def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] | str:
+    """One option: its row of the plans table, or why it is rejected ("does not fit: ...",
+    "communication-bound: ...", "misses TTFT: ...", "no price ...")."""
+    hw = ask.hardware(cand.gpu, cand)
+    inp, out = ask.inp, ask.out
+    try:
+        _, slots_longest = memory_limit(hw, inp.longest + out.longest)
+        _, slots = memory_limit(hw, inp.mean + out.mean)
+    except DoesNotFit as err:
+        return f"does not fit: {err}"
+    if slots_longest < 1:
+        return f"does not fit: the KV cache holds less than one {inp.longest + out.longest:.0f}-token request"
+    cap = batch_slots(hw, slots)
+    # communication-bound is a property of the option, judged with every slot busy (not at
+    # the target's load, so that a looser SLO or a lower target cannot make it pass or fail)
+    full = closed_loop(hw, ask.coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
+    share = float(full.decode_step.comm_share)
+    if share > ask.max_comm_share:
+        return f"communication-bound: the link takes {share:.0%} of a decode step at full batch"
+    if ask.target.kind == "concurrency":
+        load = concurrency_load(
+            hw, ask.coef, inp=inp, out=out, cap=cap, concurrency=ask.target.value,
+            ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s, headroom=ask.headroom,
+        )  # fmt: skip
+    else:
+        load = rate_load(
+            hw, ask.coef, inp=inp, out=out, cap=cap, rate=ask.rate, stat=ask.stat, burstiness=ask.burstiness,
+            ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s, headroom=ask.headroom,
+        )  # fmt: skip
+    if isinstance(load, str):
+        return load
+    price = prices.usd_per_gpu_hour(cand.gpu)
+    if price is None:
+        return f"no price for {cand.gpu.key}: add it to the price list"
+    per_rate = ask.target.kind != "concurrency"
+    _, total_replicas = replicas_needed(ask.rate if per_rate else ask.target.value, load.capacity, ask.headroom)
+    total_gpus = total_replicas * cand.gpus_per_replica
+    cost = total_gpus * price
+    return {
+        **cand.describe(),
+        "replicas": total_replicas,
+        "spare_replicas": ask.headroom.spares,
+        "total_gpus": total_gpus,
+        "capacity_requests_per_s": load.capacity if per_rate else math.nan,
+        "capacity_concurrency": math.nan if per_rate else load.capacity,
+        "utilization": load.utilization,
+        "ttft_s": load.ttft_s,
+        "tpot_s": load.tpot_s,
+        "comm_share": load.comm_share,
+        "cost_per_hour": cost,
+        "cost_per_million_output_tokens": cost / (load.output_tps * 3600) * 1e6,
+        "weights_GiB_per_gpu": weight_bytes_per_gpu(ask.spec, cand.weight_dtype, hw.layout, hw.gpu).total / GiB,
+    }
 
 
-def describe_plan(row: pd.Series) -> str:
-    """A plan (a row of ``Plan.plans``) in words: replicas, split, GPUs and cost per hour."""
-    return f"{row['replicas']} replica(s) of {describe_split(row)} = {row['total_gpus']} GPUs, ${row['cost_per_hour']:,.2f}/hour"
+class _Progress:
+    """Progress of the search: a callback ``(done, total, started)``, True for a bar on stderr,
+    shown once the search has run ``PROGRESS_AFTER_S``, at most every ``PROGRESS_EVERY_S``."""
 
+    def __init__(self, progress: Callable[[int, int, float], None] | bool | None, total: int, started: float) -> None:
+        self.show = progress if callable(progress) else (_progress_bar if progress else None)
+        self.total, self.started, self.shown = total, started, 0.0
 
-def rejected_counts(result: Plan) -> pd.DataFrame:
-    """How many options were rejected for each kind of reason ("does not fit", "misses TPOT",
-    "communication-bound", ...: the reason up to its first colon), most frequent first, with the
-    first such option (which configuration it was) and its full reason as an example."""
-    rej = result.rejected
-    reasons = rej["reason"].astype(str)
-    kinds = reasons.str.split(":", n=1).str[0]
-    counts = kinds.value_counts(sort=False)
-    first = [rej[kinds == k].iloc[0] for k in counts.index]
-    out = pd.DataFrame(
-        {
-            "reason": counts.index,
-            "options": counts.to_numpy(),
-            "example option": [describe_split(r) for r in first],
-            "example": [str(r["reason"]) for r in first],
-        }
-    )
-    return out.sort_values("options", ascending=False, kind="stable").reset_index(drop=True)
+    def tick(self, done: int) -> None:
+        now = time.perf_counter()
+        if self.show and now - self.started > PROGRESS_AFTER_S and now - self.shown > PROGRESS_EVERY_S:
+            self.show(done, self.total, self.started)
+            self.shown = now
 
-
-def too_big_notes(rejected: pd.DataFrame, gpus: Sequence[GPU], plans: pd.DataFrame, most: int) -> list[str]:
-    """One note per GPU type on which no option fits the weights at all: the planner searches at
-    most ``most`` GPUs per replica (``gpu_counts``; one NVLink/NVSwitch domain), and replicas
-    spanning nodes are not modelled, so such a model is out of reach on that GPU, not merely
-    expensive."""
-    notes = []
-    for gpu in gpus:
-        if not plans.empty and (plans["gpu"] == gpu.key).any():
-            continue
-        mine = rejected[rejected["gpu"] == gpu.key]
-        if not mine.empty and mine["reason"].astype(str).str.startswith("does not fit").all():
-            notes.append(
-                f"{gpu.key}: the weights do not fit in any format even on {most} GPUs per replica, the most "
-                "searched (gpu_counts); replicas across nodes are not modelled"
-            )
-    return notes
-
-
-def simulation_notes(plans: pd.DataFrame) -> list[str]:
-    """What the simulation check found, in words."""
-    checked = plans[plans["meets_slo_simulated"].notna()]
-    if checked.empty or bool(checked.iloc[0]["meets_slo_simulated"]):
-        return []
-    ok = checked[checked["meets_slo_simulated"].astype(bool)]
-    where = f"plan {ok.index[0] + 1} is the cheapest that does" if not ok.empty else "none of them does"
-    return [
-        "the cheapest plan misses the SLOs in the step-level simulation (which runs each prompt chunk in its "
-        f"own step; the queueing model spreads prompts over steps): of the {len(checked)} simulated, {where}"
-    ]
+    def done(self) -> None:
+        if self.show and self.shown:
+            self.show(self.total, self.total, self.started)
 
 
 def _progress_bar(done: int, total: int, started: float) -> None:
@@ -477,138 +375,34 @@ def plan(
     ]
     if target.kind == "concurrency" and stat != "mean":
         notes.append(f"concurrency targets are closed loops: TTFT and TPOT are means there, not {stat}")
+    ask = _Question(
+        spec, coef, engine, target, rate, inp, out, ttft_slo_s, tpot_slo_s, stat, burstiness, headroom, max_comm_share
+    )
     rows: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = [{**r, "weight_dtype": None, "kv_dtype": None} for r in invalid]
-    fits_cache: dict[tuple[str, int, int, int, str], str | None] = {}
-    show = progress if callable(progress) else (_progress_bar if progress else None)
-    shown = 0.0
+    too_big: dict[tuple[str, int, int, int, str], str] = {}  # weights that do not fit: no KV format helps
+    progress_bar = _Progress(progress, len(cands), started)
     for k, cand in enumerate(cands):
-        now = time.perf_counter()
-        if show and now - started > PROGRESS_AFTER_S and now - shown > PROGRESS_EVERY_S:
-            show(k, len(cands), started)
-            shown = now
-        info = cand.describe()
-        hw = hardware(
-            spec,
-            cand.gpu,
-            tp=cand.tp,
-            pp=cand.pp,
-            ep=cand.ep,
-            weight_dtype=cand.weight_dtype,
-            kv_dtype=cand.kv_dtype,
-            engine=EngineConfig(engine=engine),
-        )
+        progress_bar.tick(k)
         key = (cand.gpu.key, cand.tp, cand.pp, cand.ep, cand.weight_dtype)
-        if fits_cache.get(key):  # the weights alone do not fit: no KV format helps
-            rejected.append({**info, "reason": fits_cache[key]})
-            continue
-        try:
-            _, slots_longest = memory_limit(hw, inp.longest + out.longest)
-            _, slots = memory_limit(hw, inp.mean + out.mean)
-        except DoesNotFit as err:
-            fits_cache[key] = f"does not fit: {err}"
-            rejected.append({**info, "reason": fits_cache[key]})
-            continue
-        if slots_longest < 1:
-            rejected.append(
-                {
-                    **info,
-                    "reason": f"does not fit: the KV cache holds less than one {inp.longest + out.longest:.0f}-token request",
-                }
-            )
-            continue
-        cap = batch_slots(hw, slots)
-        # communication-bound is a property of the option, judged with every slot busy (not at
-        # the target's load, so that a looser SLO or a lower target cannot make it pass or fail)
-        full = closed_loop(hw, coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
-        share = float(full.decode_step.comm_share)
-        if share > max_comm_share:
-            rejected.append(
-                {**info, "reason": f"communication-bound: the link takes {share:.0%} of a decode step at full batch"}
-            )
-            continue
-        if target.kind == "concurrency":
-            load = concurrency_load(
-                hw,
-                coef,
-                inp=inp,
-                out=out,
-                cap=cap,
-                concurrency=target.value,
-                ttft_slo_s=ttft_slo_s,
-                tpot_slo_s=tpot_slo_s,
-                headroom=headroom,
-            )
+        outcome = too_big.get(key) or _assess(ask, cand, table)
+        if isinstance(outcome, str):
+            if outcome.startswith("does not fit:") and "holds less than one" not in outcome:
+                too_big[key] = outcome
+            rejected.append({**cand.describe(), "reason": outcome})
         else:
-            load = rate_load(
-                hw,
-                coef,
-                inp=inp,
-                out=out,
-                cap=cap,
-                rate=rate,
-                ttft_slo_s=ttft_slo_s,
-                tpot_slo_s=tpot_slo_s,
-                stat=stat,
-                burstiness=burstiness,
-                headroom=headroom,
-            )
-        if isinstance(load, str):
-            rejected.append({**info, "reason": load})
-            continue
-        price = table.usd_per_gpu_hour(cand.gpu)
-        if price is None:
-            rejected.append({**info, "reason": f"no price for {cand.gpu.key}: add it to a --price file"})
-            continue
-        _, total_replicas = replicas_needed(
-            target.value if target.kind == "concurrency" else rate, load.capacity, headroom
-        )
-        total_gpus = total_replicas * cand.gpus_per_replica
-        cost = total_gpus * price
-        rows.append(
-            {
-                **info,
-                "replicas": total_replicas,
-                "spare_replicas": headroom.spares,
-                "total_gpus": total_gpus,
-                "capacity_per_replica": load.capacity,
-                "utilization": load.utilization,
-                "ttft_s": load.ttft_s,
-                "tpot_s": load.tpot_s,
-                "comm_share": load.comm_share,
-                "cost_per_hour": cost,
-                "cost_per_million_output_tokens": cost / (load.output_tps * 3600) * 1e6,
-                "weights_GiB_per_gpu": weight_bytes_per_gpu(spec, cand.weight_dtype, hw.layout, hw.gpu).total / GiB,
-            }
-        )
-    if show and shown:
-        show(len(cands), len(cands), started)
+            rows.append(outcome)
+    progress_bar.done()
     plans = pd.DataFrame(rows, columns=[*PLAN_COLUMNS, "weights_GiB_per_gpu"])
     if not plans.empty:
         plans = plans.sort_values(["cost_per_hour", "total_gpus", "ttft_s"], kind="stable").reset_index(drop=True)
     if simulate_top and target.kind != "concurrency" and not plans.empty:
-        plans = _check_by_simulation(
-            plans,
-            spec,
-            coef,
-            engine=engine,
-            inp=inp,
-            out=out,
-            rate=rate,
-            headroom=headroom,
-            top=simulate_top,
-            ttft_slo_s=ttft_slo_s,
-            tpot_slo_s=tpot_slo_s,
-            stat=stat,
-            burstiness=burstiness,
-        )
+        plans = _check_by_simulation(plans, ask, top=simulate_top)
         notes += simulation_notes(plans)
     elif simulate_top and target.kind == "concurrency":
         notes.append("the simulation check runs for request-rate and output-token targets only")
     if not plans.empty:
-        notes += low_utilization_notes(
-            plans.iloc[0], spec, coef, engine, inp, out, (ttft_slo_s, tpot_slo_s), {g.key: g for g in gpu_list}
-        )
+        notes += low_utilization_notes(plans.iloc[0], ask, {g.key: g for g in gpu_list})
     rej = pd.DataFrame(rejected, columns=[*PLAN_COLUMNS[:7], "reason"])
     notes += too_big_notes(rej, gpu_list, plans, max(gpu_counts, default=1))
     if plans.empty:

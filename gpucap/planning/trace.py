@@ -30,10 +30,12 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from gpucap.estimate import DoesNotFit, Workload, batch_slots, loop_point, memory_limit
+from gpucap.config import Hardware, Workload
+from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import open_loop
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.step import Hardware
+from gpucap.physics.concurrency import loop_point
+from gpucap.physics.memory import batch_slots, memory_limit
 from gpucap.queueing.simulate import kv_capacity_tokens, replay
 from gpucap.textfiles import read_text
 

@@ -62,10 +62,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpucap.config import Hardware
 from gpucap.physics.batching import _frontend_latency, closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import ArrayLike
-from gpucap.physics.step import Array, Hardware
+from gpucap.physics.step import Array
 from gpucap.queueing.benchstats import sample_stats
 
 Bools = npt.NDArray[np.bool_]

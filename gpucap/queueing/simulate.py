@@ -45,9 +45,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import charged_tokens_per_layer
-from gpucap.physics.step import Hardware, prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
 from gpucap.queueing.analytic import STATS, check_burstiness, summarize
 from gpucap.queueing.benchstats import BENCH_STATS, stats, weighted_stats
 from gpucap.queueing.frontend import SharedServer
@@ -166,7 +167,7 @@ def kv_capacity_tokens(hw: Hardware, context_tokens: float) -> float:
     sliding-window layer holds only its window, so a request is charged ``context x held /
     context`` of the full-attention budget; a hybrid's state adds to what it holds:
     ``gpucap.physics.memory.charged_tokens_per_layer``)."""
-    from gpucap.estimate import hardware_memory
+    from gpucap.physics.memory import hardware_memory
 
     mem = hardware_memory(hw)
     if not mem.fits:
@@ -534,7 +535,7 @@ def _engine(
     kv_capacity: float | None,
     context_tokens: float,
 ) -> _Engine:
-    from gpucap.estimate import batch_slots
+    from gpucap.physics.memory import batch_slots
 
     cap = kv_capacity_tokens(hw, context_tokens) if kv_capacity is None else float(kv_capacity)
     if not cap > 0:

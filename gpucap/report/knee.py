@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpucap.config import Hardware
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.coefficients import Coefficients, front_end
-from gpucap.physics.step import Hardware
 
 KNEE_FACTOR = 2.0
 

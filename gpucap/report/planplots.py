@@ -20,11 +20,11 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from gpucap.catalog.models import ModelSpec
-from gpucap.estimate import batch_slots
+from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.step import Hardware
+from gpucap.physics.memory import batch_slots
+from gpucap.planning.result import rejected_counts as rejected_counts
 from gpucap.planning.search import plan
-from gpucap.planning.search import rejected_counts as rejected_counts
 from gpucap.queueing.analytic import STATS, open_loop_latency, service_curve
 from gpucap.queueing.simulate import simulate
 

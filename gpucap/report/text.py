@@ -6,14 +6,22 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from gpucap.calibration.ranges import range_note
-from gpucap.estimate import BAR_NAMES
 from gpucap.physics.step import experts_touched
+from gpucap.types import RESOURCES
 from gpucap.units import GiB
 
 if TYPE_CHECKING:
     from gpucap.estimate import Estimate
-    from gpucap.planning.search import Plan
 
+# The bottlenecks (gpucap.types.BOTTLENECKS) as the page and figures say them to people.
+PLAIN_NAMES = {
+    "memory": "memory (KV cache)", "compute": "compute", "hbm_bandwidth": "HBM bandwidth",
+    "interconnect": "interconnect", "host": "host (HTTP server, scheduler)",
+    "max_num_seqs": "engine batch limit (max_num_seqs)", "step_overhead": "time per step outside the GPU",
+    "ttft_slo": "TTFT SLO (missed by one request alone)", "tpot_slo": "TPOT SLO (missed by one request alone)",
+}  # fmt: skip
+# ... and as bar labels, where space is short: the resources in plain words
+BAR_NAMES: dict[str, str] = {name: "HBM bandwidth" if name == "hbm_bandwidth" else name for name in RESOURCES}
 BAR_WIDTH = 40
 RANGE_NAMES = {
     "ttft_s": "TTFT",
@@ -48,8 +56,8 @@ def format_estimate(e: Estimate) -> str:
         f"{hw.spec.name} on {e.replicas * lay.gpus_per_replica} x {hw.gpu.key} "
         f"(tp={lay.tp} pp={lay.pp} ep={lay.ep} attn_dp={lay.attn_dp}, {e.replicas} replica(s)), "
         f"weights {hw.weight_dtype}, KV {hw.kv_dtype}, {hw.engine.engine}\n"
-        f"workload: {wl.input_len:g} in / {wl.output_len:g} out tokens; SLO TTFT <= {wl.ttft_slo_s:g} s, "
-        f"TPOT <= {wl.tpot_slo_s * 1e3:g} ms"
+        f"workload: {wl.input_len:g} in / {wl.output_len:g} out tokens; SLO TTFT <= {e.slo.ttft_s:g} s, "
+        f"TPOT <= {e.slo.tpot_s * 1e3:g} ms"
     )
     mem = (
         "memory per GPU (GiB):\n"
@@ -121,8 +129,8 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
         "workload": {
             "input_len": e.workload.input_len,
             "output_len": e.workload.output_len,
-            "ttft_slo_s": e.workload.ttft_slo_s,
-            "tpot_slo_s": e.workload.tpot_slo_s,
+            "ttft_slo_s": e.slo.ttft_s,
+            "tpot_slo_s": e.slo.tpot_s,
         },
         "coefficients": e.coefficients.as_dict(),
         "memory": {
@@ -190,53 +198,3 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
         },
         "notes": e.notes,
     }
-
-
-def format_plan(p: Plan, top: int = 10) -> str:
-    """The plans table (cheapest first), then the rejected options counted by reason."""
-    slo = p.slo
-    lines = [
-        f"{p.model}: {p.target.describe()}, {slo['stat']} TTFT <= {slo['ttft_s']:g} s, "
-        f"{slo['stat']} TPOT <= {slo['tpot_s'] * 1e3:g} ms ({p.searched} options in {p.search_s:.1f} s)",
-        "",
-    ]
-    if p.plans.empty:
-        lines.append("no option carries the target within the SLOs")
-    else:
-        lines.append(
-            f"{'gpu':<16}{'gpus':>5}{'tp':>4}{'pp':>4}{'ep':>4} {'weights':<8}{'kv':<6}{'replicas':>9}{'total':>7}"
-            f"{'util':>6}{'TTFT s':>8}{'TPOT ms':>9}{'$/hour':>9}{'$/M out':>9}"
-        )
-        for r in p.plans.head(top).itertuples():
-            lines.append(
-                f"{r.gpu:<16}{r.gpus_per_replica:>5}{r.tp:>4}{r.pp:>4}{r.ep:>4} {r.weight_dtype:<8}{r.kv_dtype:<6}"
-                f"{f'{r.replicas - r.spare_replicas}+{r.spare_replicas}':>9}{r.total_gpus:>7}{r.utilization:>6.0%}{r.ttft_s:>8.3g}"
-                f"{r.tpot_s * 1e3:>9.3g}{r.cost_per_hour:>9.2f}{r.cost_per_million_output_tokens:>9.3g}"
-            )
-        if "ttft_s_simulated" in p.plans:
-            lines += ["", f"checked by simulation ({slo['stat']}, at target with the spares out):"]
-            for r in p.plans.itertuples():  # every simulated plan, also below --top
-                if isinstance(getattr(r, "simulation_error", None), str):
-                    lines.append(
-                        f"  {r.Index + 1:>3}. {r.gpu} tp={r.tp} pp={r.pp}: not simulated ({r.simulation_error})"
-                    )
-                    continue
-                if r.meets_slo_simulated is None:
-                    continue
-                verdict = "meets the SLOs" if r.meets_slo_simulated else "MISSES the SLOs"
-                lines.append(
-                    f"  {r.Index + 1:>3}. {r.gpu} tp={r.tp} pp={r.pp} {r.weight_dtype}/{r.kv_dtype}: "
-                    f"TTFT {r.ttft_s_simulated:.3g} s, TPOT {r.tpot_s_simulated * 1e3:.3g} ms: {verdict}"
-                )
-        if len(p.plans) > top:
-            lines.append(f"... {len(p.plans) - top} more (--top N, or --json for all)")
-        lines.append("replicas: serving + spares; util, TTFT, TPOT at target with the spares out")
-    if not p.rejected.empty:
-        lines += ["", f"rejected ({len(p.rejected)}):"]
-        kinds = p.rejected["reason"].str.split(":").str[0].value_counts()
-        for kind, n in kinds.items():
-            example = p.rejected[p.rejected["reason"].str.startswith(str(kind))].iloc[0]
-            where = f"{example['gpu']} x{example['gpus_per_replica']} tp={example['tp']}"
-            lines.append(f"  {n:>4}  {kind}  (e.g. {where}: {example['reason'].split(':', 1)[-1].strip()[:110]})")
-    lines += [f"note: {n}" for n in p.notes]
-    return "\n".join(lines)

@@ -19,10 +19,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from gpucap.config import Hardware
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import MemoryBreakdown
-from gpucap.physics.step import Hardware, StepTime, StepWork, step_time
+from gpucap.physics.step import StepTime, StepWork, step_time
 from gpucap.units import MS, GiB
 
 FloatArray = npt.NDArray[np.float64]

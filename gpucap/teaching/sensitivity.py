@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 
-from gpucap.estimate import PLAIN_NAMES, estimate
+from gpucap.estimate import estimate
+from gpucap.report.text import PLAIN_NAMES
 
 # Seed 1, section 5.1: "实测 ... 稳定并发在 60 到 70 之间" (measured: stable at 60 to 70 concurrent
 # requests) for Llama 3 70B on 8 x A100-80GB, tp 8, 4,096-token context, TTFT 2 s, TPOT 100 ms.

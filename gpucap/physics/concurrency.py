@@ -1,0 +1,152 @@
+"""The concurrency one replica carries: what each resource alone allows, and what the SLOs allow
+together (DESIGN.md sections 4-5). Both search a grid of concurrencies through the closed loop
+(``loop_point``); ``gpucap.estimate`` calls them once per answer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpucap.config import SLO, Hardware, Images, Workload
+from gpucap.physics.batching import LoadPoint, closed_loop
+from gpucap.physics.coefficients import Coefficients, front_end
+from gpucap.physics.memory import ArrayLike
+from gpucap.physics.speculative import Speculative
+from gpucap.physics.step import StepTime
+from gpucap.physics.waves import wave_loop
+
+FRONT_END_SATURATED = 0.95  # share of the HTTP server's core at which it is taken as full
+
+
+def concurrency_grid(top: float) -> np.ndarray:
+    return np.unique(np.round(np.geomspace(1, max(top, 1), 600)))
+
+
+def _largest_ok(grid: np.ndarray, ok: np.ndarray) -> float | None:
+    """Largest grid value before the first failure (quantities rise with concurrency)."""
+    if not ok[0]:
+        return 0.0
+    bad = np.flatnonzero(~ok)
+    return None if bad.size == 0 else float(grid[bad[0] - 1])
+
+
+def loop_point(
+    hw: Hardware,
+    coef: Coefficients,
+    wl: Workload,
+    concurrency: np.ndarray | float,
+    *,
+    max_running: ArrayLike = np.inf,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
+) -> LoadPoint:
+    """One replica at ``concurrency`` requests kept in flight: the waves of a fixed-length load
+    test (``gpucap.physics.waves.wave_loop``) or the steady state of varied traffic
+    (``gpucap.physics.batching.closed_loop``). Images and speculative decoding are modelled in the
+    steady state only."""
+    if wl.lengths == "fixed" and images is None and speculative is None:
+        return wave_loop(
+            hw, coef, concurrency=concurrency, input_len=wl.input_len, output_len=wl.output_len, max_running=max_running
+        )
+    return closed_loop(
+        hw,
+        coef,
+        concurrency=concurrency,
+        cached_tokens=wl.cached_len,
+        input_len=wl.prompt_len,
+        output_len=wl.output_len,
+        max_running=max_running,
+        images=images,
+        speculative=speculative,
+    )
+
+
+def front_end_share(hw: Hardware, coef: Coefficients, point: LoadPoint) -> np.ndarray:
+    """Share of the HTTP server's core the load takes: requests/s x ``t_request_s``."""
+    return np.asarray(point.requests_per_s * front_end(hw.engine, coef).serial_s, dtype=float)
+
+
+def resource_limits(
+    hw: Hardware,
+    coef: Coefficients,
+    wl: Workload,
+    slo: SLO,
+    top: float,
+    *,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
+    point: LoadPoint | None = None,
+) -> dict[str, float | None]:
+    """Per replica: the concurrency at which each resource's own term alone uses up an SLO.
+
+    For resource r (compute, HBM, link) the steady-state step is split into its terms; the limit is
+    the largest C with ``term_r(decode step) <= TPOT_SLO`` and ``TTFT x term_r(prefill step) /
+    prefill step <= TTFT_SLO``: TTFT, queueing for prompt-token budget included, is charged to each
+    resource by its share of the step that carries the prefill. The combined recommendation can sit
+    below every bar, since the terms add. With speculation a decode step yields tau tokens, so
+    its terms are compared per token (``/ tau``).
+
+    ``point``: the loop already computed on ``concurrency_grid(top)`` (``estimate`` computes this and the
+    SLO search's in one call).
+
+    The host is the fifth resource: its per-step time (scheduling, sampling) alone must stay
+    within the TPOT SLO, and its HTTP server must pass the requests: the limit is where the
+    server's core is full (``requests/s x t_request_s`` reaches ``FRONT_END_SATURATED``).
+    """
+    grid = concurrency_grid(top)
+    pt = point or loop_point(hw, coef, wl, grid, images=images, speculative=speculative)
+    tau = speculative.acceptance_length if speculative else 1.0
+    out: dict[str, float | None] = {}
+    for name, attr in (("compute", "compute_s"), ("hbm_bandwidth", "memory_s"), ("interconnect", "comm_s")):
+        dec = getattr(pt.decode_step, attr) / tau
+        pre = pt.ttft_s * getattr(pt.prefill_step, attr) / pt.prefill_step.total_s
+        out[name] = _largest_ok(grid, (dec <= slo.tpot_s) & (pre <= slo.ttft_s))
+    host_ok = (pt.decode_step.overhead_s / tau <= slo.tpot_s) & (front_end_share(hw, coef, pt) < FRONT_END_SATURATED)
+    out["host"] = _largest_ok(grid, host_ok)
+    return out
+
+
+def slo_limit(
+    hw: Hardware,
+    coef: Coefficients,
+    wl: Workload,
+    slo: SLO,
+    top: float,
+    *,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
+    point: LoadPoint | None = None,
+) -> float:
+    """Largest concurrency per replica with TTFT <= SLO and TPOT <= SLO, at most ``top``
+    (``point``: the loop already computed on ``concurrency_grid(top)`` with ``max_num_seqs`` slots)."""
+    grid = concurrency_grid(top)
+    cap = float(hw.engine.max_num_seqs or np.inf)
+    pt = point or loop_point(hw, coef, wl, grid, max_running=cap, images=images, speculative=speculative)
+    ok = (pt.ttft_s <= slo.ttft_s) & (pt.tpot_s <= slo.tpot_s)
+    best = _largest_ok(grid, ok)
+    return float(top if best is None else best)
+
+
+def one_request_fails(wl: Workload, slo: SLO, one: LoadPoint) -> tuple[str, str]:
+    """Which SLO one request alone (``one``: the loop at concurrency 1) misses, and a sentence
+    saying by how much, what its step is made of and what would meet it."""
+
+    def parts(step: StepTime) -> str:
+        """The step's terms, each alone (the roofline takes the larger of compute and HBM)."""
+        terms = {"compute": step.compute_s, "HBM": step.memory_s, "link": step.comm_s, "host": step.overhead_s}
+        total = float(step.total_s)
+        return ", ".join(f"{k} {float(v) * 1e3:.3g} ms" for k, v in terms.items() if float(v) >= 0.05 * total)
+
+    ttft, tpot = float(one.ttft_s), float(one.tpot_s)
+    if ttft > slo.ttft_s:
+        return "ttft_slo", (
+            f"no concurrency meets the SLOs: one request alone takes {ttft:.3g} s to its first token "
+            f"({wl.input_len:,.0f}-token prompt; each prefill step: {parts(one.prefill_step)}) > TTFT SLO "
+            f"{slo.ttft_s:g} s; a TTFT of {slo.ttft_s:g} s needs more GPUs per replica (tp), a faster "
+            "GPU, fp8 weights, shorter prompts or a looser TTFT SLO"
+        )
+    return "tpot_slo", (
+        f"no concurrency meets the SLOs: one request alone decodes at {tpot * 1e3:.3g} ms per token "
+        f"(its decode step: {parts(one.decode_step)}) > TPOT SLO {slo.tpot_s * 1e3:g} ms; that needs more GPUs "
+        "per replica (tp), a faster GPU, smaller weights (fp8, fp4), speculative decoding or a looser TPOT SLO"
+    )
