@@ -168,7 +168,7 @@ def test_exactly_one_target() -> None:
     with pytest.raises(ValueError, match="exactly one target"):
         plan(MODEL, input_len=100, output_len=10, target_request_rate=1.0, target_concurrency=4.0)
     with pytest.raises(ValueError, match="stat must be one of"):
-        plan(MODEL, input_len=100, output_len=10, target_request_rate=1.0, stat="p90")
+        plan(MODEL, input_len=100, output_len=10, target_request_rate=1.0, stat="p75")
 
 
 def test_cli_json_contract(prices, capsys) -> None:

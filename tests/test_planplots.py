@@ -139,7 +139,7 @@ def test_knee_percentiles_are_ordered_and_rise_with_the_rate(knee) -> None:
     assert np.allclose(knee["utilization"], rate / mu)
     assert knee["stable"].all()
     for name in ("ttft", "tpot", "e2e"):
-        p50, p95, p99 = (knee[f"{name}_{s}_s"].to_numpy() for s in ("p50", "p95", "p99"))
+        p50, p95, p99 = (knee[f"{name}_{s}_s"].to_numpy() for s in ("median", "p95", "p99"))
         assert np.all(p50 <= p95 * (1 + 1e-9)) and np.all(p95 <= p99 * (1 + 1e-9)), name
     for name in ("tpot", "e2e"):
         p99 = knee[f"{name}_p99_s"].to_numpy()
@@ -158,24 +158,24 @@ def test_knee_figure_shows_the_curves_slo_and_service_rate(knee) -> None:
     ttft_ax, tpot_ax = fig.axes[:2]
     for ax, slo in ((ttft_ax, 2.0), (tpot_ax, 0.1)):
         lines = {line.get_label(): line for line in ax.get_lines()}
-        p50, p99 = (np.asarray(lines[k].get_ydata(), dtype=float) for k in ("P50", "P99"))
+        p50, p99 = (np.asarray(lines[k].get_ydata(), dtype=float) for k in ("median", "P99"))
         finite = np.isfinite(p50) & np.isfinite(p99)
         assert finite.any() and np.all(p99[finite] >= p50[finite] * (1 - 1e-9))
         assert np.asarray(lines[f"SLO {slo:g} s"].get_ydata(), dtype=float)[0] == slo
         service = [line for label, line in lines.items() if label.startswith("service rate")]
         assert len(service) == 1 and np.asarray(service[0].get_xdata(), dtype=float)[0] == pytest.approx(mu)
         assert any(label.startswith("SLOs met up to") for label in lines)
-    with pytest.raises(ValueError, match="p90"):
-        latency_vs_rate_figure(knee, stats=("p50", "p90"))
+    with pytest.raises(ValueError, match="p75"):
+        latency_vs_rate_figure(knee, stats=("median", "p75"))
 
 
 def test_simulation_at_a_trickle_agrees_with_the_analytic_median(h100, knee) -> None:
     # at 2% of the service rate a request almost never meets another: no queue in either model
     rate = float(knee["request_rate"].iloc[0])
     sim = simulated_latency(h100, request_rates=[rate], input_len=IN, output_len=OUT, num_requests=60)
-    assert sim["ttft_p99_s"].iloc[0] >= sim["ttft_p50_s"].iloc[0]
-    assert sim["ttft_p50_s"].iloc[0] == pytest.approx(knee["ttft_p50_s"].iloc[0], rel=0.1)
-    assert sim["tpot_p50_s"].iloc[0] == pytest.approx(knee["tpot_p50_s"].iloc[0], rel=0.1)
+    assert sim["ttft_p99_s"].iloc[0] >= sim["ttft_median_s"].iloc[0]
+    assert sim["ttft_median_s"].iloc[0] == pytest.approx(knee["ttft_median_s"].iloc[0], rel=0.1)
+    assert sim["tpot_median_s"].iloc[0] == pytest.approx(knee["tpot_median_s"].iloc[0], rel=0.1)
     fig = latency_vs_rate_figure(knee.head(5), simulated=sim)
     assert any(line.get_label().startswith("simulated") for line in fig.axes[0].get_lines())
 

@@ -159,7 +159,7 @@ def test_waiting_for_slots_matches_analytic() -> None:
     mu = open_loop_latency(HW, COEF, request_rate=1.0, **kw).service_rate
     lat = open_loop_latency(HW, COEF, request_rate=0.85 * mu, **kw)
     sim = simulate(HW, COEF, request_rate=0.85 * mu, num_requests=6000, seed=0, **kw)
-    no_wait = float(lat.ttft_s["p50"])  # fewer than half wait
+    no_wait = float(lat.ttft_s["median"])  # fewer than half wait
     assert np.mean(sim.ttft_s > 2 * no_wait) == pytest.approx(float(lat.wait_probability), abs=0.08)
     for stat in ("mean", "p95", "p99"):
         ratio = sim.summary["ttft_s"][stat] / float(lat.ttft_s[stat])
@@ -177,5 +177,5 @@ def test_pipeline_stages_do_not_shorten_a_lone_prompt() -> None:
             hw, Coefficients.for_engine("vllm"), request_rate=0.01, num_requests=20, input_len=6000,
             output_len=20, max_running=8, seed=1,
         )  # fmt: skip
-        ttft.append(sim.summary["ttft_s"]["p50"])
+        ttft.append(sim.summary["ttft_s"]["median"])
     assert ttft[1] == pytest.approx(ttft[0], rel=0.01) and ttft[2] == pytest.approx(ttft[0], rel=0.01)

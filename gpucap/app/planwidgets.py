@@ -21,8 +21,8 @@ from gpucap.catalog.prices import Prices
 from gpucap.planning.capacity import Headroom
 from gpucap.planning.result import PLAN_COLUMNS, TARGETS, Plan, rejected_counts
 from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, plan
-from gpucap.queueing.analytic import STATS
 from gpucap.queueing.lengths import Lengths
+from gpucap.types import STATISTICS
 from gpucap.units import MS
 
 DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
@@ -103,7 +103,7 @@ class PlannerApp:
         self.output_len = widgets.Text(value="300", description="output tokens", continuous_update=False, **kw)
         self.ttft_slo_s = widgets.BoundedFloatText(value=2.0, min=1e-3, max=3600.0, description="TTFT SLO (s)", **kw)
         self.tpot_slo_ms = widgets.BoundedFloatText(value=100.0, min=0.1, max=1e5, description="TPOT SLO (ms)", **kw)
-        self.stat = widgets.Dropdown(options=list(STATS), value="p99", description="SLO statistic", **kw)
+        self.stat = widgets.Dropdown(options=list(STATISTICS), value="p99", description="SLO statistic", **kw)
         self.gpus = widgets.SelectMultiple(
             options=gpus, value=[g for g in DEFAULT_GPUS if g in gpus], rows=len(gpus), description="GPUs", **kw
         )

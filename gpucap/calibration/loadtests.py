@@ -12,8 +12,7 @@ import pandas as pd
 
 from gpucap.calibration.results import ENGINE_KNOBS
 from gpucap.catalog.gpus import get_gpu
-
-STATS = ("mean", "median", "p90", "p99")
+from gpucap.types import STATISTICS
 
 
 def _mode(row: pd.Series) -> str:
@@ -139,8 +138,8 @@ def measured_limit(
     Files that give no TPOT but the inter-token latency (older SGLang) use ITL: for streamed
     decoding without speculative tokens the two measure the same gap.
     """
-    if stat not in STATS:
-        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    if stat not in STATISTICS:
+        raise ValueError(f"stat must be one of {', '.join(STATISTICS)}, got {stat!r}")
     tpot = f"tpot_{stat}_s"
     if (tpot not in sweep or sweep[tpot].isna().all()) and f"itl_{stat}_s" in sweep:
         tpot = f"itl_{stat}_s"

@@ -12,9 +12,8 @@ import numpy as np
 from gpucap.cli.args import count, names, non_negative_float, positive_float, positive_int, positive_ints
 from gpucap.planning.capacity import Headroom
 from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, plan
-from gpucap.queueing.analytic import STATS
 from gpucap.queueing.lengths import Lengths
-from gpucap.types import ENGINES
+from gpucap.types import ENGINES, STATISTICS
 
 EXIT_NOTHING_FITS = 3
 
@@ -50,7 +49,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--ttft-slo", type=positive_float, default=2.0, help="seconds (default 2)")
     p.add_argument("--tpot-slo", type=positive_float, default=0.1, help="seconds (default 0.1)")
-    p.add_argument("--stat", default="p99", choices=list(STATS), help="statistic both SLOs apply to (default p99)")
+    p.add_argument("--stat", default="p99", choices=list(STATISTICS), help="statistic both SLOs apply to (default p99)")
     p.add_argument("--gpus", type=names, default=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"])
     p.add_argument(
         "--gpu-counts", type=positive_ints, default=list(GPU_COUNTS), help="GPUs per replica to try (1,2,4,8)"

@@ -18,9 +18,10 @@ from gpucap.config import Hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import charged_tokens_per_layer
-from gpucap.queueing.analytic import QUANTILES, max_request_rate, open_loop_latency, service_curve
+from gpucap.queueing.analytic import max_request_rate, open_loop_latency, service_curve
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.simulate import simulate
+from gpucap.types import QUANTILES
 
 SIMULATED_REQUESTS = 2000  # per check; the first 20% are warm-up
 

@@ -8,7 +8,7 @@ asks the estimator what one replica carries within the SLOs, then
 
 (seed 2: ``ceil(D / R) x margin`` plus N+k headroom). Capacity is a request rate for rate and
 output-token targets (output tokens/s = requests/s x mean output length, seed 2's QPS-to-tokens
-conversion), found with the queueing model at the statistic the SLO names (mean, p50, p95, p99),
+conversion), found with the queueing model at the statistic the SLO names (mean, median, p90, p95, p99),
 and a concurrency for concurrency targets (closed loop: requests in flight, means). Latency and
 utilization "at target" are for the target spread over the replicas left when the spares are
 down and no burst is on: the worst state the plan is sized for. A busy GPU is not proof that a
@@ -38,8 +38,8 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit, weight_bytes_per_gpu
 from gpucap.planning.capacity import Headroom, concurrency_load, rate_load, replicas_needed, simulated
 from gpucap.planning.result import PLAN_COLUMNS, Plan, Target, simulation_notes, too_big_notes
-from gpucap.queueing.analytic import STATS
 from gpucap.queueing.lengths import Lengths, as_lengths
+from gpucap.types import STATISTICS
 from gpucap.units import COMPUTE_FORMAT, GiB
 
 GPU_COUNTS = (1, 2, 4, 8)
@@ -346,8 +346,8 @@ def plan(
     if len(chosen) != 1:
         raise ValueError("give exactly one target: target_request_rate, target_concurrency or target_output_tps")
     target = Target(chosen[0][0], float(chosen[0][1]))
-    if stat not in STATS:
-        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    if stat not in STATISTICS:
+        raise ValueError(f"stat must be one of {', '.join(STATISTICS)}, got {stat!r}")
     for name, v in (("ttft_slo_s", ttft_slo_s), ("tpot_slo_s", tpot_slo_s)):
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")

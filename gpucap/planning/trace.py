@@ -38,12 +38,14 @@ from gpucap.physics.concurrency import loop_point
 from gpucap.physics.memory import batch_slots, memory_limit
 from gpucap.queueing.simulate import kv_capacity_tokens, replay
 from gpucap.textfiles import read_text
+from gpucap.types import QUANTILES
 
 TIME_KEYS = ("arrival_s", "arrival_time", "timestamp", "time")
 INPUT_KEYS = ("input_tokens", "input_len", "prompt_tokens")
 OUTPUT_KEYS = ("output_tokens", "output_len", "completion_tokens")
 ROUTERS = ("round_robin", "least_outstanding")
-PERCENT = {"mean": None, "p50": 50.0, "p95": 95.0, "p99": 99.0}  # the planner's statistics (queueing.STATS)
+# the percentile of each statistic (gpucap.types.STATISTICS); None: the mean
+PERCENT: dict[str, float | None] = {"mean": None, **{s: 100 * q for s, q in QUANTILES.items()}}
 MAX_TRACE_BYTES = 1 << 30
 Array = npt.NDArray[np.float64]
 

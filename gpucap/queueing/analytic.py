@@ -68,12 +68,11 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.step import Array
 from gpucap.queueing.benchstats import sample_stats
+from gpucap.types import QUANTILES, STATISTICS
 
 Bools = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
 
-STATS = ("mean", "p50", "p95", "p99")
-QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 CURVE_POINTS = 64  # concurrencies at which the closed loop is solved; log-interpolated between
 EXACT_STATES = 48  # states kept one by one; above, merged into log-spaced bins
 STATE_BINS = 64  # bins above EXACT_STATES
@@ -92,7 +91,7 @@ class QueueLatency:
     request_rate: Array  # lambda, requests/s per replica
     service_rate: float  # most requests/s the replica completes (all max_running slots busy)
     utilization: Array  # lambda / service_rate
-    ttft_s: dict[str, Array]  # keyed by STATS
+    ttft_s: dict[str, Array]  # keyed by gpucap.types.STATISTICS
     tpot_s: dict[str, Array]
     e2e_s: dict[str, Array]  # request latency, first byte sent to last token
     stable: Bools
@@ -136,7 +135,7 @@ def _check_rate(request_rate: ArrayLike) -> Array:
 
 
 def summarize(values: ArrayLike) -> dict[str, float]:
-    """Mean and percentiles (``STATS``) of a sample, ignoring NaN."""
+    """Mean and percentiles (``gpucap.types.STATISTICS``) of a sample, ignoring NaN."""
     return sample_stats(np.asarray(values, dtype=float), {s: 100 * q for s, q in QUANTILES.items()})
 
 
@@ -346,7 +345,7 @@ def _tpot_quantile(curve: ServiceCurve, parts: _Parts, q: float) -> Array:
 
 
 def _latency(
-    curve: ServiceCurve, rate: Array, burstiness: float, service_scv: float, stats: tuple[str, ...] = STATS
+    curve: ServiceCurve, rate: Array, burstiness: float, service_scv: float, stats: tuple[str, ...] = STATISTICS
 ) -> QueueLatency:
     lam = np.asarray(rate, dtype=float)
     flat = lam.reshape(-1)
@@ -389,7 +388,7 @@ def open_loop_latency(
     max_running: float,
     burstiness: float = 1.0,
     service_scv: float = 0.0,
-    stats: tuple[str, ...] = STATS,
+    stats: tuple[str, ...] = STATISTICS,
     curve: ServiceCurve | None = None,
 ) -> QueueLatency:
     """Mean and P50/P95/P99 TTFT, TPOT and e2e of one replica at each ``request_rate`` (requests/s,
@@ -406,9 +405,9 @@ def open_loop_latency(
     lam = _check_rate(request_rate)
     b = check_burstiness(burstiness)
     scv = _check_scv(service_scv)
-    unknown = [s for s in stats if s not in STATS]
+    unknown = [s for s in stats if s not in STATISTICS]
     if unknown:
-        raise ValueError(f"stats must be among {', '.join(STATS)}, got {unknown}")
+        raise ValueError(f"stats must be among {', '.join(STATISTICS)}, got {unknown}")
     if curve is None:
         curve = service_curve(hw, coef, input_len=input_len, output_len=output_len, max_running=max_running)
     return _latency(curve, lam, b, scv, stats=tuple(stats))
@@ -437,8 +436,8 @@ def max_request_rate(
     evaluated and met them, below the limit by at most 1/17^3 of the first bracket (about 2e-4 of
     the rate).
     """
-    if stat not in STATS:
-        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    if stat not in STATISTICS:
+        raise ValueError(f"stat must be one of {', '.join(STATISTICS)}, got {stat!r}")
     if ttft_slo_s is None and tpot_slo_s is None:
         raise ValueError("give ttft_slo_s, tpot_slo_s or both")
     for name, v in (("ttft_slo_s", ttft_slo_s), ("tpot_slo_s", tpot_slo_s)):

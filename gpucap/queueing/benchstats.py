@@ -19,10 +19,12 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from gpucap.types import QUANTILES, STATISTICS
+
 Array = npt.NDArray[np.float64]
 
-BENCH_STATS = ("mean", "median", "p90", "p95", "p99")
-PERCENTILES = {"median": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+BENCH_STATS = STATISTICS  # the names vllm bench serve gives them (mean_*, median_*, p90_*, ...)
+PERCENTILES = {s: 100 * q for s, q in QUANTILES.items()}
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 
 

@@ -49,12 +49,13 @@ from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import charged_tokens_per_layer
 from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
-from gpucap.queueing.analytic import STATS, check_burstiness, summarize
+from gpucap.queueing.analytic import check_burstiness, summarize
 from gpucap.queueing.benchstats import BENCH_STATS, stats, weighted_stats
 from gpucap.queueing.frontend import SharedServer
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import Load, gamma_gaps, open_loop_sends
 from gpucap.queueing.scheduler import Policy, policy_for
+from gpucap.types import STATISTICS
 
 Array = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -738,7 +739,7 @@ def run_benchmark(
 class Simulation:
     """Per-request times of one simulated open-loop run (recorded requests after warm-up) and
     their summary. ``summary[name][stat]`` for name in ``ttft_s``, ``tpot_s``, ``e2e_s`` and stat in
-    ``gpucap.queueing.analytic.STATS``. TPOT is ``(finish - first token) / (output - 1)``; requests of one
+    ``gpucap.types.STATISTICS``. TPOT is ``(finish - first token) / (output - 1)``; requests of one
     output token have none."""
 
     request_rate: float
@@ -921,7 +922,7 @@ def replay(
 
 __all__ = [
     "BENCH_STATS",
-    "STATS",
+    "STATISTICS",
     "BenchmarkRun",
     "Simulation",
     "arrival_times",

@@ -25,8 +25,9 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots
 from gpucap.planning.result import rejected_counts as rejected_counts
 from gpucap.planning.search import plan
-from gpucap.queueing.analytic import STATS, open_loop_latency, service_curve
+from gpucap.queueing.analytic import open_loop_latency, service_curve
 from gpucap.queueing.simulate import simulate
+from gpucap.types import STATISTICS
 
 SLO_KINDS = {"ttft": "ttft_slo_s", "tpot": "tpot_slo_s"}
 SLO_LABELS = {"ttft": "TTFT", "tpot": "TPOT"}
@@ -199,7 +200,7 @@ def latency_vs_rate(
         "wait_probability": lat.wait_probability,
     }
     for name, values in (("ttft", lat.ttft_s), ("tpot", lat.tpot_s), ("e2e", lat.e2e_s)):
-        cols.update({f"{name}_{s}_s": values[s] for s in STATS})
+        cols.update({f"{name}_{s}_s": values[s] for s in STATISTICS})
     out = pd.DataFrame(cols)
     out.attrs.update(service_rate=lat.service_rate, max_running=slots)
     return out
@@ -236,7 +237,7 @@ def simulated_latency(
         )
         row: dict[str, Any] = {"request_rate": float(rate)}
         for name in ("ttft", "tpot", "e2e"):
-            row.update({f"{name}_{s}_s": run.summary[f"{name}_s"][s] for s in STATS})
+            row.update({f"{name}_{s}_s": run.summary[f"{name}_s"][s] for s in STATISTICS})
         rows.append({**row, "preemptions": run.preemptions, "mean_running": run.mean_running})
     return pd.DataFrame(rows)
 
@@ -248,7 +249,7 @@ def latency_vs_rate_figure(
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
     slo_rate: float | None = None,
-    stats: Sequence[str] = ("p50", "p95", "p99"),
+    stats: Sequence[str] = ("median", "p95", "p99"),
     title: str = "",
 ) -> Figure:
     """TTFT and TPOT percentiles of one replica against the arrival rate (``latency_vs_rate``),
@@ -256,16 +257,21 @@ def latency_vs_rate_figure(
         the SLOs are last met (``slo_rate``, e.g. ``max_request_rate``) and, as markers of the same
         colours, simulated points (``simulated_latency``). Lines are labelled "P50", "P95", "P99"; with an
     SLO the axis stops at ``SLO_SPAN`` times it."""
-    bad = [s for s in stats if s not in STATS]
+    bad = [s for s in stats if s not in STATISTICS]
     if bad:
-        raise ValueError(f"stats must be among {', '.join(STATS)}, got {bad!r}")
+        raise ValueError(f"stats must be among {', '.join(STATISTICS)}, got {bad!r}")
     mu = float(curve.attrs.get("service_rate", np.nan))
     fig = Figure(figsize=(11, 4.0))
     axes = fig.subplots(1, 2)
     for ax, name, slo in ((axes[0], "ttft", ttft_slo_s), (axes[1], "tpot", tpot_slo_s)):
         for s in stats:
             y = curve[f"{name}_{s}_s"].to_numpy(dtype=float)
-            (line,) = ax.plot(curve["request_rate"], np.where(np.isfinite(y), y, np.nan), "-", label=s.upper())
+            (line,) = ax.plot(
+                curve["request_rate"],
+                np.where(np.isfinite(y), y, np.nan),
+                "-",
+                label=s if s in ("mean", "median") else s.upper(),
+            )
             if simulated is not None and not simulated.empty:
                 first = s == stats[0]
                 ax.plot(
