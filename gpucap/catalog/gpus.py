@@ -17,6 +17,7 @@ from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 
+from gpucap.errors import UnknownName
 from gpucap.textfiles import read_text
 from gpucap.units import GB, TB, TERA, US, GiB
 
@@ -231,4 +232,4 @@ def get_gpu(key: str | GPU, extra: str | Path | None = None) -> GPU:
         return gpus[starts[0]]
     close = starts or difflib.get_close_matches(key, list(gpus), n=4, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise ValueError(f"unknown GPU {key!r}{hint} (`gpucap gpus` lists all; add your own with --gpu-file)")
+    raise UnknownName(f"unknown GPU {key!r}{hint}", kind="GPU", name=key, close=tuple(close))

@@ -1,0 +1,168 @@
+"""``gpucap calibrate``: fit the efficiency coefficients to load-test results; and the reading of
+results (files, folders, a manifest, a cases CSV) that ``gpucap errors`` shares."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpucap.calibration.calibrate import DEFAULT_FREE
+from gpucap.calibration.limits import LIMIT_STATS, Slo
+from gpucap.cli.args import output_file, positive_float, positive_int
+from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
+
+
+def add_parser(sub: Any) -> None:
+    c = sub.add_parser("calibrate", help="fit the efficiency coefficients to load-test results")
+    c.add_argument(
+        "results", nargs="+", help="result files or folders (vLLM, SGLang, GenAI-Perf, GuideLLM), or a cases CSV"
+    )
+    c.add_argument("--out", required=True, help="coefficients JSON to write (never overwritten unless --overwrite)")
+    c.add_argument("--overwrite", action="store_true")
+    results_options(c)
+    c.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients to fit, comma-separated")
+    c.add_argument(
+        "--method",
+        default="closed-form",
+        choices=["closed-form", "simulate"],
+        help="predict each run by the closed forms (default, fast) or by simulating it (a sweep of a few runs)",
+    )
+    c.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="hold a coefficient at a value")
+    c.add_argument(
+        "--targets",
+        default="runs",
+        help="what to fit: runs (every run's metrics), limits (every sweep's SLO-limited concurrency or "
+        "rate at --ttft-slo/--tpot-slo/--stat), or runs,limits",
+    )
+    c.add_argument("--ttft-slo", "--slo-ttft", type=positive_float, default=2.0, help="TTFT SLO in s (default 2)")
+    c.add_argument("--tpot-slo", "--slo-tpot", type=positive_float, default=0.1, help="TPOT SLO in s (default 0.1)")
+    c.add_argument(
+        "--stat",
+        default="mean",
+        choices=list(LIMIT_STATS),
+        help="statistic the SLOs apply to (the closed forms predict means: mean or median)",
+    )
+    c.add_argument("--json", action="store_true", help="print the saved JSON instead of the report")
+    c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
+    c.add_argument(
+        "--history",
+        default=None,
+        help="also append this fit to a calibration history (a JSON-lines file, or a folder that holds one)",
+    )
+    c.add_argument("--label", default="", help="a name for this fit in the history (e.g. the load test's date)")
+
+
+def results_options(p: argparse.ArgumentParser) -> None:
+    """What `calibrate` and `errors` need to read load-test results: hardware and formats for
+    runs whose files and manifest do not say, a manifest, extra GPUs, the length distribution."""
+    for name in ("gpu", "engine", "model"):
+        p.add_argument(f"--{name}", default=None, help=f"{name} for runs whose files and manifest do not say")
+    for name in ("num-gpus", "tp", "pp", "ep"):
+        p.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
+    p.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
+    p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
+    p.add_argument(
+        "--weight-dtype",
+        default=None,
+        choices=list(WEIGHT_BYTES_PER_PARAM),
+        help="weight format of runs that do not say (default: the checkpoint's own)",
+    )
+    p.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
+    p.add_argument(
+        "--length-dist", default="fixed", choices=["fixed", "dataset"], help="dataset: ShareGPT-like output lengths"
+    )
+
+
+def add_gpu_file(a: argparse.Namespace) -> None:
+    """``--gpu-file``'s GPUs join the catalog for this command (read now: a bad file stops it)."""
+    if a.gpu_file:
+        from gpucap.catalog.gpus import add_gpu_file
+
+        add_gpu_file(a.gpu_file)
+
+
+def read_calibration_cases(a: argparse.Namespace) -> tuple[Any, Any]:
+    """Cases to fit (schema of measured-public.csv) and the tidy runs they came from (or None)."""
+    import pandas as pd
+
+    add_gpu_file(a)
+    from gpucap.calibration.loadtests import cases_from_runs
+    from gpucap.calibration.results import read_results, runs_needing
+    from gpucap.calibration.validate import read_cases
+
+    first = Path(a.results[0])
+    if len(a.results) == 1 and first.suffix == ".csv" and "load_mode" in pd.read_csv(first, nrows=0).columns:
+        return read_cases(first), None
+    defaults = {
+        k: v
+        for k, v in {
+            "gpu": a.gpu,
+            "engine": a.engine,
+            "model": a.model,
+            "num_gpus": a.num_gpus,
+            "tp": a.tp,
+            "pp": a.pp,
+            "ep": a.ep,
+        }.items()
+        if v is not None
+    }
+    rs = read_results([Path(p) for p in a.results], manifest=a.manifest, defaults=defaults)
+    for file, why in rs.bad:
+        print(f"not read: {file}: {why}", file=sys.stderr)
+    for run, why in runs_needing(rs):
+        print(f"not usable: {run}: {why} (give it with --gpu/--tp/--model/--engine or a manifest)", file=sys.stderr)
+    return cases_from_runs(
+        rs.runs, weight_dtype=a.weight_dtype, kv_cache_dtype=a.kv_dtype, length_dist=a.length_dist
+    ), rs.runs
+
+
+def run(a: argparse.Namespace) -> int:
+    from gpucap.calibration.analysis import error_table
+    from gpucap.calibration.calibrate import calibrate
+
+    targets = tuple(t.strip() for t in a.targets.split(",") if t.strip())
+    out = output_file(a.out, overwrite=a.overwrite, inputs=a.results)  # checked before the fit
+    fixed = {}
+    for item in a.fix:
+        name, _, value = item.partition("=")
+        try:
+            fixed[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--fix {item!r}: expected NAME=NUMBER") from None
+    if a.history:  # a history that does not read stops the command before the fit
+        from gpucap.calibration.history import append_history, history_path, read_history
+
+        read_history(history_path(a.history))
+    cases, _ = read_calibration_cases(a)
+    sources = [
+        str(p) for arg in a.results for p in ([Path(arg)] if Path(arg).is_file() else sorted(Path(arg).rglob("*")))
+    ]
+    fit = calibrate(
+        cases,
+        free=tuple(n.strip() for n in a.free.split(",") if n.strip()),
+        fixed=fixed,
+        sources=sources,
+        method=a.method,
+        targets=targets,
+        slo=Slo(a.ttft_slo, a.tpot_slo, a.stat),
+    )
+    if not fit.success and not a.save_unconverged:
+        print(fit.report())
+        raise ValueError(f"the fit did not converge ({fit.message}); nothing written (--save-unconverged saves it)")
+    fit.save(out, overwrite=a.overwrite)
+    if a.history:
+        print(f"appended to {append_history(fit, a.history, label=a.label)}", file=sys.stderr)
+    if a.json:
+        print(json.dumps(fit.to_dict(), indent=2))
+        return 0
+    print(fit.report())
+    print(f"\nmedian absolute error by model size, default -> calibrated coefficients ({a.method}):")
+    table = error_table(cases, fit.coefficients, by="size", method=a.method)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    for line in fit.provenance.get("not_sweeps", []):
+        print(f"no limit: {line}")
+    print(f"\nwrote {out}")
+    return 0

@@ -1,0 +1,72 @@
+"""``gpucap gpus`` and ``gpucap models``: the catalogs, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from gpucap.catalog.gpus import load_gpus
+from gpucap.catalog.lookup import load_model, model_cards
+from gpucap.units import GB, TB, TERA, GiB
+
+
+def add_parsers(sub: Any) -> None:
+    g = sub.add_parser("gpus", help="list the GPU catalog")
+    g.add_argument("--gpu-file", default=None)
+    g.add_argument("--json", action="store_true")
+    m = sub.add_parser("models", help="list the model catalog")
+    m.add_argument("--json", action="store_true")
+
+
+def run_gpus(a: argparse.Namespace) -> int:
+    gpus = load_gpus(a.gpu_file)
+    rows: list[dict[str, Any]] = [
+        {
+            "key": g.key,
+            "memory_GiB": round(g.memory_bytes / GiB, 1),
+            "bf16_TFLOPs": g.flops_per_s["bf16"] / TERA,
+            "fp8_TFLOPs": g.flops_per_s["fp8"] / TERA or None,
+            "fp4_TFLOPs": g.flops_per_s["fp4"] / TERA or None,
+            "hbm_TB_per_s": g.hbm_bytes_per_s / TB,
+            "link": g.link_kind,
+            "link_GB_per_s": g.link_bytes_per_s / GB,
+        }
+        for g in gpus.values()
+    ]
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'key':<20}{'GiB':>7}{'bf16 TF':>9}{'fp8 TF':>8}{'fp4 TF':>8}{'TB/s':>6}  link")
+    for r in rows:
+        print(
+            f"{r['key']:<20}{r['memory_GiB']:>7.1f}{r['bf16_TFLOPs']:>9.0f}{r['fp8_TFLOPs'] or 0:>8.0f}"
+            f"{r['fp4_TFLOPs'] or 0:>8.0f}{r['hbm_TB_per_s']:>6.2f}  {r['link']} {r['link_GB_per_s']:.0f} GB/s"
+        )
+    return 0
+
+
+def run_models(a: argparse.Namespace) -> int:
+    rows = []
+    for hf_id, card in model_cards().items():
+        spec = load_model(hf_id)
+        rows.append(
+            {
+                "id": hf_id,
+                "family": spec.family,
+                "total_params_B": round(spec.total_params / 1e9, 2),
+                "active_params_B": round(spec.active_params / 1e9, 2),
+                "layers": spec.num_layers,
+                "attention": "MLA" if spec.is_mla else f"GQA {spec.num_heads}/{spec.num_kv_heads}",
+                "aliases": card.get("aliases", []),
+            }
+        )
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'id':<48}{'family':<13}{'total B':>9}{'active B':>9}  attention")
+    for r in rows:
+        print(
+            f"{r['id']:<48}{r['family']:<13}{r['total_params_B']:>9.1f}{r['active_params_B']:>9.1f}  {r['attention']}"
+        )
+    return 0

@@ -1,0 +1,47 @@
+"""``gpucap errors``: error tables, measured against predicted, by model size, GPU, engine, source."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpucap.calibration.analysis import GROUPS
+from gpucap.calibration.calibrate import DEFAULT_FREE
+from gpucap.cli.calibrate import read_calibration_cases, results_options
+
+
+def add_parser(sub: Any) -> None:
+    e = sub.add_parser("errors", help="error tables: measured vs predicted by model size, GPU, engine, source")
+    e.add_argument("cases", help="a cases CSV (the schema of measured-public.csv) or load-test results (files, folder)")
+    e.add_argument("--coefficients", default=None, help="a calibration JSON: the 'fitted' variant (default: fit here)")
+    e.add_argument("--by", default="size", help=f"group rows by, comma-separated: {', '.join(GROUPS)}")
+    e.add_argument(
+        "--variants",
+        default="defaults,fitted",
+        help="comma-separated: defaults, fitted, lomo (leave one model out), loso (leave one source out)",
+    )
+    e.add_argument("--format", default="markdown", choices=["markdown", "html", "csv"])
+    e.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients the fits free, comma-separated")
+    e.add_argument(
+        "--method", default="closed-form", choices=["closed-form", "simulate"], help="how each row is predicted"
+    )
+    results_options(e)
+
+
+def run(a: argparse.Namespace) -> int:
+    from gpucap.calibration.analysis import error_tables, format_error_table
+    from gpucap.physics.coefficients import Coefficients
+
+    a.results = [a.cases]
+    cases, _ = read_calibration_cases(a)
+    coef = Coefficients.from_file(a.coefficients) if a.coefficients else None
+    table = error_tables(
+        cases,
+        coef,
+        by=tuple(b.strip() for b in a.by.split(",") if b.strip()),
+        variants=tuple(v.strip() for v in a.variants.split(",") if v.strip()),
+        free=tuple(n.strip() for n in a.free.split(",") if n.strip()),
+        method=a.method,
+    )
+    print(format_error_table(table, a.format))
+    return 0

@@ -1,0 +1,67 @@
+"""``gpucap validate``: predict every case of a measurements CSV and compare."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from gpucap.cli.calibrate import add_gpu_file
+
+
+def add_parser(sub: Any) -> None:
+    v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
+    v.add_argument("cases", help="CSV in the schema of measured-public.csv")
+    v.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
+    v.add_argument("--json", action="store_true", help="one object per row")
+    v.add_argument("--out", default=None, help="also write the per-row table as CSV here (never overwrites)")
+    v.add_argument(
+        "--method",
+        default="simulate",
+        choices=["simulate", "closed-form"],
+        help="simulate each row's benchmark run (default) or use the closed forms (fast)",
+    )
+
+
+def run(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from gpucap.calibration.validate import error_summary, read_cases, validate
+
+    out = Path(a.out) if a.out else None
+    if out is not None and out.exists():
+        raise ValueError(f"{out} exists; choose another --out (results are never overwritten)")
+    add_gpu_file(a)
+    result = validate(read_cases(a.cases), method=a.method)
+    if out is not None:
+        result.to_csv(out, index=False)
+    if a.json:
+        rows = []
+        for _, r in result.iterrows():
+            if isinstance(r["error"], str):
+                rows.append({"case_id": r["case_id"], "error": r["error"]})
+            else:
+                rows.append(
+                    {
+                        "case_id": r["case_id"],
+                        **{
+                            m: (None if pd.isna(r[f"{m}_predicted"]) else float(r[f"{m}_predicted"]))
+                            for m in ("output_tok_s", "ttft_ms", "tpot_ms")
+                        },
+                    }
+                )
+        print(json.dumps(rows, indent=1))
+        return 0
+    ok = result["error"].isna()
+    print(f"{int(ok.sum())} of {len(result)} rows predicted")
+    for _, r in result[~ok].iterrows():
+        print(f"  not predicted: {r['case_id']} ({r['model']} on {r['gpu']}): {r['error']}")
+    print("\nabsolute error |predicted / measured - 1|:")
+    print(error_summary(result).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    for by in ("engine", "gpu", "model"):
+        s = error_summary(result, by)
+        s = s[s["metric"] == "output_tok_s"]
+        print(f"\noutput tokens/s by {by}:")
+        print(s.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    return 0
