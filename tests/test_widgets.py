@@ -155,7 +155,7 @@ def test_slo_change_recomputes_the_estimate_only(monkeypatch: pytest.MonkeyPatch
     memory = count_calls(monkeypatch, "hardware_memory")
     memory_fig = count_calls(monkeypatch, "memory_svg")
     curves = count_calls(monkeypatch, "loop_point")
-    estimates = count_calls(monkeypatch, "estimate")
+    estimates = count_calls(monkeypatch, "estimate_for")
     app.ttft_slo_s.value = 0.5
     app.tpot_slo_ms.value = 60.0
     assert (memory[0], memory_fig[0], curves[0], estimates[0]) == (0, 0, 0, 2)
@@ -184,7 +184,7 @@ def test_redrawn_figures_match_fresh_ones(monkeypatch: pytest.MonkeyPatch, app: 
 
 
 def test_range_change_does_not_recompute_the_estimate(monkeypatch: pytest.MonkeyPatch, app: EstimatorApp) -> None:
-    estimates = count_calls(monkeypatch, "estimate")
+    estimates = count_calls(monkeypatch, "estimate_for")
     curves = count_calls(monkeypatch, "loop_point")
     assert app.auto_range.value
     app.curve_max.value = 100.0

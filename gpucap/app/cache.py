@@ -3,13 +3,14 @@ LRU cache, and the normalized widget values with the cache keys each stage depen
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from gpucap.config import EngineConfig
+from gpucap.config import SLO, Deployment, EngineConfig, Workload
 from gpucap.physics.coefficients import Coefficients
 
 CACHE_SIZE = 64  # results kept per stage, so dragging a slider back and forth is instant
@@ -61,33 +62,35 @@ class Inputs:
     lengths: str = "varied"  # "varied" traffic or a "fixed"-length load test (gpucap.estimate.LENGTHS)
 
     @property
-    def hardware_key(self) -> tuple[Hashable, ...]:
-        return (
-            self.model,
-            self.model_stamp,
-            self.gpu,
-            self.tp,
-            self.pp,
-            self.ep,
-            self.weight_dtype,
-            self.kv_dtype,
-            self.engine,
-            self.gpu_memory_utilization,
-            self.cuda_graphs,
-        )
-
-    def load_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
-        """What the curves depend on: the hardware, the box, the lengths and the coefficients."""
-        return (*self.hardware_key, self.num_gpus, self.input_len, self.output_len, self.lengths, coefficients)
-
-    def estimate_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
-        return (*self.load_key(coefficients), self.ttft_slo_s, self.tpot_slo_s)
-
-    @property
-    def engine_config(self) -> EngineConfig:
-        return EngineConfig(
+    def deployment(self) -> Deployment:
+        """The box and its split, formats and engine knobs, as the estimator takes them."""
+        engine = EngineConfig(
             engine=self.engine, gpu_memory_utilization=self.gpu_memory_utilization, cuda_graphs=self.cuda_graphs
         )
+        return Deployment(
+            self.model, self.gpu, self.num_gpus, tp=self.tp, pp=self.pp, ep=self.ep,
+            weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype, engine=engine,
+        )  # fmt: skip
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(float(self.input_len), float(self.output_len), lengths=self.lengths)
+
+    @property
+    def slo(self) -> SLO:
+        return SLO(ttft_s=self.ttft_slo_s, tpot_s=self.tpot_slo_s)
+
+    @property
+    def hardware_key(self) -> tuple[Hashable, ...]:
+        """What one replica depends on: the deployment but its GPU count, and the model file's stamp."""
+        return (dataclasses.replace(self.deployment, num_gpus=None), self.model_stamp)
+
+    def load_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
+        """What the curves depend on: the deployment, the workload and the coefficients."""
+        return (self.deployment, self.model_stamp, self.workload, coefficients)
+
+    def estimate_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
+        return (*self.load_key(coefficients), self.slo)
 
 
 def stamp(path: Path) -> int:

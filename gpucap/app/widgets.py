@@ -19,6 +19,7 @@ on (``gpucap.app.cache``), so a change recomputes and redraws only what it must:
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -33,9 +34,9 @@ from gpucap.app.cache import LRU, Inputs
 from gpucap.app.controls import CURVE_MAX_CHOICES, Controls, choose, engine_default_utilization
 from gpucap.app.figures import constraints_svg, curves_svg, memory_svg
 from gpucap.calibration.ranges import range_note
-from gpucap.config import Hardware, Workload, hardware
+from gpucap.config import Hardware
 from gpucap.errors import DoesNotFit
-from gpucap.estimate import Estimate, estimate
+from gpucap.estimate import Estimate, estimate_for
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.concurrency import loop_point
@@ -245,40 +246,14 @@ class EstimatorApp(Controls):
         self.figures.layout.display = "none"
 
     def _hardware(self, inp: Inputs) -> Hardware:
-        return self._hardware_cache.get(
-            inp.hardware_key,
-            lambda: hardware(
-                inp.model,
-                inp.gpu,
-                tp=inp.tp,
-                pp=inp.pp,
-                ep=inp.ep,
-                weight_dtype=inp.weight_dtype,
-                kv_dtype=inp.kv_dtype,
-                engine=inp.engine_config,
-            ),
-        )
+        return self._hardware_cache.get(inp.hardware_key, inp.deployment.resolve)
 
     def _estimate(self, inp: Inputs, hw: Hardware, coef: Coefficients | None) -> Estimate:
+        # the model and GPU already looked up (hw) are handed over, not looked up again
+        resolved = dataclasses.replace(inp.deployment, model=hw.spec, gpu=hw.gpu)
         return self._estimate_cache.get(
             inp.estimate_key(coef),
-            lambda: estimate(
-                hw.spec,
-                hw.gpu,
-                inp.num_gpus,
-                input_len=inp.input_len,
-                output_len=inp.output_len,
-                tp=inp.tp,
-                pp=inp.pp,
-                ep=inp.ep,
-                weight_dtype=inp.weight_dtype,
-                kv_dtype=inp.kv_dtype,
-                ttft_slo_s=inp.ttft_slo_s,
-                tpot_slo_s=inp.tpot_slo_s,
-                engine=inp.engine_config,
-                coefficients=coef,
-                lengths=inp.lengths,
-            ),
+            lambda: estimate_for(resolved, inp.workload, inp.slo, coefficients=coef),
         )
 
     @staticmethod
@@ -290,10 +265,11 @@ class EstimatorApp(Controls):
         """One closed-loop solve over concurrencies 1 .. ``curve_max`` (all replicas): the steady
         state of varied traffic, or the waves of a fixed-length load test (``estimate.loop_point``)."""
         grid = np.unique(np.round(np.geomspace(1.0, max(curve_max, 2.0), CURVE_POINTS)))
-        wl = Workload(float(inp.input_len), float(inp.output_len), lengths=inp.lengths)
         return self._curve_cache.get(
             (*inp.load_key(est.coefficients), curve_max),
-            lambda: loop_point(hw, est.coefficients, wl, grid / est.replicas, max_running=self._max_running(hw, est)),
+            lambda: loop_point(
+                hw, est.coefficients, inp.workload, grid / est.replicas, max_running=self._max_running(hw, est)
+            ),
         )
 
     def _update(self) -> None:
