@@ -21,9 +21,21 @@ from gpucap.errors import UnknownName
 from gpucap.textfiles import read_text
 from gpucap.units import GB, TB, TERA, US, GiB
 
-# The shipped data travels with the package as gpucap.data (the repository's data/ folder, mapped
-# in pyproject.toml); GPUCAP_DATA points at a folder of one's own instead.
-DATA_DIR = Path(os.environ.get("GPUCAP_DATA") or str(files("gpucap.data")))
+
+def data_dir() -> Path:
+    """Where the shipped data is: ``GPUCAP_DATA`` when set (a folder of one's own), else the
+    package ``gpucap.data`` (the repository's data/ folder, mapped in pyproject.toml, so an
+    installed wheel carries it), else the data/ folder beside the package (a checkout on
+    ``sys.path`` that was never installed)."""
+    if os.environ.get("GPUCAP_DATA"):
+        return Path(os.environ["GPUCAP_DATA"])
+    try:
+        return Path(str(files("gpucap.data")))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[2] / "data"
+
+
+DATA_DIR = data_dir()
 GPU_FILE = DATA_DIR / "gpus.csv"
 
 REQUIRED_COLUMNS = ("key", "memory_GB", "bf16_dense_TFLOPs", "hbm_TB_per_s", "link_kind", "link_GB_per_s_per_direction")
