@@ -57,7 +57,9 @@ class Estimate:
     coefficients: Coefficients
     replicas: int
     memory: MemoryBreakdown
-    limits: dict[str, float | None]  # total concurrency each resource allows; None = not binding
+    # total concurrency each limit allows (gpucap.types.LIMITS: the resources, the engine's slot
+    # cap, the time per step outside the GPU); None = not binding
+    limits: dict[str, float | None]
     memory_limit_mean_context: float
     recommended_concurrency: int
     bottleneck: str
@@ -407,6 +409,7 @@ def estimate_for(
     notes += speed_notes
     limits: dict[str, float | None] = {"memory": found.mem_limit * replicas}
     limits.update({k: None if v is None else v * replicas for k, v in found.limits.items()})
+    limits["max_num_seqs"] = hw.engine.max_num_seqs * replicas if hw.engine.max_num_seqs else None
     ranges = answer_ranges(
         bands,
         int(rec * replicas),

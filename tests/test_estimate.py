@@ -61,7 +61,17 @@ def test_json_contract(seed1) -> None:
     d = seed1.to_dict()
     for key in ("weights_bytes_per_gpu", "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_budget_bytes_per_gpu"):
         assert d["memory"][key] > 0
-    assert set(d["limits"]) == {"memory", "compute", "hbm_bandwidth", "interconnect", "host"}
+    # every limit, and so every bottleneck but a failed SLO, is a key of the limits
+    assert set(d["limits"]) == {
+        "memory",
+        "compute",
+        "hbm_bandwidth",
+        "interconnect",
+        "host",
+        "max_num_seqs",
+        "step_overhead",
+    }
+    assert d["bottleneck"] in d["limits"]
     for key in ("recommended_concurrency", "bottleneck", "ttft_s", "tpot_s", "output_tokens_per_s"):
         assert key in d
     assert "recommended concurrency" in str(seed1)

@@ -119,6 +119,8 @@ def test_a_longer_prompt_never_raises_the_recommendation(
     except (DoesNotFit, ValueError):
         return  # does not fit, or a split the model does not allow
     assert short.bottleneck in BOTTLENECKS and long.bottleneck in BOTTLENECKS
+    for e in (short, long):  # a limit that binds is one the limits report
+        assert e.bottleneck in e.limits or e.bottleneck in ("ttft_slo", "tpot_slo")
     if short.bottleneck != "host":
         assert long.recommended_concurrency <= short.recommended_concurrency
     # Where the HTTP server's core binds (tiny prompts and outputs), a closed loop's requests/s

@@ -221,7 +221,7 @@ def test_figures_take_package_results() -> None:
     est = gpucap.estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", 1, input_len=1000, output_len=256)
     assert est.limits["interconnect"] is None  # one GPU: no link traffic, drawn as "not binding"
     assert "not binding" in texts(constraints_svg(est))
-    assert len(elements(constraints_svg(est), "bar")) == 3  # memory, compute, HBM
+    assert len(elements(constraints_svg(est), "bar")) == 4  # memory, compute, HBM, max_num_seqs
     assert "a <b> & c" in texts(memory_svg(est.memory, title="a <b> & c"))  # escaped, read back
 
     hw = gpucap.hardware("deepseek-ai/DeepSeek-V3", "A100-SXM-80GB", tp=8)
@@ -354,7 +354,8 @@ def test_every_control_and_bar_says_what_it_is(app: EstimatorApp) -> None:
     # one tooltip per drawn bar (a resource that is not binding draws none), each naming its source
     bars = [el for el in root.iter(SVG_NS + "rect") if el.get("class") == "bar"]
     titles = [t.text or "" for el in bars for t in el.iter(SVG_NS + "title")]
-    assert len(titles) == len(bars) >= 4 and all("SLO" in t or "KV" in t for t in titles)
+    says = ("SLO", "KV", "max_num_seqs", "HTTP server")  # what the limit is made of
+    assert len(titles) == len(bars) >= 4 and all(any(w in t for w in says) for t in titles)
     # the recommendation's range is a pale band that says what it is
     (band,) = [el for el in root.iter(SVG_NS + "rect") if el.get("class") == "range"]
     assert "80% range" in (band.find(SVG_NS + "title").text or "")

@@ -28,8 +28,11 @@ BAR_TIPS = {
     "would use up an SLO (gpucap.physics.step.step_time)",
     "interconnect": "the concurrency at which the tensor-parallel all-reduces alone (link latency and u_link of "
     "its bandwidth) would use up an SLO",
-    "host": "the concurrency at which the HTTP server's core and the scheduler's time per step alone would use "
-    "up an SLO (gpucap.queueing.frontend)",
+    "host": "the concurrency at which the HTTP server's core is full: requests/s x its CPU time per request "
+    "(gpucap.queueing.frontend)",
+    "max_num_seqs": "the requests the engine runs at once (max_num_seqs per replica); the rest wait in its queue",
+    "step_overhead": "the concurrency at which the step's time outside the GPU (scheduling, sampling, launches) "
+    "alone would use up the TPOT SLO",
 }
 RED, GRAY, BLUE, GREEN, ORANGE = "#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e"  # matplotlib's tab: colors
 SMALL, TEXT, TITLE = 9.7, 11.0, 12.5  # px: 7, 8 and 9 pt at 100 dpi
@@ -154,7 +157,7 @@ def constraints_svg(estimate: Estimate) -> str:
         valign="top",
     )
     ax.frame()
-    ax.title(f"what each resource allows; bottleneck: {estimate.bottleneck}")
+    ax.title(f"what each limit allows; bottleneck: {estimate.bottleneck}")
     return c.to_svg()
 
 

@@ -16,7 +16,23 @@ from pathlib import Path
 from typing import Any
 
 from gpucap.catalog.configfields import Fields
-from gpucap.catalog.hybrid import HYBRID_FAMILIES, LinearMixer, linear_layers, linear_mixer, nemotron_blocks
+from gpucap.catalog.hybrid import LinearMixer, linear_mixer
+from gpucap.catalog.modelfields import (  # the checkpoint and expert names re-exported: they were defined here
+    CHECKPOINT_FORMATS,  # noqa: F401
+    CHECKPOINT_INT_METHODS,  # noqa: F401
+    EXPERT_KEYS,  # noqa: F401
+    MLA_FAMILIES,
+    attention_shape,
+    check_required,
+    checkpoint_format,  # noqa: F401
+    family_config,
+    layer_windows,
+    merge_text_config,
+    mla_fields,
+    mlp_widths,
+    moe_counts,
+    quantization,
+)
 from gpucap.catalog.vision import VisionEncoder, parse_vision_config
 from gpucap.textfiles import read_text
 
@@ -43,19 +59,6 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "minimax_text_01": "MiniMax-Text-01 (hybrid: lightning and softmax attention, MoE)",
     "minimax_m2": "MiniMax-M2 (full attention, MoE)",
     "nemotron_h": "Nemotron-H (hybrid: Mamba-2 and attention blocks, MLP or MoE blocks)",
-}
-
-# Keys every family needs (after family-specific renaming), named as in Hugging Face configs.
-_REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
-
-# Defaults of transformers' Gemma3TextConfig that the published gemma-3 configs rely on
-# (transformers/models/gemma3/configuration_gemma3.py).
-_GEMMA3_TEXT_DEFAULTS = {
-    "vocab_size": 262_208,
-    "sliding_window": 4096,
-    "sliding_window_pattern": 6,
-    "head_dim": 256,
-    "num_key_value_heads": 4,
 }
 
 
@@ -297,195 +300,22 @@ class ModelSpec:
 
 
 # ---- parsing ------------------------------------------------------------------------------
-def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return default
-
-
-def _merge_text_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Multimodal configs (Llama 4, Gemma 3) nest the language model in ``text_config``; others
-    (Qwen2.5-VL) keep it at the top level. Either way ``vision_config`` is split off."""
-    text = raw.get("text_config")
-    vision = dict(raw.get("vision_config") or {})
-    if isinstance(text, Mapping):
-        cfg = {k: v for k, v in raw.items() if k not in ("text_config", "vision_config")}
-        cfg.update(text)
-        cfg["model_type"] = raw.get("model_type", text.get("model_type"))
-        return cfg, vision
-    return {k: v for k, v in raw.items() if k != "vision_config"}, vision
-
-
-def _layer_windows(f: Fields, family: str, n: int) -> tuple[int | None, ...]:
-    """Tokens each layer's attention keeps: None = full context, 0 = a linear layer (no KV)."""
-    if family in HYBRID_FAMILIES:
-        return tuple(0 if lin else None for lin in linear_layers(f, family, n))
-    types = f.items("layer_types", (str,))
-    window = f.count("sliding_window", default=0, least=0)
-    if family in ("llama4", "llama4_text") and f.count("attention_chunk_size", default=0, least=0):
-        chunk = f.count("attention_chunk_size")
-        nope = f.items("no_rope_layers", (int, bool))
-        if nope and len(nope) == n:  # 1 = RoPE layer with chunked attention, 0 = global NoPE
-            return tuple(chunk if r else None for r in nope)
-        interval = f.count("nope_layer_interval", default=4)
-        return tuple(None if (i + 1) % interval == 0 else chunk for i in range(n))
-    if types and len(types) == n:
-        return tuple(window if t == "sliding_attention" else None for t in types)
-    if family in ("gemma3", "gemma3_text"):
-        pattern = f.count("sliding_window_pattern", default=6)
-        return tuple(None if (i + 1) % pattern == 0 else window for i in range(n))
-    if family in ("qwen2", "qwen2_5_vl", "qwen3", "qwen3_moe") and not f.flag("use_sliding_window", False):
-        return (None,) * n
-    if window:
-        return (window,) * n
-    return (None,) * n
-
-
-EXPERT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts")
-
-
-def _moe_layout(f: Fields, family: str, n: int) -> tuple[bool, ...]:
-    if not f.count(*EXPERT_KEYS, default=0, least=0):
-        return (False,) * n
-    if family in ("llama4", "llama4_text"):
-        step = f.count("interleave_moe_layer_step", default=1)
-        moe_layers = f.layers("moe_layers", n)
-        if moe_layers is not None:
-            return tuple(i in moe_layers for i in range(n))
-        return tuple((i + 1) % step == 0 for i in range(n))
-    if family == "jamba":  # JambaConfig.layers_num_experts
-        period = f.count("expert_layer_period", default=2)
-        offset = f.count("expert_layer_offset", default=1, least=0)
-        return tuple(i % period == offset for i in range(n))
-    first_dense = f.count("first_k_dense_replace", default=0, least=0)
-    freq = f.count("moe_layer_freq", "decoder_sparse_step", default=1)
-    mlp_only = f.layers("mlp_only_layers", n) or set()
-    return tuple(i >= first_dense and (i % freq == 0) and i not in mlp_only for i in range(n))
-
-
-# quantization_config.quant_method (and modelopt's quant_algo) -> gpucap weight format
-CHECKPOINT_FORMATS = {"fp8": "fp8", "mxfp4": "mxfp4", "nvfp4": "nvfp4"}
-CHECKPOINT_INT_METHODS = ("awq", "gptq")  # integer weight-only formats: int4 or int8 by their ``bits``
-
-
-def checkpoint_format(quant: Fields) -> str:
-    """The weight format a checkpoint is published in, from its ``quantization_config``
-    (Hugging Face transformers' quantization configs: ``quant_method`` fp8, mxfp4, awq/gptq with
-    ``bits``; ModelOpt's ``quant_algo`` FP8/NVFP4); 16-bit ("bf16") when it has none or one
-    gpucap does not read (vLLM serves a 16-bit checkpoint in its own 16-bit dtype)."""
-    method = quant.text("quant_method").lower()
-    if method in CHECKPOINT_FORMATS:
-        return CHECKPOINT_FORMATS[method]
-    if method in CHECKPOINT_INT_METHODS:
-        bits = quant.count("bits", "w_bit", default=0, least=0)
-        return {4: "int4", 8: "int8"}.get(bits, "bf16")
-    if method == "modelopt":
-        return CHECKPOINT_FORMATS.get(quant.text("quant_algo").lower(), "bf16")
-    return "bf16"
-
-
 def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
-    """The spec of the config ``raw``; ``where`` (default ``name``) names it in errors."""
+    """The spec of the config ``raw``; ``where`` (default ``name``) names it in errors. Read by
+    concern (``gpucap.catalog.modelfields``): the language model's config and family, the
+    required keys, the attention shape, the MoE layout and the MLP widths, the quantization,
+    then MLA and the indexer, the layer windows, the vision encoder and a hybrid's linear layers."""
     where = where or name
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: a config.json holds one JSON object, got {type(raw).__name__}")
-    top = Fields(raw, where)
-    top.section("text_config")  # nested objects where present
-    top.section("vision_config")
-    cfg, vision = _merge_text_config(raw)
+    family, cfg, vision = _language_config(raw, where)
+    cfg, blocks = family_config(cfg, family, where)
     f = Fields(cfg, where)
-    family = f.text("model_type")
-    if family not in SUPPORTED_FAMILIES:
-        supported = ", ".join(f"{k} ({v})" for k, v in SUPPORTED_FAMILIES.items())
-        archs = raw.get("architectures")
-        raise ValueError(
-            f"{where}: unsupported architecture model_type={family!r} (architectures={archs}); "
-            f"supported families: {supported}"
-        )
-    if family in ("gemma3", "gemma3_text"):
-        cfg = {**_GEMMA3_TEXT_DEFAULTS, **cfg}
-    blocks: list[tuple[str, str]] = []  # Nemotron-H's (mixer, MLP) layers
-    if family == "nemotron_h":  # one gpucap layer per mixer block (gpucap.catalog.hybrid.nemotron_blocks)
-        blocks = nemotron_blocks(f)
-        if len(f.text("hybrid_override_pattern")) != f.count("num_hidden_layers"):
-            raise ValueError(
-                f"{where}: hybrid_override_pattern has {len(f.text('hybrid_override_pattern'))} blocks but "
-                f"num_hidden_layers is {f.count('num_hidden_layers')}"
-            )
-        cfg = {
-            **cfg,
-            "num_hidden_layers": len(blocks),
-            "head_dim": _get(cfg, "head_dim", "attention_head_dim"),
-        }
-    if family == "falcon":
-        cfg = {
-            **cfg,
-            "num_hidden_layers": _get(cfg, "num_hidden_layers", "n_layer"),
-            "num_attention_heads": _get(cfg, "num_attention_heads", "n_head"),
-            "num_key_value_heads": _get(cfg, "num_kv_heads", "n_head_kv", default=1),
-        }
-    f = Fields(cfg, where)
-    missing = [k for k in _REQUIRED if cfg.get(k) is None]
-    mla = family in ("deepseek_v3", "deepseek_v32")
-    if mla:
-        missing += [k for k in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim") if cfg.get(k) is None]
-    if missing:
-        raise ValueError(f"{where}: config of family {family!r} lacks required keys: {', '.join(missing)}")
-
-    n = f.count("num_hidden_layers")
-    hidden = f.count("hidden_size")
-    heads = f.count("num_attention_heads")
-    kv_heads = f.count("num_key_value_heads", default=heads)
-    if not mla and heads % kv_heads:
-        raise ValueError(
-            f"{where}: num_attention_heads = {heads} is not a multiple of num_key_value_heads = {kv_heads} "
-            "(each KV head serves a whole group of query heads)"
-        )
-    head_dim = f.count("head_dim", default=max(hidden // heads, 1))
-    layer_is_moe = _moe_layout(f, family, n)
-    layer_has_mlp: tuple[bool, ...] = ()
-    if family == "nemotron_h":  # the MLP block after each mixer: dense, MoE or none
-        layer_is_moe = tuple(mlp == "moe" for _, mlp in blocks)
-        layer_has_mlp = tuple(bool(mlp) for _, mlp in blocks)
+    check_required(cfg, family, where)
+    mla = family in MLA_FAMILIES
+    n, hidden, heads, kv_heads, head_dim = attention_shape(f, mla, where)
+    layer_is_moe, layer_has_mlp, experts, per_token = moe_counts(f, family, n, blocks, where)
     moe = any(layer_is_moe)
-    experts = f.count(*EXPERT_KEYS) if moe else 0
-    per_token = f.count("num_experts_per_tok", "experts_per_token") if moe else 0
-    if per_token > experts:
-        raise ValueError(f"{where}: num_experts_per_tok = {per_token} is more than the {experts} experts of a layer")
-
-    if family in ("llama4", "llama4_text"):
-        dense_inter = f.count("intermediate_size_mlp", "intermediate_size", default=0, least=0)
-        moe_inter = f.count("intermediate_size", default=0, least=0)
-        shared_inter = moe_inter  # one shared expert per MoE layer
-    elif family == "nemotron_h":  # relu2 MLPs; one shared expert of its own width
-        dense_inter = f.count("intermediate_size", default=0, least=0)
-        moe_inter = f.count("moe_intermediate_size", default=0, least=0)
-        shared_inter = f.count("n_shared_experts", default=0, least=0) * f.count(
-            "moe_shared_expert_intermediate_size", default=0, least=0
-        )
-    elif family == "jamba":  # the dense and the expert MLPs share one width
-        dense_inter = moe_inter = f.count("intermediate_size")
-        shared_inter = 0
-    elif family in ("mixtral", "gpt_oss", "minimax_m1", "minimax_text_01", "minimax_m2"):
-        dense_inter = 0
-        moe_inter = f.count("intermediate_size", default=0, least=0)
-        shared_inter = 0
-    else:
-        dense_inter = f.count("intermediate_size", "ffn_hidden_size", default=4 * hidden)
-        moe_inter = f.count("moe_intermediate_size", default=0, least=0)
-        shared_inter = f.count("n_shared_experts", default=0, least=0) * moe_inter
-        shared_inter += f.count("shared_expert_intermediate_size", default=0, least=0)
-    if moe and not moe_inter:
-        raise ValueError(f"{where}: MoE config lacks the expert width (moe_intermediate_size/intermediate_size)")
-
-    unquantized: set[str] = set()
-    quant = Fields(f.section("quantization_config"), f"{where}: quantization_config")
-    skip = quant.items("modules_to_not_convert", (str,)) or []
-    if quant.text("quant_method") == "mxfp4" and any("self_attn" in m for m in skip):
-        unquantized.add("attention")
-    checkpoint = checkpoint_format(quant)
-
+    dense_inter, moe_inter, shared_inter = mlp_widths(f, family, hidden, moe, where)
+    unquantized, checkpoint = quantization(f, where)
     return ModelSpec(
         name=name,
         family=family,
@@ -499,22 +329,15 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         tie_embeddings=f.flag("tie_word_embeddings", family in ("gemma3", "gemma3_text")),
         mlp_gated=family not in ("falcon", "nemotron_h"),
         qkv_bias=f.flag("attention_bias", family in ("qwen2", "qwen2_5_vl")),
-        q_lora_rank=f.count("q_lora_rank", default=0, least=0) if mla else 0,
-        kv_lora_rank=f.count("kv_lora_rank") if mla else 0,
-        qk_nope_head_dim=f.count("qk_nope_head_dim") if mla else 0,
-        qk_rope_head_dim=f.count("qk_rope_head_dim") if mla else 0,
-        v_head_dim=f.count("v_head_dim", default=0, least=0) if mla else 0,
-        index_n_heads=f.count("index_n_heads", default=0, least=0),
-        index_head_dim=f.count("index_head_dim", default=0, least=0),
-        index_topk=f.count("index_topk", default=0, least=0),
+        **mla_fields(f, mla),
         num_experts=experts,
         experts_per_token=per_token,
         moe_intermediate_size=moe_inter if moe else 0,
         shared_expert_intermediate_size=shared_inter if moe else 0,
         expert_bias=family == "gpt_oss",
         layer_is_moe=layer_is_moe,
-        layer_window=_layer_windows(f, family, n),
-        unquantized_modules=frozenset(unquantized),
+        layer_window=layer_windows(f, family, n),
+        unquantized_modules=unquantized,
         checkpoint_dtype=checkpoint,
         vision=parse_vision_config(family, vision, raw, hidden, where),
         max_position_embeddings=f.count("max_position_embeddings", default=0, least=0),
@@ -522,3 +345,24 @@ def _parse(raw: Mapping[str, Any], name: str, where: str = "") -> ModelSpec:
         layer_has_mlp=layer_has_mlp,
         attention_output_gate=family == "qwen3_next" and f.flag("attn_output_gate", True),
     )
+
+
+def _language_config(raw: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The family (``model_type``, one of ``SUPPORTED_FAMILIES``), the language model's config
+    and the vision config of ``raw`` (``merge_text_config``: a multimodal config nests the
+    language model in ``text_config``)."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: a config.json holds one JSON object, got {type(raw).__name__}")
+    top = Fields(raw, where)
+    top.section("text_config")  # nested objects where present
+    top.section("vision_config")
+    cfg, vision = merge_text_config(raw)
+    family = Fields(cfg, where).text("model_type")
+    if family not in SUPPORTED_FAMILIES:
+        supported = ", ".join(f"{k} ({v})" for k, v in SUPPORTED_FAMILIES.items())
+        archs = raw.get("architectures")
+        raise ValueError(
+            f"{where}: unsupported architecture model_type={family!r} (architectures={archs}); "
+            f"supported families: {supported}"
+        )
+    return family, cfg, vision

@@ -25,18 +25,16 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from gpucap.config import Hardware, Images
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import ArrayLike, serves_images
+from gpucap.physics.solvers import ClosedLoad, Solution, closed_load, front_end_s, solve, step_times, terms
+from gpucap.physics.solvers import frontend_rate as _frontend_rate  # noqa: F401 (gpucap.physics.runs uses it)
 from gpucap.physics.speculative import Speculative
-from gpucap.physics.steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
-from gpucap.physics.step import Array, StepTime, combine, prefill_pairs_per_layer, step_terms, step_work
+from gpucap.physics.step import Array, StepTime, combine
 from gpucap.physics.vision import image_work
 
-DENSE_PASSES = 2  # the second pass takes the chunk count at the first solution
-MOE_PASSES = 4  # Newton passes on the concave expert traffic (converged to 1e-11 in tests)
 OPEN_LOOP_GRID = 96  # concurrencies per rate, log-spaced up to max_running
 OPEN_LOOP_LOWEST = 1e-3
 # How prompt tokens share steps with decodes: "apart" runs each prompt chunk in its own step
@@ -45,7 +43,6 @@ OPEN_LOOP_LOWEST = 1e-3
 # average prompt tokens into every step. "auto" is apart, or spread under pipeline parallelism
 # (micro-batches interleave prompt and decode steps, which apart does not model).
 PROMPT_STEPS = ("auto", "spread", "apart")
-Select = slice | npt.NDArray[np.intp]  # all elements, or some by index
 
 
 @dataclass(frozen=True)
@@ -118,51 +115,9 @@ def _steps(
     ex: Extras = NO_EXTRAS,
     images: ArrayLike = 0.0,
 ) -> StepTime:
-    return combine(hw, _terms(hw, coef, batch, context, prefill, pairs, ex, images))
-
-
-def _terms(
-    hw: Hardware,
-    coef: Coefficients,
-    b: ArrayLike,
-    ctx: Array,
-    p: ArrayLike,
-    q: ArrayLike,
-    ex: Extras = NO_EXTRAS,
-    images: ArrayLike = 0.0,
-) -> Array:
-    work = step_work(
-        hw,
-        decode_tokens=b,
-        decode_context=ctx,
-        prefill_tokens=p,
-        prefill_pairs=q,
-        images=images,
-        image=ex.images,
-        speculative=ex.speculative,
-    )
-    return step_terms(hw, work, coef)
-
-
-def _prefill_terms(
-    hw: Hardware,
-    coef: Coefficients,
-    decoding: Array,
-    ctx: Array,
-    chunk: Array,
-    chunk_pairs: Array,
-    a: Array,
-    ex: Extras = NO_EXTRAS,
-    chunk_images: ArrayLike = 0.0,
-) -> Array:
-    """Terms of the step that carries one prefill chunk (and its share of the request's images)
-    beside ``a (O - 1) / tau`` decoding sequences."""
-    return _terms(hw, coef, a * decoding, ctx, chunk, chunk_pairs, ex, chunk_images)
-
-
-def _frontend_rate(hw: Hardware, coef: Coefficients) -> float:
-    """Requests/s the serving front end can pass: ``1 / t_request_s`` (no limit at 0 or offline)."""
-    return front_end(hw.engine, coef).max_rate_per_s
+    """The step with ``batch`` decoding sequences at mean ``context``, ``prefill`` prompt tokens
+    with ``pairs`` prefill pairs per layer, and ``images`` encoded."""
+    return combine(hw, terms(hw, coef, batch, context, prefill, pairs, ex, images))
 
 
 def _frontend_latency(hw: Hardware, coef: Coefficients) -> float:
@@ -170,75 +125,6 @@ def _frontend_latency(hw: Hardware, coef: Coefficients) -> float:
     serial time, ``t_frontend_s + t_request_s`` (zero offline)."""
     fe = front_end(hw.engine, coef)
     return fe.latency_s + fe.serial_s
-
-
-def _unit_terms(
-    hw: Hardware, coef: Coefficients, *, i: Array, ctx: Array, pairs_one: Array, ex: Extras = NO_EXTRAS
-) -> tuple[Array, Array, Array, Array]:
-    """Step terms of an empty step, and what one decoding sequence, one whole prompt and one
-    request's images add. A dense model's work is affine in decode sequences, prompt tokens,
-    prefill pairs and images together, so any step's terms are ``base + B x per_decode + (P / I)
-    x (per_prompt + per_images)``."""
-    base = _terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex)[:, :1]
-    per_decode = _terms(hw, coef, 1.0, ctx, 0.0, 0.0, ex) - base
-    per_prompt = _terms(hw, coef, 0.0, ctx, i, pairs_one, ex) - base
-    per_images = _terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex, ex.images_per_request) - base
-    return base, per_decode, per_prompt, per_images
-
-
-def _arrivals_per_step(
-    hw: Hardware,
-    coef: Coefficients,
-    dec: Lines,
-    pre: Lines,
-    *,
-    r: Array,
-    chunks: Array,
-    decoding: Array,
-    a_budget: Array,
-    latency: Array,
-) -> Array:
-    """``a`` of the closed loop, capped by the prompt-token budget and the front end;
-    ``latency``: what a request spends before its prefill besides queueing (front end, step wait)."""
-    pp, overlap = hw.layout.pp, bool(hw.engine.overlap_host)
-    root = closed_loop_root(
-        dec,
-        pre,
-        pp=pp,
-        running=r,
-        chunks=chunks,
-        decoding=decoding,
-        t_request_s=latency,  # type: ignore[arg-type]
-        overlap=overlap,
-    )
-    cap = rate_cap_root(dec, pp=pp, rate_per_s=_frontend_rate(hw, coef), overlap=overlap)
-    return np.minimum(np.minimum(root, a_budget), cap)
-
-
-def _apart_args(
-    hw: Hardware, coef: Coefficients, *, r: Array, chunks: Array, decoding: Array, a_budget: Array, latency: Array
-) -> dict[str, Any]:
-    return dict(
-        pp=hw.layout.pp,
-        running=r,
-        chunks=chunks,
-        decoding=decoding,
-        t_request_s=latency,
-        rate_per_s=_frontend_rate(hw, coef),
-        a_budget=a_budget,
-        overlap=bool(hw.engine.overlap_host),
-    )
-
-
-def _separated(only: StepTime, pre: StepTime, avg: StepTime, share: Array) -> StepTime:
-    """The step a decoding sequence waits for: ``(1 - u)`` decode-only steps and ``u`` prompt
-    steps while ``u < 1`` prompt chunks arrive per step, the average step after."""
-
-    def mix(field: str) -> Array:
-        a, b, c = (getattr(s, field) for s in (only, pre, avg))
-        return np.where(share < 1.0, (1.0 - share) * a + share * b, c)
-
-    return StepTime(**{f: mix(f) for f in ("compute_s", "memory_s", "comm_s", "overhead_s", "total_s")})
 
 
 def closed_loop(
@@ -270,7 +156,9 @@ def closed_loop(
     and TTFT = max(TTFT_run, R / X - (O - 1) TPOT) + (C - R) / X: the prefill and the request's
     own pass through the front end (or the queue for prompt-token budget or the front end), and
     the wait for a slot. Output tokens/s = X x O. Solved in closed form on the linear pieces of
-    the step time (``gpucap.physics.steady``), with the chunk count ``s`` updated once from the solution.
+    the step time (``gpucap.physics.steady``), with the chunk count ``s`` updated once from the solution
+    (``gpucap.physics.solvers.solve_dense``; a mixture-of-experts model on tangents of its concave
+    expert traffic, ``solve_moe``).
     ``prompt_steps="apart"`` runs each prompt chunk in its own step beside the decodes instead of
     spreading the average prompt tokens over every step: TPOT is then ``(1 - u) t_decode + u
     t_prompt`` with ``u = a s`` chunks per step (``gpucap.physics.steady``), longer where decode steps
@@ -295,6 +183,40 @@ def closed_loop(
     ``P(I) - P(h)`` (``prefill_pairs_per_layer``); I above reads ``I - h`` for the prompt work
     and I for the context every token attends to.
     """
+    apart = _prompt_steps_apart(hw, prompt_steps)
+    ex = Extras(images, speculative)
+    load = closed_load(
+        hw,
+        coef,
+        ex,
+        concurrency=concurrency,
+        input_len=input_len,
+        output_len=output_len,
+        max_running=max_running,
+        cached_tokens=cached_tokens,
+    )
+    lead_s = _frontend_latency(hw, coef)
+    r = load.running
+    # a request that arrives while others run (probability 1 - 1/R) waits for the step in progress
+    # before its prefill, and the front end's core is shared with the others passing it: solve once
+    # with the front end alone, then again with both, so that Little's law holds with the TTFT
+    # reported
+    busy = np.where(r > 1.0, 1.0 - 1.0 / np.maximum(r, 1.0), 0.0)
+    # (the first solve, which only sizes the two waits, averages prompt tokens over the steps: the
+    # cheap form; the second runs them apart where asked)
+    latency = np.full_like(r, lead_s)
+    if waits:
+        first = solve(load, latency, False)
+        _, dec_first, rest = step_times(load, first, apart, lead_s)
+        latency = front_end_s(load, first.a, dec_first, rest, busy) + busy * np.ravel(rest)
+    sol = solve(load, latency, apart)
+    pre_step, dec_step, _ = step_times(load, sol, apart, lead_s)
+    return _load_point(load, sol, latency, lead_s, pre_step, dec_step)
+
+
+def _prompt_steps_apart(hw: Hardware, prompt_steps: str) -> bool:
+    """Whether prompt chunks run in steps of their own (``PROMPT_STEPS``): "auto" is apart, or
+    spread under pipeline parallelism, which apart does not model."""
     if prompt_steps not in PROMPT_STEPS:
         raise ValueError(f"prompt_steps must be one of {', '.join(PROMPT_STEPS)}, got {prompt_steps!r}")
     if prompt_steps == "auto":
@@ -305,171 +227,37 @@ def closed_loop(
             "prompt_steps='apart' is not modelled with pipeline parallelism (pp > 1): micro-batches "
             "interleave prompt and decode steps; use the default 'spread'"
         )
-    ex = Extras(images, speculative)
-    c, i, o, cap, h = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running, cached_tokens))
+    return apart
+
+
+def _load_point(
+    load: ClosedLoad, sol: Solution, latency: Array, lead_s: float, pre_step: StepTime, dec_step: StepTime
+) -> LoadPoint:
+    """The closed loop's steady state at the solution: ``X = a / t_step``, ``TPOT = t_step / tau``,
+    ``TTFT = max(s t_prefill + latency, R / X - D t_step) + (C - R) / X``: the time a running
+    request spends before its first token, its prefill after the front end and the step in
+    progress, or longer when the front end or the prompt-token budget admits requests more slowly
+    than they finish; then the wait for a slot. ``latency``: the front end and the step wait
+    before a prefill; ``lead_s``: the front end alone, so the step wait is their difference."""
+    c, r, o, a, decoding, chunks, latency = (
+        v.reshape(load.shape)
+        for v in (load.concurrency, load.running, load.output, sol.a, load.decoding, sol.chunks, latency)
     )
-    shape = c.shape
-    c, i, o, cap, h = (np.ravel(v) for v in (c, i, o, cap, h))
-    if np.any(h < 0) or np.any(h > i):
-        raise ValueError("cached_tokens must lie between 0 and the prompt's input_len")
-    ctx = i + ex.image_tokens(hw) + o / 2.0  # what a decoding token attends to, cached or not
-    pairs_one = prefill_pairs_per_layer(hw.spec, i + ex.image_tokens(hw)) - prefill_pairs_per_layer(hw.spec, h)
-    i = np.maximum(i - h, 1.0) + ex.image_tokens(hw)  # from here on: the prompt tokens computed
-    n_img = ex.images_per_request
-    r = np.minimum(c, cap)
-    m = float(hw.engine.max_num_batched_tokens or 8192)
-    decoding = np.maximum(o - 1.0, 0.0) / ex.tokens_per_step  # decode steps per request
-    verify = ex.tokens_per_sequence
-    a_budget = m / (i + verify * decoding)  # P = M - (k + 1) B: the prompt-token budget is full
-
-    def chunks_at(a: Array, sel: Select = slice(None)) -> Array:
-        return np.maximum(1.0, np.ceil(i[sel] / np.maximum(m - a * verify * decoding[sel], 1.0)))
-
-    # a: arrivals per step, so B = a (O - 1) decode and P = a I prompt tokens
-    # a request's prompt chunk rides in one pipeline micro-batch (the step code splits the tokens
-    # of a step over pp micro-batches, right for many requests' prompts but not for one), so its
-    # step is charged pp chunks: pp stage slots of one chunk each
-    one_mb = float(hw.layout.pp)
-
-    def solve(latency: Array, apart: bool) -> tuple[Array, Array, Array, Array, Array]:
-        chunks = chunks_at(np.zeros_like(r))
-        if hw.spec.is_moe:
-            a = np.zeros_like(r)
-            for k in range(MOE_PASSES):
-                chunks = chunks_at(a)
-                dec = lines_through(
-                    lambda x: _terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a
-                )
-                chunk = (one_mb * i / chunks, one_mb * pairs_one / chunks)
-                pre = lines_through(
-                    partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / chunks),
-                    a,
-                )
-                if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
-                    a = _arrivals_per_step(
-                        hw, coef, dec, pre, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget, latency=latency
-                    )
-                if apart:
-                    decode_only = lines_through(lambda x: _terms(hw, coef, x * decoding, ctx, 0.0 * x, 0.0 * x, ex), a)
-                    args = _apart_args(
-                        hw, coef, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget, latency=latency
-                    )
-                    a = separated_root(decode_only, pre, dec, start=a, **args)
-            dec_terms = _terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
-            only_terms = _terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex)  # decode-only steps
-            pre_terms = _terms(
-                hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, n_img / chunks
-            )
-        else:
-            base, per_decode, per_prompt, per_images = _unit_terms(hw, coef, i=i, ctx=ctx, pairs_one=pairs_one, ex=ex)
-            dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt + per_images)
-
-            def pre_at(ch: Array, sel: Select = slice(None)) -> Lines:
-                # the chunk in one micro-batch (pp stage slots of it); the images encoded once
-                prompt = one_mb * per_prompt[:, sel] + per_images[:, sel]
-                return base + prompt / ch, decoding[sel] * per_decode[:, sel]
-
-            kw = dict(r=r, chunks=chunks, decoding=decoding, a_budget=a_budget, latency=latency)
-            pre = pre_at(chunks)
-            a = _arrivals_per_step(hw, coef, dec, pre, **kw)
-            # a larger decode batch leaves fewer prompt tokens per step: take the chunk count at the
-            # solution and solve again where it changed
-            redo = np.flatnonzero(chunks_at(a) != chunks)
-            if redo.size:
-                chunks[redo] = chunks_at(a[redo], redo)
-                sub = (dec[0][:, redo], dec[1][:, redo])
-                pre_redo = pre_at(chunks[redo], redo)
-                kw = dict(
-                    r=r[redo],
-                    chunks=chunks[redo],
-                    decoding=decoding[redo],
-                    a_budget=a_budget[redo],
-                    latency=latency[redo],
-                )
-                a[redo] = _arrivals_per_step(hw, coef, sub, pre_redo, **kw)
-                pre[0][:, redo], pre[1][:, redo] = pre_redo
-            decode_only = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode)
-            if apart:
-                args = _apart_args(hw, coef, r=r, chunks=chunks, decoding=decoding, a_budget=a_budget, latency=latency)
-                a = separated_root(decode_only, pre, dec, start=a, **args)
-            dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
-            only_terms = decode_only[0] + decode_only[1] * a  # decode-only steps
-        return a, chunks, pre_terms, dec_terms, only_terms
-
-    lead = _frontend_latency(hw, coef)
-
-    def steps(
-        a: Array, chunks: Array, pre_terms: Array, dec_terms: Array, only_terms: Array, apart: bool = apart
-    ) -> tuple[StepTime, StepTime, Array]:
-        """The step a prompt rides in, the step a decoding sequence waits for, and how long a new
-        request waits for the step in progress: the mean rest of a step drawn by length,
-        ``E[t^2] / (2 E[t])``, over decode-only and prompt steps (apart, ``u`` of them) or the
-        average step. A request leaves the front end at a time unrelated to the engine's steps;
-        without a front end it is sent as another finishes, at a step's start, and waits for
-        nothing."""
-        pre_step, avg_step = (combine(hw, t.reshape(6, *shape)) for t in (pre_terms, dec_terms))
-        rest = 0.5 * avg_step.total_s
-        dec_step = avg_step
-        if apart:
-            only_step = combine(hw, only_terms.reshape(6, *shape))
-            u = np.minimum(a * chunks, 1.0).reshape(shape)
-            t_d, t_p = only_step.total_s, pre_step.total_s
-            with np.errstate(divide="ignore", invalid="ignore"):
-                mixed = ((1.0 - u) * t_d**2 + u * t_p**2) / (2.0 * ((1.0 - u) * t_d + u * t_p))
-            rest = np.where(u < 1.0, mixed, rest)
-            dec_step = _separated(only_step, pre_step, avg_step, u)
-        return pre_step, dec_step, rest if lead > 0 else 0.0 * rest
-
-    def front_end_s(a: Array, dec_step: StepTime, rest: Array) -> Array:
-        """The front end's latency and its shared core's sojourn ``w / (1 - X w)`` (processor
-        sharing, ``gpucap.queueing.frontend``; w = ``t_request_s``) at the loop's rate X. With the rest of
-        the cycle D = R / X1 - w of the first solution (X1) and the step wait added, X solves
-        ``X (D + wait) + X w / (1 - X w) = R``, a quadratic whose smaller root is below 1 / w."""
-        fe = front_end(hw.engine, coef)
-        w = fe.serial_s
-        if w <= 0:
-            return np.full_like(r, fe.latency_s)
-        x1 = a / np.ravel(dec_step.total_s)
-        d = np.maximum(r / x1 - w, 0.0) + busy * np.ravel(rest)
-        b = d + w + r * w
-        with np.errstate(invalid="ignore", divide="ignore"):
-            x = np.where(d > 0, (b - np.sqrt(np.maximum(b * b - 4.0 * d * w * r, 0.0))) / (2.0 * d * w), 1.0 / w)
-        return fe.latency_s + w / np.maximum(1.0 - x * w, 1e-3)
-
-    # a request that arrives while others run (probability 1 - 1/R) waits for the step in progress
-    # before its prefill, and the front end's core is shared with the others passing it: solve once
-    # with the front end alone, then again with both, so that Little's law holds with the TTFT
-    # reported
-    busy = np.where(r > 1.0, 1.0 - 1.0 / np.maximum(r, 1.0), 0.0)
-    # (the first solve, which only sizes the two waits, averages prompt tokens over the steps: the
-    # cheap form; the second runs them apart where asked)
-    latency = np.full_like(r, lead)
-    if waits:
-        first = solve(latency, False)
-        _, dec_first, rest = steps(*first)
-        latency = front_end_s(first[0], dec_first, rest) + busy * np.ravel(rest)
-    a, chunks, pre_terms, dec_terms, only_terms = solve(latency, apart)
-    pre_step, dec_step, _ = steps(a, chunks, pre_terms, dec_terms, only_terms)
-    c, r, i, o, a, decoding, chunks, latency = (v.reshape(shape) for v in (c, r, i, o, a, decoding, chunks, latency))
     t_step = dec_step.total_s
     x = a / t_step
-    # time a running request spends before its first token: its prefill after the front end and
-    # the step in progress, or longer when the front end or the prompt-token budget admits
-    # requests more slowly than they finish
     with np.errstate(divide="ignore", invalid="ignore"):
         own = chunks * pre_step.total_s + latency
         queued = r / x - decoding * t_step
         ttft_run = np.maximum(own, queued)
         wait = np.where(c > r, (c - r) / x, 0.0)
-    step_wait = np.where(own >= queued, latency - _frontend_latency(hw, coef), 0.0)
+    step_wait = np.where(own >= queued, latency - lead_s, 0.0)
     return LoadPoint(
         concurrency=c,
         running=r,
         decode_batch=a * decoding,
         step_wait_s=step_wait,
         ttft_s=ttft_run + wait,
-        tpot_s=t_step / ex.tokens_per_step,
+        tpot_s=t_step / load.ex.tokens_per_step,
         requests_per_s=x,
         output_tokens_per_s=x * o,
         decode_step=dec_step,

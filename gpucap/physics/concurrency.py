@@ -89,9 +89,10 @@ def resource_limits(
     ``point``: the loop already computed on ``concurrency_grid(top)`` (``estimate`` computes this and the
     SLO search's in one call).
 
-    The host is the fifth resource: its per-step time (scheduling, sampling) alone must stay
-    within the TPOT SLO, and its HTTP server must pass the requests: the limit is where the
-    server's core is full (``requests/s x t_request_s`` reaches ``FRONT_END_SATURATED``).
+    The host is the fifth resource: its HTTP server must pass the requests, and its limit is
+    where the server's core is full (``requests/s x t_request_s`` reaches
+    ``FRONT_END_SATURATED``). ``step_overhead``: the step's time outside the GPU (scheduling,
+    sampling, launches) alone within the TPOT SLO.
     """
     grid = concurrency_grid(top)
     pt = point or loop_point(hw, coef, wl, grid, images=images, speculative=speculative)
@@ -101,8 +102,8 @@ def resource_limits(
         dec = getattr(pt.decode_step, attr) / tau
         pre = pt.ttft_s * getattr(pt.prefill_step, attr) / pt.prefill_step.total_s
         out[name] = _largest_ok(grid, (dec <= slo.tpot_s) & (pre <= slo.ttft_s))
-    host_ok = (pt.decode_step.overhead_s / tau <= slo.tpot_s) & (front_end_share(hw, coef, pt) < FRONT_END_SATURATED)
-    out["host"] = _largest_ok(grid, host_ok)
+    out["host"] = _largest_ok(grid, front_end_share(hw, coef, pt) < FRONT_END_SATURATED)
+    out["step_overhead"] = _largest_ok(grid, pt.decode_step.overhead_s / tau <= slo.tpot_s)
     return out
 
 

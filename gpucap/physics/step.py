@@ -23,15 +23,18 @@ import numpy.typing as npt
 
 from gpucap.catalog.models import ModelSpec
 from gpucap.config import Hardware, Images
+from gpucap.physics.attention import (  # prefill_pairs_per_layer re-exported: callers import it from here
+    attended_tokens_per_layer,
+    attention_flop_per_pair,
+    prefill_pairs_per_layer,  # noqa: F401
+)
 from gpucap.physics.coefficients import EAGER_LAUNCH_S_PER_LAYER, Coefficients
 from gpucap.physics.memory import (
     ArrayLike,
-    held_tokens_per_layer,
     kv_bytes_per_token_per_gpu,
     serves_images,
     state_bytes_per_request_per_gpu,
     weight_bytes_per_gpu,
-    window_counts,
 )
 from gpucap.physics.routing import ep_imbalance
 from gpucap.physics.routing import experts_touched as routing_experts_touched
@@ -85,52 +88,12 @@ class StepTime:
         return self.comm_s / self.total_s
 
 
-def attended_tokens_per_layer(spec: ModelSpec, context_tokens: ArrayLike) -> Array:
-    """Keys one query attends to, averaged over layers: ``mean_l min(context, window_l)``, with
-    DeepSeek-V3.2's sparse attention capped at ``index_topk``."""
-    ctx = np.asarray(context_tokens, dtype=float)
-    if spec.index_topk:
-        ctx = np.minimum(ctx, spec.index_topk)
-    return np.asarray(held_tokens_per_layer(spec, ctx), dtype=float)
-
-
-def prefill_pairs_per_layer(spec: ModelSpec, prompt_tokens: ArrayLike) -> Array:
-    """Causal attention pairs of one prompt of I tokens, averaged over attention layers.
-
-    Full attention: ``I^2 / 2``; a window w < I: ``w I - w^2 / 2`` (each query sees at most w keys);
-    a hybrid's linear layer (window 0): none.
-    """
-    i = np.asarray(prompt_tokens, dtype=float)
-    total = np.zeros_like(i)
-    cap = spec.index_topk or None
-    for w, count in window_counts(spec).items():  # layers grouped by window
-        if w == 0:
-            continue
-        w = min(w, cap) if (w and cap) else (w or cap)
-        total = total + count * (i * i / 2 if w is None else np.where(i <= w, i * i / 2, w * i - w * w / 2))
-    return total / max(spec.num_kv_layers, 1)
-
-
 def experts_touched(spec: ModelSpec, tokens: ArrayLike) -> Array:
     """Expected fraction of a MoE layer's routed experts that a step of T tokens reads:
     ``1 - (1 - k / E)^T`` (each token picks k of E experts, taken as independent and uniform: an
     assumption), or with ``spec.routing_skew`` the Zipf-popularity form of
     ``gpucap.physics.routing.experts_touched``. One token reads k / E; a few hundred tokens read nearly all."""
     return routing_experts_touched(spec.num_experts, spec.experts_per_token, tokens, spec.routing_skew)
-
-
-def attention_flop_per_pair(spec: ModelSpec, decode: bool) -> float:
-    """FLOP per (query, key) pair per layer: ``2 x heads x qk_dim + 2 x heads x v_dim``.
-
-    GQA/MHA: ``4 x heads x head_dim``. MLA decode uses the absorbed form over the latent
-    (qk_dim = kv_lora_rank + rope, v_dim = kv_lora_rank); MLA prefill the expanded heads
-    (qk_dim = nope + rope, v_dim = v_head_dim) (DeepSeek-V2 paper, appendix on absorption).
-    """
-    if not spec.is_mla:
-        return 4.0 * spec.num_heads * spec.head_dim
-    if decode:
-        return 2.0 * spec.num_heads * (2 * spec.kv_lora_rank + spec.qk_rope_head_dim)
-    return 2.0 * spec.num_heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim + spec.v_head_dim)
 
 
 def step_work(
@@ -162,25 +125,97 @@ def step_work(
     drafter's work is ``speculative_draft_work``. ``images`` (of size ``image``) are encoded in
     the step: ``encoder_work``. All of it stays affine in decode tokens, prompt tokens, prefill
     pairs and images, which the closed-loop solver relies on (``gpucap.physics.steady``).
+    The parts: ``_linear_flop``, ``_attention_flop``, ``_weight_bytes``, ``_kv_bytes``, ``_link_s``.
     """
-    spec, lay = hw.spec, hw.layout
-    pp, group = lay.pp, lay.tp * lay.attn_dp
+    slot = _slot_tokens(hw, decode_tokens, prefill_tokens, prefill_pairs, speculative)
+    attended = attended_tokens_per_layer(hw.spec, decode_context)
+    link_s, lat_s = _link_s(hw, slot)
+    zero = np.zeros_like(slot.tokens)
+    work = StepWork(
+        linear_flop=np.asarray(_linear_flop(hw, slot), dtype=float),
+        attention_flop=np.asarray(_attention_flop(hw, slot, attended, decode_context), dtype=float),
+        weight_bytes=np.asarray(_weight_bytes(hw, slot), dtype=float),
+        kv_bytes=np.asarray(_kv_bytes(hw, slot, attended, decode_context), dtype=float),
+        link_bytes_s=np.asarray(link_s, dtype=float),
+        link_latency_s=np.asarray(lat_s + zero, dtype=float),
+        sequences=np.asarray(slot.sequences * hw.layout.pp / hw.layout.attn_dp + zero, dtype=float),
+    )
+    if np.any(images) and serves_images(hw.spec, image or Images()):
+        work = _add(work, encoder_work(hw, images=images, image=image or Images()))
+    if speculative is not None:
+        work = _add(
+            work,
+            speculative_draft_work(
+                hw,
+                speculative,
+                decode_tokens=decode_tokens,
+                decode_context=decode_context,
+                prefill_tokens=prefill_tokens,
+                prefill_pairs=prefill_pairs,
+            ),
+        )
+    return work
+
+
+@dataclass(frozen=True)
+class SlotTokens:
+    """The tokens of one pipeline-stage slot: one micro-batch, the step's tokens / pp."""
+
+    sequences: Array  # decoding sequences, b = decode_tokens / pp
+    decode_tokens: Array  # tokens they put through the model, v = (k + 1) b (b without speculation)
+    prompt_pairs: Array  # prefill attention pairs per layer / pp
+    tokens: Array  # T = v + p, with p = prefill_tokens / pp
+
+
+def _slot_tokens(
+    hw: Hardware,
+    decode_tokens: ArrayLike,
+    prefill_tokens: ArrayLike,
+    prefill_pairs: ArrayLike,
+    speculative: Speculative | None,
+) -> SlotTokens:
+    """``step_work``'s tokens split over ``pp`` micro-batches, each decoding sequence verifying
+    ``k + 1`` tokens with ``speculative``: ``b = decode_tokens / pp``, ``v = (k + 1) b``,
+    ``p = prefill_tokens / pp``, ``T = v + p``."""
+    pp = hw.layout.pp
     verify = speculative.verify_tokens if speculative else 1
     b = np.asarray(decode_tokens, dtype=float) / pp  # decoding sequences of one micro-batch
     p = np.asarray(prefill_tokens, dtype=float) / pp
     pairs_prefill = np.asarray(prefill_pairs, dtype=float) / pp
     v = verify * b  # tokens the decoding sequences put through the model
-    tokens = v + p
-    layers = spec.num_layers / pp
-    kv_layers = spec.num_kv_layers / pp  # attention layers (a hybrid's linear layers attend to no KV)
-    moe_layers = spec.num_moe_layers / pp
+    return SlotTokens(sequences=b, decode_tokens=v, prompt_pairs=pairs_prefill, tokens=v + p)
 
-    # FLOP
+
+def _linear_flop(hw: Hardware, slot: SlotTokens) -> Array:
+    """Matmul FLOP against weights in one stage slot on one GPU, with T tokens, v of them sampled:
+
+    ``2 x dense params / pp x T / (tp x attn_dp)`` (attention, dense MLPs, shared experts,
+    routers) ``+ 2 x expert params x k x MoE layers / pp x T / stage GPUs x ep_imbalance(ep)``
+    (the busiest GPU of the expert-parallel group sets the step, ``gpucap.physics.routing``)
+    ``+ 2 x hidden x vocab x v / (tp x attn_dp)`` (the lm_head)."""
+    spec, lay = hw.spec, hw.layout
+    pp, group = lay.pp, lay.tp * lay.attn_dp
+    tokens, v = slot.tokens, slot.decode_tokens
+    moe_layers = spec.num_moe_layers / pp
     dense_flop = 2 * spec.dense_params / pp * tokens / group
     busiest = ep_imbalance(lay.ep, hw.engine.eplb)  # the busiest GPU of the expert-parallel group sets the step
     expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus * busiest
     lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * v / group
-    attended = attended_tokens_per_layer(spec, decode_context)
+    return dense_flop + expert_flop + lm_head_flop
+
+
+def _attention_flop(hw: Hardware, slot: SlotTokens, attended: Array, decode_context: ArrayLike) -> Array:
+    """Token-mixing FLOP in one stage slot on one GPU (run at the bf16 rate):
+
+    ``attention layers / pp / (tp x attn_dp) x (v x attended keys x F_decode + prefill pairs x
+    F_prefill)`` (``attention_flop_per_pair``, ``attended_tokens_per_layer``); DeepSeek-V3.2's
+    indexer adds ``2 x index heads x index dim x (v x context + prefill pairs)`` per attention
+    layer (it scores every key of the full context, fp8); a hybrid's linear layers add their
+    recurrence, ``LinearMixer.flop_per_token x linear layers / pp x T / (tp x attn_dp)``."""
+    spec, lay = hw.spec, hw.layout
+    pp, group = lay.pp, lay.tp * lay.attn_dp
+    v, pairs_prefill = slot.decode_tokens, slot.prompt_pairs
+    kv_layers = spec.num_kv_layers / pp  # attention layers (a hybrid's linear layers attend to no KV)
     attn_flop = (
         kv_layers
         / group
@@ -194,26 +229,60 @@ def step_work(
         attn_flop = attn_flop + kv_layers / group * 2 * spec.index_n_heads * spec.index_head_dim * (
             v * ctx + pairs_prefill
         )
+    if spec.linear is not None:  # linear layers: recurrence FLOP per token
+        attn_flop = attn_flop + spec.linear.flop_per_token * spec.num_linear_layers / pp * slot.tokens / group
+    return attn_flop
 
-    # HBM bytes
+
+def _weight_bytes(hw: Hardware, slot: SlotTokens) -> Array:
+    """HBM bytes of weights and activations in one stage slot on one GPU: ``attention + dense
+    MLPs + lm_head + experts x experts_touched(T)`` of ``weight_bytes_per_gpu`` (lm_head: the
+    embedding bytes, halved when untied on one stage) ``+ T / attn_dp x layers / pp x 10 x
+    hidden x 2`` bytes of activations (``ACTIVATION_HIDDEN_PASSES``)."""
+    spec, lay = hw.spec, hw.layout
+    pp, tokens = lay.pp, slot.tokens
     w = weight_bytes_per_gpu(spec, hw.weight_dtype, lay, hw.gpu)
     lm_head_bytes = w.embeddings / (1 if spec.tie_embeddings or pp > 1 else 2)
     touched = experts_touched(spec, tokens) if spec.is_moe else np.zeros_like(tokens)
     weights = w.attention + w.dense_mlp + lm_head_bytes + w.experts * touched
+    layers = spec.num_layers / pp
+    act = tokens / lay.attn_dp * layers * ACTIVATION_HIDDEN_PASSES * spec.hidden_size * ACTIVATION_BYTES
+    return weights + act
+
+
+def _kv_bytes(hw: Hardware, slot: SlotTokens, attended: Array, decode_context: ArrayLike) -> Array:
+    """HBM bytes of the KV cache in one stage slot on one GPU: read ``b / attn_dp x attended keys
+    x KV bytes per token`` (DeepSeek-V3.2: the latent for the top-k keys, the indexer's keys for
+    the whole context), written ``T / attn_dp x KV bytes per token``; a hybrid's linear layers
+    read and write each decoding sequence's state once per step, ``2 b / attn_dp x state bytes``
+    (one copy of it)."""
+    spec, lay = hw.spec, hw.layout
+    b, tokens = slot.sequences, slot.tokens
     kv_tok = kv_bytes_per_token_per_gpu(spec, hw.kv_dtype, lay)
     if spec.index_head_dim:  # main latent read for top-k keys, indexer keys for all
+        kv_layers = spec.num_kv_layers / lay.pp
         idx_tok = kv_tok - spec.kv_elements_per_token_per_layer * kv_bytes_per_element(hw.kv_dtype) * kv_layers
         kv_read = b / lay.attn_dp * (attended * (kv_tok - idx_tok) + np.asarray(decode_context) * idx_tok)
     else:
         kv_read = b / lay.attn_dp * attended * kv_tok
     kv_write = tokens / lay.attn_dp * kv_tok
-    if spec.linear is not None:  # linear layers: recurrence FLOP per token; each decoding
-        # sequence's state read and written once per step (one copy of it)
-        attn_flop = attn_flop + spec.linear.flop_per_token * spec.num_linear_layers / pp * tokens / group
+    if spec.linear is not None:  # each decoding sequence's state read and written once per step
         kv_write = kv_write + 2 * b / lay.attn_dp * state_bytes_per_request_per_gpu(spec, lay, copies=1)
-    act = tokens / lay.attn_dp * layers * ACTIVATION_HIDDEN_PASSES * spec.hidden_size * ACTIVATION_BYTES
+    return kv_read + kv_write
 
-    # Link traffic
+
+def _link_s(hw: Hardware, slot: SlotTokens) -> tuple[Array, Array]:
+    """Link transfer seconds at full per-direction bandwidth, and the collectives' latencies
+    (alpha each), in one stage slot on one GPU. With a message of ``T / attn_dp x hidden x 2``
+    bytes: under tp two ring all-reduces per layer (attention and dense MLP; one per MoE layer
+    under ep), ``2 (tp - 1) / tp x message / link`` each; under ep two all-to-alls per MoE
+    layer of ``message / tp x k x ep_imbalance(ep)`` bytes, ``(ep - 1) / ep`` of it sent; under
+    pp one point-to-point send of the ``attn_dp`` groups' messages per stage."""
+    spec, lay = hw.spec, hw.layout
+    pp, tokens = lay.pp, slot.tokens
+    layers = spec.num_layers / pp
+    moe_layers = spec.num_moe_layers / pp
+    busiest = ep_imbalance(lay.ep, hw.engine.eplb)  # the busiest GPU of the expert-parallel group sets the step
     link, alpha = hw.gpu.link_bytes_per_s, hw.gpu.link_latency_s
     group_tokens = tokens / lay.attn_dp
     msg = group_tokens * spec.hidden_size * ACTIVATION_BYTES
@@ -230,30 +299,7 @@ def step_work(
     if pp > 1:
         link_s = link_s + msg * lay.attn_dp / link
         lat_s = lat_s + alpha
-    work = StepWork(
-        linear_flop=np.asarray(dense_flop + expert_flop + lm_head_flop, dtype=float),
-        attention_flop=np.asarray(attn_flop, dtype=float),
-        weight_bytes=np.asarray(weights + act, dtype=float),
-        kv_bytes=np.asarray(kv_read + kv_write, dtype=float),
-        link_bytes_s=np.asarray(link_s, dtype=float),
-        link_latency_s=np.asarray(lat_s + zero, dtype=float),
-        sequences=np.asarray(b * pp / lay.attn_dp + zero, dtype=float),
-    )
-    if np.any(images) and serves_images(spec, image or Images()):
-        work = _add(work, encoder_work(hw, images=images, image=image or Images()))
-    if speculative is not None:
-        work = _add(
-            work,
-            speculative_draft_work(
-                hw,
-                speculative,
-                decode_tokens=decode_tokens,
-                decode_context=decode_context,
-                prefill_tokens=prefill_tokens,
-                prefill_pairs=prefill_pairs,
-            ),
-        )
-    return work
+    return link_s, lat_s
 
 
 def _add(a: StepWork, b: StepWork) -> StepWork:

@@ -21,7 +21,11 @@ PLAIN_NAMES = {
     "ttft_slo": "TTFT SLO (missed by one request alone)", "tpot_slo": "TPOT SLO (missed by one request alone)",
 }  # fmt: skip
 # ... and as bar labels, where space is short: the resources in plain words
-BAR_NAMES: dict[str, str] = {name: "HBM bandwidth" if name == "hbm_bandwidth" else name for name in RESOURCES}
+BAR_NAMES: dict[str, str] = {
+    **{name: "HBM bandwidth" if name == "hbm_bandwidth" else name for name in RESOURCES},
+    "max_num_seqs": "max_num_seqs",
+    "step_overhead": "host per step",
+}
 BAR_WIDTH = 40
 RANGE_NAMES = {
     "ttft_s": "TTFT",
@@ -68,7 +72,7 @@ def format_estimate(e: Estimate) -> str:
         f"  KV budget {m.kv_budget / GiB:8.2f}   = {m.kv_tokens_per_gpu:,.0f} tokens "
         f"({m.kv_bytes_per_token_per_gpu:,.0f} B/token/GPU; {m.kv_bytes_per_token:,.0f} B/token whole model)"
     )
-    bars = "concurrency each resource allows (all replicas; bars to scale):\n" + text_bars(e.limits, e.bottleneck)
+    bars = "concurrency each limit allows (all replicas; bars to scale):\n" + text_bars(e.limits, e.bottleneck)
     r = e.ranges
     speed = (
         f"recommended concurrency: {e.recommended_concurrency:,}{range_note(r, 'recommended_concurrency', '{:,.0f}')}"

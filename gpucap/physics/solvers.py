@@ -1,0 +1,364 @@
+"""The closed loop's fixed point (``gpucap.physics.batching.closed_loop``), solved for ``a``, the
+requests that arrive per step (``B = a D`` decoding sequences with ``D = (O - 1) / tau`` decode
+steps per request, ``P = a I`` prompt tokens):
+
+- ``solve_dense``: a dense model's step terms are exact lines in ``a``, so ``a`` comes in closed
+  form on their linear pieces (``gpucap.physics.steady``), with the chunk count updated once.
+- ``solve_moe``: a mixture-of-experts step reads ``E (1 - (1 - k/E)^T)`` experts, concave in the
+  tokens T, so the lines are tangents at the last solution (Newton passes).
+
+Both return the step terms at the solution; ``step_times`` turns them into the steps a prompt
+and a decoding sequence wait for, and ``front_end_s`` gives the front end's share of TTFT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucap.config import Hardware
+from gpucap.physics.coefficients import Coefficients, front_end
+from gpucap.physics.memory import ArrayLike
+from gpucap.physics.steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
+from gpucap.physics.step import Array, StepTime, combine, prefill_pairs_per_layer, step_terms, step_work
+
+if TYPE_CHECKING:
+    from gpucap.physics.batching import Extras
+
+DENSE_PASSES = 2  # the second pass takes the chunk count at the first solution
+MOE_PASSES = 4  # Newton passes on the concave expert traffic (converged to 1e-11 in tests)
+Select = slice | npt.NDArray[np.intp]  # all elements, or some by index
+
+
+def terms(
+    hw: Hardware,
+    coef: Coefficients,
+    b: ArrayLike,
+    ctx: Array,
+    p: ArrayLike,
+    q: ArrayLike,
+    ex: Extras,
+    images: ArrayLike = 0.0,
+) -> Array:
+    """Step terms (``gpucap.physics.step.step_terms``) of a step with ``b`` decoding sequences at
+    mean context ``ctx``, ``p`` prompt tokens with ``q`` prefill pairs per layer, and ``images``
+    encoded."""
+    work = step_work(
+        hw,
+        decode_tokens=b,
+        decode_context=ctx,
+        prefill_tokens=p,
+        prefill_pairs=q,
+        images=images,
+        image=ex.images,
+        speculative=ex.speculative,
+    )
+    return step_terms(hw, work, coef)
+
+
+def _prefill_terms(
+    hw: Hardware,
+    coef: Coefficients,
+    decoding: Array,
+    ctx: Array,
+    chunk: Array,
+    chunk_pairs: Array,
+    a: Array,
+    ex: Extras,
+    chunk_images: ArrayLike = 0.0,
+) -> Array:
+    """Terms of the step that carries one prefill chunk (and its share of the request's images)
+    beside ``a (O - 1) / tau`` decoding sequences."""
+    return terms(hw, coef, a * decoding, ctx, chunk, chunk_pairs, ex, chunk_images)
+
+
+def frontend_rate(hw: Hardware, coef: Coefficients) -> float:
+    """Requests/s the serving front end can pass: ``1 / t_request_s`` (no limit at 0 or offline)."""
+    return front_end(hw.engine, coef).max_rate_per_s
+
+
+def _unit_terms(
+    hw: Hardware, coef: Coefficients, *, i: Array, ctx: Array, pairs_one: Array, ex: Extras
+) -> tuple[Array, Array, Array, Array]:
+    """Step terms of an empty step, and what one decoding sequence, one whole prompt and one
+    request's images add. A dense model's work is affine in decode sequences, prompt tokens,
+    prefill pairs and images together, so any step's terms are ``base + B x per_decode + (P / I)
+    x (per_prompt + per_images)``."""
+    base = terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex)[:, :1]
+    per_decode = terms(hw, coef, 1.0, ctx, 0.0, 0.0, ex) - base
+    per_prompt = terms(hw, coef, 0.0, ctx, i, pairs_one, ex) - base
+    per_images = terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex, ex.images_per_request) - base
+    return base, per_decode, per_prompt, per_images
+
+
+def _arrivals_per_step(
+    hw: Hardware,
+    coef: Coefficients,
+    dec: Lines,
+    pre: Lines,
+    *,
+    r: Array,
+    chunks: Array,
+    decoding: Array,
+    a_budget: Array,
+    latency: Array,
+) -> Array:
+    """``a`` of the closed loop, capped by the prompt-token budget and the front end;
+    ``latency``: what a request spends before its prefill besides queueing (front end, step wait)."""
+    pp, overlap = hw.layout.pp, bool(hw.engine.overlap_host)
+    root = closed_loop_root(
+        dec,
+        pre,
+        pp=pp,
+        running=r,
+        chunks=chunks,
+        decoding=decoding,
+        t_request_s=latency,  # type: ignore[arg-type]
+        overlap=overlap,
+    )
+    cap = rate_cap_root(dec, pp=pp, rate_per_s=frontend_rate(hw, coef), overlap=overlap)
+    return np.minimum(np.minimum(root, a_budget), cap)
+
+
+def _apart_args(
+    hw: Hardware, coef: Coefficients, *, r: Array, chunks: Array, decoding: Array, a_budget: Array, latency: Array
+) -> dict[str, Any]:
+    """The keyword arguments of ``separated_root`` (prompt chunks in steps of their own)."""
+    return dict(
+        pp=hw.layout.pp,
+        running=r,
+        chunks=chunks,
+        decoding=decoding,
+        t_request_s=latency,
+        rate_per_s=frontend_rate(hw, coef),
+        a_budget=a_budget,
+        overlap=bool(hw.engine.overlap_host),
+    )
+
+
+def _separated(only: StepTime, pre: StepTime, avg: StepTime, share: Array) -> StepTime:
+    """The step a decoding sequence waits for: ``(1 - u)`` decode-only steps and ``u`` prompt
+    steps while ``u < 1`` prompt chunks arrive per step, the average step after."""
+
+    def mix(field: str) -> Array:
+        a, b, c = (getattr(s, field) for s in (only, pre, avg))
+        return np.where(share < 1.0, (1.0 - share) * a + share * b, c)
+
+    return StepTime(**{f: mix(f) for f in ("compute_s", "memory_s", "comm_s", "overhead_s", "total_s")})
+
+
+@dataclass(frozen=True)
+class ClosedLoad:
+    """One closed-loop load, flattened to one axis (``shape`` is the broadcast shape of the
+    inputs). Tokens per request: ``prompt`` I computed (after the prefix cache, image tokens
+    included), ``context`` attended to by a decoding token, ``output`` O."""
+
+    hw: Hardware
+    coef: Coefficients
+    ex: Extras
+    shape: tuple[int, ...]
+    concurrency: Array  # C
+    running: Array  # R = min(C, max_running)
+    prompt: Array  # I
+    output: Array  # O
+    context: Array  # I + image tokens + O / 2, cached or not
+    pairs: Array  # prefill pairs per layer of one prompt, P(I) - P(h)
+    decoding: Array  # decode steps per request, D = (O - 1) / tau
+    budget_tokens: float  # M = max_num_batched_tokens
+    a_budget: Array  # the a at which P = M - (k + 1) B: the prompt-token budget is full
+
+    @property
+    def one_mb(self) -> float:
+        """Micro-batches a prompt chunk's step is charged: a request's prompt chunk rides in one
+        pipeline micro-batch (the step code splits the tokens of a step over pp micro-batches,
+        right for many requests' prompts but not for one), so its step is charged pp chunks: pp
+        stage slots of one chunk each."""
+        return float(self.hw.layout.pp)
+
+    def chunks_at(self, a: Array, sel: Select = slice(None)) -> Array:
+        """Chunk steps of one prefill, ``s = ceil(I / (M - (k + 1) B))`` (at least 1), at ``a``."""
+        i, m, verify = self.prompt, self.budget_tokens, self.ex.tokens_per_sequence
+        return np.maximum(1.0, np.ceil(i[sel] / np.maximum(m - a * verify * self.decoding[sel], 1.0)))
+
+
+def closed_load(
+    hw: Hardware,
+    coef: Coefficients,
+    ex: Extras,
+    *,
+    concurrency: ArrayLike,
+    input_len: ArrayLike,
+    output_len: ArrayLike,
+    max_running: ArrayLike,
+    cached_tokens: ArrayLike,
+) -> ClosedLoad:
+    """The load of ``closed_loop``: inputs broadcast and flattened, the prompt after the prefix
+    cache (``I - h`` tokens computed, at least one, and ``P(I) - P(h)`` pairs), image tokens
+    added, ``D = (O - 1) / tau`` decode steps and the budget's ``a = M / (I + (k + 1) D)``."""
+    c, i, o, cap, h = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running, cached_tokens))
+    )
+    shape = c.shape
+    c, i, o, cap, h = (np.ravel(v) for v in (c, i, o, cap, h))
+    if np.any(h < 0) or np.any(h > i):
+        raise ValueError("cached_tokens must lie between 0 and the prompt's input_len")
+    ctx = i + ex.image_tokens(hw) + o / 2.0  # what a decoding token attends to, cached or not
+    pairs_one = prefill_pairs_per_layer(hw.spec, i + ex.image_tokens(hw)) - prefill_pairs_per_layer(hw.spec, h)
+    i = np.maximum(i - h, 1.0) + ex.image_tokens(hw)  # from here on: the prompt tokens computed
+    m = float(hw.engine.max_num_batched_tokens or 8192)
+    decoding = np.maximum(o - 1.0, 0.0) / ex.tokens_per_step  # decode steps per request
+    a_budget = m / (i + ex.tokens_per_sequence * decoding)  # P = M - (k + 1) B: the prompt-token budget is full
+    return ClosedLoad(
+        hw=hw,
+        coef=coef,
+        ex=ex,
+        shape=shape,
+        concurrency=c,
+        running=np.minimum(c, cap),
+        prompt=i,
+        output=o,
+        context=ctx,
+        pairs=pairs_one,
+        decoding=decoding,
+        budget_tokens=m,
+        a_budget=a_budget,
+    )
+
+
+class Solution(NamedTuple):
+    """``a`` at the fixed point, the chunk count, and the step terms (six rows, see
+    ``gpucap.physics.step.step_terms``) of a step with a prompt chunk, of the average step and of
+    a decode-only step."""
+
+    a: Array
+    chunks: Array
+    pre_terms: Array
+    dec_terms: Array
+    only_terms: Array
+
+
+def solve(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
+    """``a`` of the closed loop for ``latency`` (what a request spends before its prefill besides
+    queueing): ``solve_moe`` for a mixture-of-experts model, ``solve_dense`` otherwise."""
+    if load.hw.spec.is_moe:
+        return solve_moe(load, latency, apart)
+    return solve_dense(load, latency, apart)
+
+
+def solve_moe(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
+    """``a`` of a mixture-of-experts model. The experts a step reads, ``E (1 - (1 - k/E)^T)`` of
+    E, are concave in its tokens T, so the step terms are no lines in ``a``: ``MOE_PASSES``
+    Newton passes take the lines through the terms at the last ``a`` (``lines_through``), with
+    the chunk count ``s = ceil(I / (M - (k + 1) B))`` at that ``a``, and solve the closed loop on
+    them (``closed_loop_root``, capped by the budget and the front end). ``apart``: the first pass
+    solves the averaged step and the later ones run each prompt chunk in a step of its own
+    (``separated_root``)."""
+    hw, coef, ex = load.hw, load.coef, load.ex
+    r, i, ctx, decoding = load.running, load.prompt, load.context, load.decoding
+    pairs_one, n_img, one_mb = load.pairs, ex.images_per_request, load.one_mb
+    kw = dict(r=r, decoding=decoding, a_budget=load.a_budget, latency=latency)
+    a = np.zeros_like(r)
+    for k in range(MOE_PASSES):
+        chunks = load.chunks_at(a)
+        dec = lines_through(lambda x: terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a)
+        chunk = (one_mb * i / chunks, one_mb * pairs_one / chunks)
+        pre = lines_through(
+            partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / chunks),
+            a,
+        )
+        if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
+            a = _arrivals_per_step(hw, coef, dec, pre, chunks=chunks, **kw)
+        if apart:
+            decode_only = lines_through(lambda x: terms(hw, coef, x * decoding, ctx, 0.0 * x, 0.0 * x, ex), a)
+            a = separated_root(decode_only, pre, dec, start=a, **_apart_args(hw, coef, chunks=chunks, **kw))
+    dec_terms = terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
+    only_terms = terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex)  # decode-only steps
+    pre_terms = terms(hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, n_img / chunks)
+    return Solution(a, chunks, pre_terms, dec_terms, only_terms)
+
+
+def solve_dense(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
+    """``a`` of a dense model. Its step terms are exact lines in ``a`` (``_unit_terms``): the
+    average step ``base + a (D per_decode + per_prompt + per_images)`` and the step with a
+    prompt chunk ``base + (pp per_prompt + per_images) / s + a D per_decode``. The closed loop
+    is solved on them in closed form (``closed_loop_root``, capped by the budget and the front
+    end) at the chunk count ``s`` of an empty batch, then (``DENSE_PASSES``) again where the
+    chunk count at the solution differs: a larger decode batch leaves fewer prompt tokens per
+    step. ``apart``: each prompt chunk in a step of its own, ``separated_root`` started there."""
+    hw, coef = load.hw, load.coef
+    r, decoding = load.running, load.decoding
+    chunks = load.chunks_at(np.zeros_like(r))
+    base, per_decode, per_prompt, per_images = _unit_terms(
+        hw, coef, i=load.prompt, ctx=load.context, pairs_one=load.pairs, ex=load.ex
+    )
+    dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt + per_images)
+
+    def pre_at(ch: Array, sel: Select = slice(None)) -> Lines:
+        # the chunk in one micro-batch (pp stage slots of it); the images encoded once
+        prompt = load.one_mb * per_prompt[:, sel] + per_images[:, sel]
+        return base + prompt / ch, decoding[sel] * per_decode[:, sel]
+
+    kw = dict(r=r, decoding=decoding, a_budget=load.a_budget, latency=latency)
+    pre = pre_at(chunks)
+    a = _arrivals_per_step(hw, coef, dec, pre, chunks=chunks, **kw)
+    # a larger decode batch leaves fewer prompt tokens per step: take the chunk count at the
+    # solution and solve again where it changed
+    redo = np.flatnonzero(load.chunks_at(a) != chunks)
+    if redo.size:
+        chunks[redo] = load.chunks_at(a[redo], redo)
+        pre_redo = pre_at(chunks[redo], redo)
+        dec_redo = (dec[0][:, redo], dec[1][:, redo])
+        kw_redo = {k: v[redo] for k, v in kw.items()}
+        a[redo] = _arrivals_per_step(hw, coef, dec_redo, pre_redo, chunks=chunks[redo], **kw_redo)
+        pre[0][:, redo], pre[1][:, redo] = pre_redo
+    decode_only = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode)
+    if apart:
+        a = separated_root(decode_only, pre, dec, start=a, **_apart_args(hw, coef, chunks=chunks, **kw))
+    dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
+    only_terms = decode_only[0] + decode_only[1] * a  # decode-only steps
+    return Solution(a, chunks, pre_terms, dec_terms, only_terms)
+
+
+def step_times(load: ClosedLoad, sol: Solution, apart: bool, lead_s: float) -> tuple[StepTime, StepTime, Array]:
+    """The step a prompt rides in, the step a decoding sequence waits for, and how long a new
+    request waits for the step in progress: the mean rest of a step drawn by length,
+    ``E[t^2] / (2 E[t])``, over decode-only and prompt steps (apart, ``u = a s`` of them) or the
+    average step. A request leaves the front end at a time unrelated to the engine's steps;
+    without a front end (``lead_s`` 0) it is sent as another finishes, at a step's start, and
+    waits for nothing."""
+    hw, shape = load.hw, load.shape
+    pre_step, avg_step = (combine(hw, t.reshape(6, *shape)) for t in (sol.pre_terms, sol.dec_terms))
+    rest = 0.5 * avg_step.total_s
+    dec_step = avg_step
+    if apart:
+        only_step = combine(hw, sol.only_terms.reshape(6, *shape))
+        u = np.minimum(sol.a * sol.chunks, 1.0).reshape(shape)
+        t_d, t_p = only_step.total_s, pre_step.total_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mixed = ((1.0 - u) * t_d**2 + u * t_p**2) / (2.0 * ((1.0 - u) * t_d + u * t_p))
+        rest = np.where(u < 1.0, mixed, rest)
+        dec_step = _separated(only_step, pre_step, avg_step, u)
+    return pre_step, dec_step, rest if lead_s > 0 else 0.0 * rest
+
+
+def front_end_s(load: ClosedLoad, a: Array, dec_step: StepTime, rest: Array, busy: Array) -> Array:
+    """The front end's latency and its shared core's sojourn ``w / (1 - X w)`` (processor
+    sharing, ``gpucap.queueing.frontend``; w = ``t_request_s``) at the loop's rate X. With the rest of
+    the cycle D = R / X1 - w of the first solution (X1) and the step wait added (``busy`` x
+    ``rest``: a request arriving while others run), X solves ``X (D + wait) + X w / (1 - X w) =
+    R``, a quadratic whose smaller root is below 1 / w."""
+    fe = front_end(load.hw.engine, load.coef)
+    r = load.running
+    w = fe.serial_s
+    if w <= 0:
+        return np.full_like(r, fe.latency_s)
+    x1 = a / np.ravel(dec_step.total_s)
+    d = np.maximum(r / x1 - w, 0.0) + busy * np.ravel(rest)
+    b = d + w + r * w
+    with np.errstate(invalid="ignore", divide="ignore"):
+        x = np.where(d > 0, (b - np.sqrt(np.maximum(b * b - 4.0 * d * w * r, 0.0))) / (2.0 * d * w), 1.0 / w)
+    return fe.latency_s + w / np.maximum(1.0 - x * w, 1e-3)
