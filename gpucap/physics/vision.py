@@ -1,19 +1,8 @@
 """Vision encoders at work: tokens per image, work per image, and the encoder's memory. Their
 shapes are read from the config (``gpucap.catalog.vision``).
 
-Three encoder families, read from the ``vision_config`` of a Hugging Face ``config.json``:
-
-- Qwen2.5-VL (``qwen2_5_vl``): a ViT over 14-px patches at the image's own resolution (resized
-  to multiples of 28 px), SwiGLU MLPs, window attention (8 x 8 patches) in all layers but
-  ``fullatt_block_indexes``; a merger turns each 2 x 2 block of patches into one language-model
-  token (transformers ``modeling_qwen2_5_vl.py``).
-- Gemma 3 (``siglip``): SigLIP-So400m on a fixed 896 x 896 image, 64 x 64 patches of 14 px,
-  average-pooled 4 x 4 to ``mm_tokens_per_image`` = 256 tokens, then one linear projection
-  (transformers ``modeling_gemma3.py``, ``Gemma3MultiModalProjector``).
-- Llama 4 (``llama4``): a ViT on 336-px tiles (24 x 24 patches + a class token); the image is
-  fitted to a canvas of up to 16 tiles, plus one global tile when it takes more than one; pixel
-  shuffle (ratio 0.5) turns 576 patches into 144 tokens per tile, then a two-layer MLP and a
-  projection (transformers ``modeling_llama4.py`` and ``image_processing_llama4_fast.py``).
+Images are cut up as each family's processor does (Qwen2.5-VL at the image's own resolution, Gemma 3
+on one 896-px image, Llama 4 on 336-px tiles; the families are described in ``gpucap.catalog.vision``).
 
 Encoder FLOP per image = 2 x (layer params x encoder sequence + adapter params x tokens)
 + attention ``4 x hidden`` per (query, key) pair per layer (bidirectional: all pairs, not half).
