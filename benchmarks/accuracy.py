@@ -22,9 +22,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from gpucap.calibration.accuracy import abs_error, error_summary, source_speeds
 from gpucap.calibration.analysis import size_bucket
 from gpucap.calibration.calibrate import calibrate
-from gpucap.calibration.validate import abs_error, error_summary, read_cases, source_speeds, validate
+from gpucap.calibration.validate import read_cases, validate
 from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.physics.coefficients import Coefficients

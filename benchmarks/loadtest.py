@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from gpucap.calibration.results import ENGINE_KNOBS
+from gpucap.calibration.resultfields import ENGINE_KNOBS
 from gpucap.cli.args import names, positive_float, positive_int
 
 STATS = ("median", "mean")

@@ -26,11 +26,11 @@ from gpucap.version import __version__
 # name -> module, imported when the name is first used
 _LAZY = {
     "plan": "gpucap.planning.search",
-    "Plan": "gpucap.planning.search",
-    "Target": "gpucap.planning.search",
+    "Plan": "gpucap.planning.result",
+    "Target": "gpucap.planning.result",
     "Headroom": "gpucap.planning.capacity",
     "calibrate": "gpucap.calibration.calibrate",
-    "FitResult": "gpucap.calibration.calibrate",
+    "FitResult": "gpucap.calibration.fitresult",
     "validate": "gpucap.calibration.validate",
 }
 

@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.calibration.calibrate import calibrate, robust_cost, sanity_flags
+from gpucap.calibration.calibrate import calibrate
+from gpucap.calibration.fitchecks import sanity_flags
+from gpucap.calibration.fitresiduals import robust_cost
 from gpucap.calibration.limits import Slo, crossing, find_sweeps, predicted_limits
 from gpucap.calibration.loadtests import cases_from_runs
 from gpucap.calibration.results import read_results

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpucap.calibration.results import COLUMNS, ResultSet, read_result_file, read_results, runs_needing
+from gpucap.calibration.resultfields import COLUMNS
+from gpucap.calibration.results import ResultSet, read_result_file, read_results, runs_needing
 
 ROOT = Path(__file__).resolve().parent.parent
 LOADTESTS = ROOT / "data" / "loadtests"

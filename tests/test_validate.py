@@ -3,14 +3,9 @@
 import pandas as pd
 import pytest
 
-from gpucap.calibration.validate import (
-    error_summary,
-    prepare_cases,
-    read_cases,
-    row_front_end,
-    row_overlap_host,
-    validate,
-)
+from gpucap.calibration.accuracy import error_summary
+from gpucap.calibration.cases import row_front_end, row_overlap_host
+from gpucap.calibration.validate import prepare_cases, read_cases, validate
 
 
 def test_predicts_at_least_90_percent_of_published_rows(shared_cases) -> None:

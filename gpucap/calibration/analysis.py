@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpucap.calibration.accuracy import error_summary
 from gpucap.calibration.calibrate import DEFAULT_FREE, calibrate
-from gpucap.calibration.validate import METRICS, error_summary, validate
+from gpucap.calibration.validate import METRICS, validate
 from gpucap.catalog.lookup import load_model
 from gpucap.physics.coefficients import Coefficients
 from gpucap.types import ENGINES

@@ -1,4 +1,5 @@
-"""Checks of a calibration fit: did it make any metric worse than the defaults did?
+"""Checks of a calibration fit: did it make any metric worse than the defaults did, and did it push
+a coefficient against its physical bound or far from its start (``sanity_flags``)?
 
 A fit minimizes one loss over every metric and limit together, so it may buy a large gain on one
 metric (throughput, TTFT) with a loss on another (TPOT). ``metric_changes`` compares, per metric,
@@ -14,9 +15,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
+
 Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0  # fixed: the same fit always reports the same noise
+# A fitted coefficient this many times its start (or a start this many times it) is flagged.
+DRIFT_FLAG = 5.0
 
 
 def median_abs_error(log_ratio: np.ndarray) -> float:
@@ -62,3 +67,22 @@ def worse_flags(changes: pd.DataFrame) -> tuple[str, ...]:
         for r in changes.itertuples()
         if r.worse
     )
+
+
+def sanity_flags(
+    start: Coefficients, fitted: Coefficients, free: tuple[str, ...], at_bound: dict[str, str]
+) -> tuple[str, ...]:
+    """One line per free coefficient the fit pushed against its physical bound or moved more
+    than DRIFT_FLAG times from its start: the data asks for something the model lacks, not for
+    hardware that fast or slow."""
+    flags = []
+    a, b = start.as_dict(), fitted.as_dict()
+    for name in free:
+        info = COEFFICIENT_INFO[name]
+        where = at_bound.get(name, "")
+        if where in ("lower", "upper"):
+            edge = info.lower if where == "lower" else info.upper
+            flags.append(f"{name} = {b[name]:.4g} at its {where} bound {edge:g}")
+        elif a[name] > 0 and b[name] > 0 and max(a[name] / b[name], b[name] / a[name]) > DRIFT_FLAG:
+            flags.append(f"{name} moved from {a[name]:.4g} to {b[name]:.4g} (more than {DRIFT_FLAG:g}x)")
+    return tuple(flags)

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpucap.calibration.calibrate import FitResult
 from gpucap.calibration.fitchecks import Z_95
+from gpucap.calibration.fitresult import FitResult
 
 HISTORY_NAME = "calibration-history.jsonl"
 

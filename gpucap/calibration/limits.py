@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpucap.calibration.cases import PreparedCase
 from gpucap.calibration.loadtests import MeasuredLimit, crossing, measured_limit
-from gpucap.calibration.validate import PreparedCase, predict_prepared, prepare_case
+from gpucap.calibration.validate import predict_prepared, prepare_case
 from gpucap.physics.coefficients import Coefficients
 
 SWEEP_X = {"fixed-concurrency": "concurrency", "poisson": "request_rate"}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpucap.calibration.results import ENGINE_KNOBS
+from gpucap.calibration.resultfields import ENGINE_KNOBS
 from gpucap.catalog.gpus import get_gpu
 from gpucap.types import STATISTICS
 

@@ -1,5 +1,7 @@
 """Run the estimator on published or measured cases (the schema of ``measured-public.csv``) and
-compare: one prediction per row, then error summaries by metric, model, GPU and engine.
+compare: read the cases, resolve each row into hardware and a load (``prepare_case``), predict
+it, and set the prediction beside the measurement (``validate``). What a row says cell by cell:
+``gpucap.calibration.cases``; error summaries and testbed speeds: ``gpucap.calibration.accuracy``.
 
 Each row is predicted as the benchmark that produced it ran (``predict_prepared``, method
 ``simulate``): the step-level simulation (``gpucap.queueing.simulate.run_benchmark``) of its load mode --
@@ -12,26 +14,33 @@ every row (the fast path calibration fits with).
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from gpucap.catalog.gpus import scaled
-from gpucap.config import VLLM_UTILIZATION_BEFORE_0_20, EngineConfig, Hardware, hardware, split_of
+from gpucap.calibration.cases import (
+    PreparedCase,
+    at_speed,
+    bench_load,
+    cell_int,
+    cell_number,
+    row_front_end,
+    row_lengths,
+    row_overlap_host,
+    row_stats,
+    row_utilization,
+    testbed_keys,
+)
+from gpucap.config import EngineConfig, Hardware, hardware, split_of
 from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import LoadPoint, closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit
 from gpucap.physics.runs import saturation_run, static_batch
 from gpucap.physics.waves import wave_loop
-from gpucap.queueing.lengths import Lengths
-from gpucap.queueing.loads import Load
 from gpucap.queueing.simulate import run_benchmark
 
 REQUIRED_COLUMNS = (
@@ -56,9 +65,6 @@ BLACKWELL_PREFIXES = ("B200", "GB200", "B300", "GB300", "RTX-PRO-6000")
 METRICS = ("output_tok_s", "ttft_ms", "tpot_ms")  # what calibration fits
 ALL_METRICS = METRICS + ("itl_ms",)  # what validation reports (ITL where a row gives it)
 METHODS = ("simulate", "closed-form")
-# Prompts of a closed-loop or single-request row that does not say how many it sent.
-DEFAULT_PROMPTS_PER_SLOT = 8
-SINGLE_REQUEST_PROMPTS = 8
 
 
 def read_cases(path: str | Path) -> pd.DataFrame:
@@ -78,92 +84,20 @@ def read_cases(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def _num(row: pd.Series, col: str, default: float | None = None) -> float | None:
-    v = row.get(col)
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v == "":
-        return default
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"column {col!r} = {v!r} is not a number") from None
-
-
-def _int(row: pd.Series, col: str, default: int) -> int:
-    v = _num(row, col)
-    return default if v is None else int(v)
-
-
-def _text(row: pd.Series, col: str) -> str:
-    v = row.get(col)
-    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-
-
-def row_front_end(row: pd.Series) -> str:
-    """How the row's requests reached the engine: the ``front_end`` column when given; else
-    offline for runs of trtllm-bench (its ``prepare_dataset`` lengths), MLPerf's LoadGen, and the
-    static-batch and single-request tables of TensorRT-LLM's C++ benchmarks; HTTP otherwise."""
-    given = _text(row, "front_end").strip().lower()
-    if given:
-        return given
-    dist = _text(row, "length_dist").lower()
-    engine = _text(row, "engine").lower()
-    if "prepare_dataset" in dist or "mlperf" in dist:
-        return "offline"
-    if engine in ("trtllm", "tensorrt-llm", "trt-llm") and str(row.get("load_mode")) in (
-        "static-batch",
-        "single-request",
-    ):
-        return "offline"
-    return "http"
-
-
-def row_overlap_host(row: pd.Series, engine: str) -> bool | None:
-    """The ``overlap_host`` column when given; vLLM before 0.12 did not overlap the host with the
-    GPU by default (async scheduling became its default in late 2025, PR #27614); None (the
-    engine's default, on) otherwise."""
-    given = _text(row, "overlap_host").strip().lower()
-    if given:
-        return given in ("true", "1", "1.0", "yes")
-    if engine != "vllm":
-        return None
-    version = vllm_version(row)
-    return None if version is None else version >= (0, 12)
-
-
-def vllm_version(row: pd.Series) -> tuple[int, int] | None:
-    """(major, minor) of the row's ``engine_version`` ("v0.11.0" -> (0, 11)); None when unreadable."""
-    parts = _text(row, "engine_version").strip().lower().lstrip("v").split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
-
-
-def row_utilization(row: pd.Series, engine: str) -> float | None:
-    """The ``gpu_memory_utilization`` column; else vLLM's default of the row's version, 0.9 before
-    0.20 (``VLLM_UTILIZATION_BEFORE_0_20``); else None (the engine's current default)."""
-    util = _num(row, "gpu_memory_utilization")
-    if util is None and engine == "vllm":
-        version = vllm_version(row)
-        if version is not None and version < (0, 20):
-            return VLLM_UTILIZATION_BEFORE_0_20
-    return util
-
-
 def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     """Hardware for one case row, the number of replicas, and the assumptions made. Optional
     columns max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
     enforce_eager, overlap_host and front_end set the engine's knobs (its defaults otherwise;
     ``row_front_end``, ``row_overlap_host``)."""
     notes: list[str] = []
-    num_gpus = _int(row, "num_gpus", 1)
-    pp = _int(row, "pp", 1)
-    attn_dp = _int(row, "attn_dp", 1)
-    tp = _int(row, "tp", 0)
+    num_gpus = cell_int(row, "num_gpus", 1)
+    pp = cell_int(row, "pp", 1)
+    attn_dp = cell_int(row, "attn_dp", 1)
+    tp = cell_int(row, "tp", 0)
     if tp == 0:
         tp = max(num_gpus // (pp * attn_dp), 1)
         notes.append(f"tp not stated: taken as {tp}")
-    ep = _int(row, "ep", 1)
+    ep = cell_int(row, "ep", 1)
     split, convention = split_of(num_gpus, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)
     if convention:
         tp = split.tp
@@ -182,9 +116,9 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     util = row_utilization(row, engine)
     eng = EngineConfig(
         engine=engine,
-        max_num_seqs=_int(row, "max_num_seqs", 0) or None,
-        max_num_batched_tokens=_int(row, "max_num_batched_tokens", 0) or None,
-        block_size=_int(row, "block_size", 0) or None,
+        max_num_seqs=cell_int(row, "max_num_seqs", 0) or None,
+        max_num_batched_tokens=cell_int(row, "max_num_batched_tokens", 0) or None,
+        block_size=cell_int(row, "block_size", 0) or None,
         gpu_memory_utilization=util,
         cuda_graphs=not eager,
         overlap_host=row_overlap_host(row, engine),
@@ -199,87 +133,10 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     return hw, num_gpus // per, notes
 
 
-@dataclass(frozen=True)
-class PreparedCase:
-    """One case row resolved into hardware and a load, ready to predict with any coefficients."""
-
-    case_id: str
-    hw: Hardware
-    replicas: int
-    mode: str
-    lengths: str
-    input_len: float
-    output_len: float
-    load: float  # prompts (saturation), concurrency, batch or request rate, for the whole case
-    max_running: float  # per replica: min(max_num_seqs, requests memory holds)
-    ttft_only: bool
-    notes: str
-    bench: Load | None = None  # the benchmark run of one replica, where it can be simulated
-    input_dist: Lengths | None = None
-    output_dist: Lengths | None = None
-    stats: tuple[tuple[str, str], ...] = ()  # (metric, statistic the row reports)
-
-    @property
-    def group_key(self) -> tuple[Any, ...]:
-        hw = self.hw
-        return (hw.spec.name, hw.gpu.key, hw.layout, hw.weight_dtype, hw.kv_dtype, hw.engine, self.mode, self.lengths)
-
-    def stat(self, metric: str) -> str:
-        return dict(self.stats).get(metric, "mean")
-
-
-def row_lengths(row: pd.Series, isl: float, osl: float) -> tuple[str, Lengths, Lengths, list[str]]:
-    """The row's length distributions (what its benchmark drew) and their label: ``fixed``;
-    ``range`` (a ``range_ratio`` column: vLLM's ``--random-range-ratio`` around the stated means);
-    ``uniform`` on [1, stated maximum] (SGLang's random dataset at range ratio 0, the columns
-    being the maxima); ``dataset`` (ShareGPT, MLPerf: taken as exponential with the stated means,
-    ``Lengths.exponential``, an assumption)."""
-    dist = _text(row, "length_dist").lower() or "fixed"
-    ratio = _num(row, "range_ratio") or 0.0
-    if ratio > 0 and dist.startswith("fixed"):  # vllm bench serve --random-range-ratio
-        notes = [f"lengths uniform within +/-{ratio:.0%} of the stated means (--random-range-ratio)"]
-        return "range", Lengths.range_ratio(isl, ratio), Lengths.range_ratio(osl, ratio), notes
-    if "nominal maxima" in dist:
-        notes = ["uniform random lengths on [1, stated maximum]"]
-        return "uniform", Lengths.uniform(1, isl), Lengths.uniform(1, osl), notes
-    if dist.startswith(("sharegpt", "mlperf", "dataset")):
-        notes = ["dataset lengths taken as exponential with the stated means"]
-        return "dataset", Lengths.exponential(isl), Lengths.exponential(osl), notes
-    return "fixed", Lengths.fixed(isl), Lengths.fixed(osl), []
-
-
-def row_stats(row: pd.Series) -> tuple[tuple[str, str], ...]:
-    """The statistic each latency metric of the row reports: mean where given, else median
-    (a value whose statistic the source does not state is compared with the mean)."""
-    out = []
-    for metric in ("ttft", "tpot", "itl"):
-        stat = "mean"
-        if _num(row, f"{metric}_mean_ms") is None and _num(row, f"{metric}_median_ms") is not None:
-            stat = "median"
-        out.append((f"{metric}_ms", stat))
-    return tuple(out)
-
-
-def _bench_load(mode: str, load: float, replicas: int, num_prompts: float | None) -> Load | None:
-    """One replica's share of the row's benchmark run, or None where it cannot be simulated."""
-    n = None if num_prompts is None or not np.isfinite(num_prompts) else int(round(num_prompts / replicas))
-    if mode == "saturation":
-        return Load.all_at_once(n) if n else None
-    if mode == "fixed-concurrency":
-        c = max(int(round(load / replicas)), 1)
-        return Load.closed_loop(c, max(n or 0, DEFAULT_PROMPTS_PER_SLOT * c, c))
-    if mode == "single-request":
-        return Load.closed_loop(1, SINGLE_REQUEST_PROMPTS)
-    if mode == "poisson":
-        rate = load / replicas
-        return Load.open_loop(rate, n or max(int(np.ceil(60 * rate)), 64))
-    return None
-
-
 def prepare_case(row: pd.Series) -> PreparedCase:
     """Resolve one row; raises ValueError (or DoesNotFit) with the reason it cannot be predicted."""
     hw, replicas, notes = case_hardware(row)
-    isl, osl = _num(row, "isl"), _num(row, "osl")
+    isl, osl = cell_number(row, "isl"), cell_number(row, "osl")
     mode = str(row["load_mode"])
     ttft_only = mode == "single-request" and osl is None
     if ttft_only:  # a first-token latency measurement: one output token
@@ -293,17 +150,17 @@ def prepare_case(row: pd.Series) -> PreparedCase:
     if mem_cap < 1:
         raise DoesNotFit(f"KV cache holds no {isl + osl:.0f}-token request")
     if mode == "saturation":
-        load = _num(row, "num_prompts", np.inf) or np.inf
+        load = cell_number(row, "num_prompts", np.inf) or np.inf
     elif mode == "fixed-concurrency":
-        load = _num(row, "concurrency", 1.0) or 1.0
+        load = cell_number(row, "concurrency", 1.0) or 1.0
     elif mode == "single-request":
         load = 1.0
     elif mode == "static-batch":
-        load = _num(row, "concurrency") or 0.0
+        load = cell_number(row, "concurrency") or 0.0
         if not load:
             raise ValueError("static-batch row without concurrency")
     elif mode == "poisson":
-        load = _num(row, "request_rate") or 0.0
+        load = cell_number(row, "request_rate") or 0.0
         if not load:
             raise ValueError("poisson row without request_rate")
     else:
@@ -320,20 +177,28 @@ def prepare_case(row: pd.Series) -> PreparedCase:
         max_running=batch_slots(hw, mem_cap),
         ttft_only=ttft_only,
         notes="; ".join(notes),
-        bench=_bench_load(mode, float(load), replicas, _num(row, "num_prompts")),
+        bench=bench_load(mode, float(load), replicas, cell_number(row, "num_prompts")),
         input_dist=dist_in,
         output_dist=dist_out,
         stats=row_stats(row),
     )
 
 
-def at_speed(case: PreparedCase, speed: float, part: str = "compute") -> PreparedCase:
-    """``case`` on a testbed ``speed`` times as fast as the datasheet (``gpucap.catalog.gpus.scaled``)."""
-    hw = dataclasses.replace(case.hw, gpu=scaled(case.hw.gpu, speed, part))
-    return dataclasses.replace(case, hw=hw)
+def prepare_cases(cases: pd.DataFrame) -> tuple[list[PreparedCase], dict[int, str]]:
+    """Prepared cases for the rows that can be predicted, and {row position: reason} for the rest."""
+    prepared: list[PreparedCase] = []
+    errors: dict[int, str] = {}
+    for pos, (_, row) in enumerate(cases.iterrows()):
+        try:
+            prepared.append(prepare_case(row))
+        except ValueError as exc:  # DoesNotFit is a ValueError
+            errors[pos] = str(exc)
+    return prepared, errors
 
 
 def _coef_for(hw: Hardware, coef: Coefficients | dict[str, Coefficients] | None) -> Coefficients:
+    """The coefficients for ``hw``'s engine: ``coef`` itself, its entry for the engine, or the
+    engine's defaults."""
     if isinstance(coef, Coefficients):
         return coef
     if isinstance(coef, dict) and hw.engine.engine in coef:
@@ -362,6 +227,39 @@ def _simulated(case: PreparedCase, co: Coefficients) -> list[float]:
     return out
 
 
+def _closed_form(group: list[PreparedCase], co: Coefficients) -> np.ndarray:
+    """Whole-case output tokens/s and TTFT, TPOT, ITL (ms) of cases sharing one (hardware, load
+    mode, lengths), by one vectorized call of the closed form of their load mode (rows of
+    ``ALL_METRICS``); a closed loop of fixed lengths runs in waves (``gpucap.physics.waves``)."""
+    first = group[0]
+    hw, mode = first.hw, first.mode
+    rep = np.array([c.replicas for c in group], dtype=float)
+    isl = np.array([c.input_len for c in group])
+    osl = np.array([c.output_len for c in group])
+    load = np.array([c.load for c in group]) / rep
+    cap = np.array([c.max_running for c in group])
+    point: LoadPoint
+    if mode == "saturation":
+        shape = "fixed" if first.lengths == "range" else first.lengths  # the drain's shape
+        point = saturation_run(hw, co, num_prompts=load, input_len=isl, output_len=osl, max_running=cap, lengths=shape)
+    elif mode in ("fixed-concurrency", "single-request") and first.lengths == "fixed":
+        point = wave_loop(hw, co, concurrency=load, input_len=isl, output_len=osl, max_running=cap)
+    elif mode in ("fixed-concurrency", "single-request"):
+        point = closed_loop(hw, co, concurrency=load, input_len=isl, output_len=osl, max_running=cap)
+    elif mode == "static-batch":
+        point = static_batch(hw, co, batch=load, input_len=isl, output_len=osl)
+    else:
+        point = open_loop(hw, co, request_rate=load, input_len=isl, output_len=osl, max_running=cap)
+    ttft = np.where(np.isfinite(point.ttft_s), point.ttft_s * 1e3, np.nan)
+    only = np.array([c.ttft_only for c in group])
+    out = np.full((len(group), len(ALL_METRICS)), np.nan)
+    out[:, 0] = np.where(only, np.nan, point.output_tokens_per_s * rep)
+    out[:, 1] = ttft
+    out[:, 2] = np.where(only, np.nan, point.tpot_s * 1e3)
+    out[:, 3] = np.where(only, np.nan, point.tpot_s * 1e3)
+    return out
+
+
 def predict_prepared(
     cases: list[PreparedCase],
     coef: Coefficients | dict[str, Coefficients] | None = None,
@@ -384,47 +282,8 @@ def predict_prepared(
             continue
         groups.setdefault(c.group_key, []).append(k)
     for idx in groups.values():
-        first = cases[idx[0]]
-        hw, mode = first.hw, first.mode
-        co = _coef_for(hw, coef)
-        rep = np.array([cases[k].replicas for k in idx], dtype=float)
-        isl = np.array([cases[k].input_len for k in idx])
-        osl = np.array([cases[k].output_len for k in idx])
-        load = np.array([cases[k].load for k in idx]) / rep
-        cap = np.array([cases[k].max_running for k in idx])
-        point: LoadPoint
-        if mode == "saturation":
-            shape = "fixed" if first.lengths == "range" else first.lengths  # the drain's shape
-            point = saturation_run(
-                hw, co, num_prompts=load, input_len=isl, output_len=osl, max_running=cap, lengths=shape
-            )
-        elif mode in ("fixed-concurrency", "single-request") and first.lengths == "fixed":
-            point = wave_loop(hw, co, concurrency=load, input_len=isl, output_len=osl, max_running=cap)
-        elif mode in ("fixed-concurrency", "single-request"):
-            point = closed_loop(hw, co, concurrency=load, input_len=isl, output_len=osl, max_running=cap)
-        elif mode == "static-batch":
-            point = static_batch(hw, co, batch=load, input_len=isl, output_len=osl)
-        else:
-            point = open_loop(hw, co, request_rate=load, input_len=isl, output_len=osl, max_running=cap)
-        ttft = np.where(np.isfinite(point.ttft_s), point.ttft_s * 1e3, np.nan)
-        only = np.array([cases[k].ttft_only for k in idx])
-        out[idx, 0] = np.where(only, np.nan, point.output_tokens_per_s * rep)
-        out[idx, 1] = ttft
-        out[idx, 2] = np.where(only, np.nan, point.tpot_s * 1e3)
-        out[idx, 3] = np.where(only, np.nan, point.tpot_s * 1e3)
+        out[idx] = _closed_form([cases[k] for k in idx], _coef_for(cases[idx[0]].hw, coef))
     return pd.DataFrame(out, columns=[f"{m}_predicted" for m in ALL_METRICS])
-
-
-def prepare_cases(cases: pd.DataFrame) -> tuple[list[PreparedCase], dict[int, str]]:
-    """Prepared cases for the rows that can be predicted, and {row position: reason} for the rest."""
-    prepared: list[PreparedCase] = []
-    errors: dict[int, str] = {}
-    for pos, (_, row) in enumerate(cases.iterrows()):
-        try:
-            prepared.append(prepare_case(row))
-        except ValueError as exc:  # DoesNotFit is a ValueError
-            errors[pos] = str(exc)
-    return prepared, errors
 
 
 def predict_case(row: pd.Series, coef: Coefficients | None = None, method: str = "simulate") -> dict[str, Any]:
@@ -438,14 +297,15 @@ def predict_case(row: pd.Series, coef: Coefficients | None = None, method: str =
 
 
 def _measured(row: pd.Series, metric: str) -> float | None:
+    """The row's measured ``metric``: its mean, else its median, else the value of unstated statistic."""
     if metric == "output_tok_s":
-        return _num(row, "output_tok_s")
+        return cell_number(row, "output_tok_s")
     base = metric.replace("_ms", "")
     for stat in ("mean", "median"):
-        v = _num(row, f"{base}_{stat}_ms")
+        v = cell_number(row, f"{base}_{stat}_ms")
         if v is not None:
             return v
-    return _num(row, f"{metric}_stat_unknown")
+    return cell_number(row, f"{metric}_stat_unknown")
 
 
 def measured_metrics(cases: pd.DataFrame) -> pd.DataFrame:
@@ -502,75 +362,6 @@ def compare(
     notes = {c.case_id: c.notes for c in prepared}
     result["notes"] = [notes.get(str(cid), "") for cid in result["case_id"]]
     return result
-
-
-def testbed_keys(cases: pd.DataFrame, by: str) -> list[str]:
-    """The testbed of each row: the value of column ``by``, or of several joined by ``+``
-    (``"source_id+gpu"``: one lab's machines of one GPU type)."""
-    cols = by.split("+")
-    missing = [c for c in cols if c not in cases]
-    if missing:
-        raise ValueError(f"cases have no column {', '.join(missing)} to group testbeds by")
-    return cases[cols].astype(str).agg(" / ".join, axis=1).tolist()
-
-
-def source_speeds(
-    cases: pd.DataFrame, method: str = "simulate", passes: int = 3, by: str = "source_id", part: str = "compute"
-) -> dict[str, float]:
-    """One testbed speed factor per ``source_id`` (or per value of ``by``), fitted on that
-    source's output tokens/s only (what a user's own calibration of their testbed does): ``k``
-    such that the median predicted / measured throughput of the source's rows is 1, by
-    ``k <- k / median ratio`` (``passes`` times)."""
-    prepared, errors = prepare_cases(cases)
-    ok = [pos for pos in range(len(cases)) if pos not in errors]
-    src = np.asarray(testbed_keys(cases, by))[ok]
-    measured = measured_metrics(cases.iloc[ok])["output_tok_s_measured"].to_numpy()
-    speeds: dict[str, float] = {}
-    for source in sorted(set(src)):
-        idx = [k for k in range(len(ok)) if src[k] == source and np.isfinite(measured[k]) and measured[k] > 0]
-        if not idx:
-            continue
-        k_speed = 1.0
-        for _ in range(passes):
-            cases_k = [at_speed(prepared[k], k_speed, part) for k in idx]
-            pred = predict_prepared(cases_k, None, method)["output_tok_s_predicted"].to_numpy()
-            ratio = float(np.nanmedian(pred / measured[idx]))
-            if not (np.isfinite(ratio) and ratio > 0):
-                break
-            k_speed /= ratio
-        speeds[source] = k_speed
-    return speeds
-
-
-def abs_error(ratio: pd.Series) -> pd.Series:
-    """|predicted / measured - 1|."""
-    return (ratio.astype(float) - 1.0).abs()
-
-
-def error_summary(result: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
-    """Rows compared, median and 90th-percentile absolute error, and median signed bias, per metric
-    (and per value of ``by``)."""
-    rows = []
-    groups = [("all", result)] if by is None else list(result.groupby(by))
-    for key, g in groups:
-        for m in ALL_METRICS:
-            if f"{m}_ratio" not in g:
-                continue
-            r = g[f"{m}_ratio"].dropna().astype(float)
-            if r.empty:
-                continue
-            e = abs_error(r)
-            rows.append(
-                {
-                    **({by: key} if by else {}),
-                    "metric": m,
-                    "n": len(r),
-                    "median_abs_err": float(e.median()),
-                    "p90_abs_err": float(e.quantile(0.9)),
-                    "median_ratio": float(r.median()),
-                }
-            )
-    return pd.DataFrame(rows)
 
 
 def synthetic_cases(

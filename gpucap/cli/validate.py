@@ -27,7 +27,8 @@ def add_parser(sub: Any) -> None:
 def run(a: argparse.Namespace) -> int:
     import pandas as pd
 
-    from gpucap.calibration.validate import error_summary, read_cases, validate
+    from gpucap.calibration.accuracy import error_summary
+    from gpucap.calibration.validate import read_cases, validate
 
     out = Path(a.out) if a.out else None
     if out is not None and out.exists():

@@ -1,0 +1,230 @@
+"""The result of a calibration fit (``gpucap.calibration.calibrate``): fitted coefficients with their
+uncertainty, residual statistics, limits, flags and provenance. It reports itself (``report``,
+``_repr_html_``), saves itself as JSON (``save``), loads back into the estimator
+(``Coefficients.from_file``), and gives the interval of one prediction (``interval``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpucap.calibration.cases import PreparedCase
+from gpucap.calibration.fitresiduals import DIFF_STEP
+from gpucap.calibration.validate import predict_prepared
+from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
+
+
+@dataclass
+class FitResult:
+    """Fitted coefficients with their uncertainty, the residual statistics and the provenance."""
+
+    coefficients: Coefficients
+    start: Coefficients
+    free: tuple[str, ...]
+    stderr: dict[str, float]
+    at_bound: dict[str, str]
+    correlation: np.ndarray
+    covariance: np.ndarray
+    n_runs: int
+    n_residuals: int
+    cost_before: float  # the fit's loss (``loss``) at the start and at the solution: like with like
+    cost_after: float
+    residuals: np.ndarray
+    success: bool
+    message: str
+    provenance: dict[str, Any] = field(default_factory=dict)
+    loss: str = "soft_l1"
+    sum_squares_before: float = float("nan")  # plain sum of squared residuals, start and solution
+    sum_squares_after: float = float("nan")
+    limits: pd.DataFrame = field(default_factory=pd.DataFrame)  # per sweep (``limit_table``)
+    flags: tuple[str, ...] = ()  # coefficients out of range (``sanity_flags``), metrics made worse
+    metric_errors: pd.DataFrame = field(default_factory=pd.DataFrame)  # per metric (fitchecks.metric_changes)
+    # per metric, the fitted runs' measured / predicted quantiles (gpucap.calibration.ranges.fit_bands):
+    # the range an estimate made with these coefficients carries
+    ranges: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    # ---- for people ------------------------------------------------------------------------
+    def report(self) -> str:
+        """Fixed sections, as lmfit's fit_report: statistics, coefficients, correlations."""
+        r = self.residuals
+        lines = [
+            "[[Fit statistics]]",
+            f"    runs                 = {self.n_runs}",
+            f"    residuals            = {self.n_residuals} (log predicted/measured)",
+            f"    free coefficients    = {len(self.free)}",
+            f"    {'loss (' + self.loss + ')':<21}= {self.cost_before:.4g} -> {self.cost_after:.4g}",
+            f"    sum of squares       = {self.sum_squares_before:.4g} -> {self.sum_squares_after:.4g}",
+            f"    rms log error        = {np.sqrt(np.mean(r**2)):.3f} (x{np.exp(np.sqrt(np.mean(r**2))):.2f})",
+            f"    median |error|       = {np.median(np.abs(np.expm1(r))):.1%}",
+            f"    converged            = {self.success} ({self.message})",
+            "[[Coefficients]]",
+        ]
+        start = self.start.as_dict()
+        for name, value in self.coefficients.as_dict().items():
+            if name in self.free:
+                se = self.stderr[name]
+                pct = f"({se / abs(value):.1%})" if np.isfinite(se) and se < 100 * abs(value) else ""
+                where = self.at_bound.get(name, "")
+                bound = f"  at {where} bound" if where in ("lower", "upper") else f"  {where}" if where else ""
+                lines.append(f"    {name:<14} = {value:.5g} +/- {se:.3g} {pct} (init = {start[name]:.5g}){bound}")
+            else:
+                lines.append(f"    {name:<14} = {value:.5g} (fixed)")
+        pairs = [
+            (self.free[i], self.free[j], self.correlation[i, j])
+            for i in range(len(self.free))
+            for j in range(i + 1, len(self.free))
+            if abs(self.correlation[i, j]) >= 0.1
+        ]
+        if pairs:
+            lines.append("[[Correlations]] (|C| >= 0.1)")
+            for a, b, c in sorted(pairs, key=lambda p: -abs(p[2])):
+                lines.append(f"    C({a}, {b}) = {c:+.3f}")
+        if not self.limits.empty:
+            lines.append(f"[[Limits]] ({self.provenance.get('slo', '')}; 95% interval of the fitted limit)")
+            for _, r in self.limits.iterrows():
+                lines.append(f"    {r['sweep']}")
+                lines.append(
+                    f"        measured {format_limit(r['measured'], r['measured_status'])}, defaults "
+                    f"{format_limit(r['default'])}, fitted {format_limit(r['fitted'])} "
+                    f"[{format_limit(r['fitted_low'])}, {format_limit(r['fitted_high'])}] {r['unit']}"
+                )
+        if not self.metric_errors.empty:
+            lines.append("[[Errors by metric]] (median |predicted / measured - 1| over the runs, start -> fit)")
+            for r in self.metric_errors.itertuples():
+                mark = "  WORSE" if r.worse else ""
+                lines.append(
+                    f"    {r.metric:<14} {r.before:6.1%} -> {r.after:6.1%}  (n {r.n}, noise of the change {r.noise:.1%}){mark}"
+                )
+        if self.flags:
+            lines.append("[[Flags]] (the model is missing something for these runs)")
+            lines.extend(f"    {f}" for f in self.flags)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        """The report (``report``)."""
+        return self.report()
+
+    def __repr__(self) -> str:
+        """The free coefficients with their standard errors, and the number of runs."""
+        values = ", ".join(f"{n}={getattr(self.coefficients, n):.4g}+/-{self.stderr[n]:.2g}" for n in self.free)
+        return f"FitResult({values}; {self.n_runs} runs)"
+
+    def _repr_html_(self) -> str:
+        """The report as HTML for notebooks: statistics, coefficients, limits, errors, flags."""
+        rows = []
+        for name, value in self.coefficients.as_dict().items():
+            if name in self.free:
+                se = self.stderr[name]
+                note = self.at_bound.get(name, "")
+                rel = f"{se / abs(value):.1%}" if value and np.isfinite(se) else ""
+                rows.append(
+                    f"<tr><td>{name}</td><td>{value:.5g}</td><td>{se:.3g}</td><td>{rel}</td>"
+                    f"<td>{html.escape(note)}</td></tr>"
+                )
+            else:
+                rows.append(f"<tr><td>{name}</td><td>{value:.5g}</td><td colspan=3>fixed</td></tr>")
+        r = self.residuals
+        stats = (
+            f"<p>{self.n_runs} runs, {self.n_residuals} residuals; rms log error {np.sqrt(np.mean(r**2)):.3f}, "
+            f"median |error| {np.median(np.abs(np.expm1(r))):.1%}; {html.escape(self.message)}</p>"
+        )
+        head = "<tr><th>coefficient</th><th>value</th><th>std error</th><th>relative</th><th>bound</th></tr>"
+        out = f"<h4>Calibration</h4>{stats}<table>{head}{''.join(rows)}</table>"
+        if not self.limits.empty:
+            out += f"<h4>Limits ({html.escape(str(self.provenance.get('slo', '')))})</h4>" + self.limits.to_html(
+                index=False, float_format=lambda v: f"{v:.3g}", na_rep=""
+            )
+        if not self.metric_errors.empty:
+            out += "<h4>Errors by metric (median |predicted / measured - 1|, start and fit)</h4>"
+            out += self.metric_errors.to_html(index=False, float_format=lambda v: f"{v:.1%}")
+        if self.flags:
+            items = "".join(f"<li>{html.escape(f)}</li>" for f in self.flags)
+            out += f"<p><b>The model is missing something for these runs:</b></p><ul>{items}</ul>"
+        return out
+
+    # ---- for machines ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """What the JSON file holds: coefficients, correlations, statistics, limits, flags, errors, provenance."""
+        coeffs = {}
+        for name, value in self.coefficients.as_dict().items():
+            entry: dict[str, Any] = {"value": value, "free": name in self.free}
+            if name in self.free:
+                se = self.stderr[name]
+                entry["stderr"] = se if np.isfinite(se) else None
+                entry["at_bound"] = self.at_bound.get(name)
+            coeffs[name] = entry
+        return {
+            "coefficients": coeffs,
+            "correlation": {"names": list(self.free), "matrix": self.correlation.tolist()},
+            "statistics": {
+                "runs": self.n_runs,
+                "residuals": self.n_residuals,
+                "loss": self.loss,
+                "cost_before": self.cost_before,
+                "cost_after": self.cost_after,
+                "sum_of_squares_before": self.sum_squares_before,
+                "sum_of_squares_after": self.sum_squares_after,
+                "rms_log_error": float(np.sqrt(np.mean(self.residuals**2))),
+                "converged": self.success,
+                "message": self.message,
+            },
+            "limits": json.loads(self.limits.to_json(orient="records")) if not self.limits.empty else [],
+            "flags": list(self.flags),
+            "metric_errors": json.loads(self.metric_errors.to_json(orient="records"))
+            if not self.metric_errors.empty
+            else [],
+            "ranges": self.ranges,
+            "provenance": self.provenance,
+        }
+
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write the JSON; an existing file is kept unless ``overwrite``."""
+        path = Path(path)
+        if path.exists() and not overwrite:
+            raise ValueError(f"{path} exists; choose another name or pass overwrite=True (--overwrite)")
+        try:
+            path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            raise ValueError(f"cannot write {path} ({exc.strerror or exc})") from None
+        return path
+
+    def interval(
+        self, case: PreparedCase, metric: str = "output_tok_s", level: float = 0.95
+    ) -> tuple[float, float, float]:
+        """(low, predicted, high) for one prepared case from the coefficients' covariance alone
+        (delta method on log prediction: ``var = g^T cov g``, g = d log(pred) / d coefficient)."""
+        from scipy.stats import norm
+
+        col = f"{metric}_predicted"
+        base = self.coefficients.as_dict()
+        method = str(self.provenance.get("method", "closed-form"))
+        mid = float(predict_prepared([case], self.coefficients, method)[col].iloc[0])
+        g = np.zeros(len(self.free))
+        for j, name in enumerate(self.free):
+            info = COEFFICIENT_INFO[name]
+            h = max(abs(base[name]) * DIFF_STEP, 1e-9)
+            up = min(base[name] + h, info.upper)
+            shifted = Coefficients(**{**base, name: up})
+            val = float(predict_prepared([case], shifted, method)[col].iloc[0])
+            g[j] = (np.log(val) - np.log(mid)) / (up - base[name]) if up != base[name] else 0.0
+        sd = float(np.sqrt(max(g @ self.covariance @ g, 0.0)))
+        z = float(norm.ppf(0.5 + level / 2))
+        return mid * np.exp(-z * sd), mid, mid * np.exp(z * sd)
+
+
+def format_limit(value: float, status: str = "interpolated") -> str:
+    """A limit for the report: its value, or what a measured status or an infinite value means."""
+    if status == "not reached":
+        return "beyond the highest load tested"
+    if status == "already violated":
+        return "below the lowest load tested"
+    if value is None or not np.isfinite(value):
+        return "beyond the grid" if value == np.inf else "n/a"
+    return "0 (misses at the lowest load)" if value == 0 else f"{value:.3g}"
