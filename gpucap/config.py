@@ -36,7 +36,7 @@ from gpucap.catalog.gpus import GPU, get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.catalog.models import ModelSpec
 from gpucap.catalog.vision import VisionEncoder
-from gpucap.types import ENGINES, FRONT_ENDS, LENGTHS
+from gpucap.types import ENGINES, FRONT_ENDS, LENGTHS, STATISTICS
 from gpucap.units import GiB
 
 MAX_ROUTING_SKEW = 3.0  # a Zipf exponent past which one expert takes nearly every token
@@ -339,18 +339,21 @@ class Workload:
 
 @dataclass(frozen=True)
 class SLO:
-    """Latency targets: time to first token and time per output token, in seconds."""
+    """Latency targets: time to first token and time per output token, in seconds, at
+    ``statistic`` over the requests (``gpucap.types.STATISTICS``). The estimator's closed loop
+    predicts means; the planner applies any statistic to rate targets (its queueing model)."""
 
     ttft_s: float = 2.0
     tpot_s: float = 0.1
+    statistic: str = "mean"
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "tpot_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
-                raise ValueError(
-                    f"the {name.split('_')[0].upper()} SLO must be a positive number of seconds, got {v!r}"
-                )
+                raise ValueError(f"{name.replace('_s', '_slo_s')} must be a positive number, got {v!r}")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"stat must be one of {', '.join(STATISTICS)}, got {self.statistic!r}")
 
 
 @dataclass(frozen=True)

@@ -382,6 +382,11 @@ def estimate_for(
     resource's limit, the SLO-limited recommendation, what binds first, and the speed at the
     operating point. Raises ``DoesNotFit`` when the weights leave no room."""
     slo, at = slo or SLO(), at or OperatingPoint()
+    if slo.statistic != "mean":
+        raise ValueError(
+            f"the estimator predicts means; for {slo.statistic} SLOs use the planner (gpucap.plan), whose queueing "
+            "model gives the tail"
+        )
     hw = deployment.resolve()
     _, convention = deployment.split()
     wl = workload

@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 
 from gpucap.cli.args import count, names, non_negative_float, positive_float, positive_int, positive_ints
+from gpucap.config import SLO
 from gpucap.planning.capacity import Headroom
-from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, plan
+from gpucap.planning.result import Target
+from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Search, plan_for
 from gpucap.queueing.lengths import Lengths
 from gpucap.types import ENGINES, STATISTICS
 
@@ -79,24 +81,30 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help='{"plans": [...], "rejected": [...]}, cheapest first')
 
 
-def search_options(a: argparse.Namespace) -> dict[str, Any]:
-    """The plan options a target run and a trace run share: SLOs, GPUs, formats, prices, engine."""
-    return dict(
-        ttft_slo_s=a.ttft_slo,
-        tpot_slo_s=a.tpot_slo,
-        stat=a.stat,
-        gpus=a.gpus,
-        prices=a.price,
-        usd_per_kwh=a.usd_per_kwh,
-        gpu_counts=a.gpu_counts,
-        weight_dtypes=a.weight_dtypes,
-        kv_dtypes=a.kv_dtypes,
+def slo(a: argparse.Namespace) -> SLO:
+    """The SLOs the options give, at their statistic."""
+    return SLO(ttft_s=a.ttft_slo, tpot_s=a.tpot_slo, statistic=a.stat)
+
+
+def search(a: argparse.Namespace) -> Search:
+    """The search space the options give: GPUs, GPUs per replica, formats, engine, extra GPUs."""
+    return Search(
+        gpus=tuple(a.gpus),
+        gpu_counts=tuple(a.gpu_counts),
+        weight_dtypes=tuple(a.weight_dtypes),
+        kv_dtypes=tuple(a.kv_dtypes),
         engine=a.engine,
-        coefficients=a.coefficients,
         gpu_file=a.gpu_file,
-        progress=not a.json and sys.stderr.isatty(),
-        simulate_top=a.simulate_top,
     )
+
+
+def target(a: argparse.Namespace) -> Target:
+    """The one target the options give."""
+    given = {"request_rate": a.target_rps, "concurrency": a.target_concurrency, "output_tps": a.target_output_tps}
+    chosen = [(k, v) for k, v in given.items() if v is not None]
+    if len(chosen) != 1:
+        raise ValueError("give one target: --target-rps, --target-concurrency or --target-output-tps")
+    return Target(chosen[0][0], float(chosen[0][1]))
 
 
 def run(a: argparse.Namespace) -> int:
@@ -107,16 +115,20 @@ def run(a: argparse.Namespace) -> int:
             "give a target (--target-rps, --target-concurrency or --target-output-tps) with --input-len and "
             "--output-len, or a --trace"
         )
-    result = plan(
+    result = plan_for(
         a.model,
+        target(a),
+        slo(a),
         input_len=Lengths.parse(a.input_len, "--input-len"),
         output_len=Lengths.parse(a.output_len, "--output-len"),
-        target_request_rate=a.target_rps,
-        target_concurrency=a.target_concurrency,
-        target_output_tps=a.target_output_tps,
+        search=search(a),
+        prices=a.price,
+        usd_per_kwh=a.usd_per_kwh,
+        coefficients=a.coefficients,
         headroom=Headroom(a.failure_spares, a.upgrade_spares, a.burst_margin),
         burstiness=a.burstiness,
-        **search_options(a),
+        progress=not a.json and sys.stderr.isatty(),
+        simulate_top=a.simulate_top,
     )
     if a.json:
         print(json.dumps(result.to_dict(), indent=1))
@@ -173,15 +185,18 @@ def run_trace(a: argparse.Namespace) -> int:
         raise ValueError("--trace gives the target and the lengths: leave out --target-* and --input-len/--output-len")
     trace = read_trace(a.trace)
     shape = burstiness(trace)
-    result = plan(
+    result = plan_for(
         a.model,
+        Target("request_rate", trace.mean_rate),
+        slo(a),
         input_len=trace_lengths(trace.input_len, "trace"),
         output_len=trace_lengths(trace.output_len, "trace"),
-        target_request_rate=trace.mean_rate,
+        search=search(a),
+        prices=a.price,
+        usd_per_kwh=a.usd_per_kwh,
+        coefficients=a.coefficients,
         headroom=Headroom(0, 0, 0.0),
         burstiness=shape,
-        simulate_top=0,
-        **{k: v for k, v in search_options(a).items() if k not in ("simulate_top", "progress")},
     )
     print(
         f"{a.trace}: {trace.arrival_s.size:,} requests over {trace.duration_s:,.0f} s ({trace.mean_rate:.3g}/s, "

@@ -31,7 +31,7 @@ from gpucap.catalog.gpus import GPU, get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.catalog.models import ModelSpec
 from gpucap.catalog.prices import Prices, read_prices
-from gpucap.config import EngineConfig, Hardware, hardware
+from gpucap.config import SLO, EngineConfig, Hardware, hardware
 from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
@@ -39,7 +39,6 @@ from gpucap.physics.memory import batch_slots, memory_limit, weight_bytes_per_gp
 from gpucap.planning.capacity import Headroom, concurrency_load, rate_load, replicas_needed, simulated
 from gpucap.planning.result import PLAN_COLUMNS, Plan, Target, simulation_notes, too_big_notes
 from gpucap.queueing.lengths import Lengths, as_lengths
-from gpucap.types import STATISTICS
 from gpucap.units import COMPUTE_FORMAT, GiB
 
 GPU_COUNTS = (1, 2, 4, 8)
@@ -52,6 +51,24 @@ SIMULATE_MORE = 10  # plans simulated beyond the top ones while none has passed
 # A cheapest plan whose replicas run below this share of their service rate is flagged: its GPUs
 # are bought for an SLO near the physical floor, not for the load (a judgement, not a constant).
 LOW_UTILIZATION = 0.25
+
+
+DEFAULT_GPUS = ("H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB")
+
+
+@dataclass(frozen=True)
+class Search:
+    """What the planner searches: GPU types (catalog keys or ``GPU``), GPUs per replica, weight and
+    KV formats, the engine, the link share above which an option is communication-bound, and a
+    CSV of extra GPUs."""
+
+    gpus: tuple[str | GPU, ...] = DEFAULT_GPUS
+    gpu_counts: tuple[int, ...] = GPU_COUNTS
+    weight_dtypes: tuple[str, ...] = WEIGHT_DTYPES
+    kv_dtypes: tuple[str, ...] = KV_DTYPES
+    engine: str = "vllm"
+    max_comm_share: float = COMM_BOUND_SHARE
+    gpu_file: str | Path | None = None
 
 
 @dataclass(frozen=True)
@@ -312,7 +329,7 @@ def plan(
     ttft_slo_s: float = 2.0,
     tpot_slo_s: float = 0.1,
     stat: str = "p99",
-    gpus: Sequence[str | GPU] = ("H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"),
+    gpus: Sequence[str | GPU] = DEFAULT_GPUS,
     prices: Prices | str | Path | None = None,
     usd_per_kwh: float | None = None,
     gpu_counts: Iterable[int] = GPU_COUNTS,
@@ -345,12 +362,57 @@ def plan(
     chosen = [(k, v) for k, v in given.items() if v is not None]
     if len(chosen) != 1:
         raise ValueError("give exactly one target: target_request_rate, target_concurrency or target_output_tps")
-    target = Target(chosen[0][0], float(chosen[0][1]))
-    if stat not in STATISTICS:
-        raise ValueError(f"stat must be one of {', '.join(STATISTICS)}, got {stat!r}")
     for name, v in (("ttft_slo_s", ttft_slo_s), ("tpot_slo_s", tpot_slo_s)):
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")
+    search = Search(
+        gpus=tuple(gpus),
+        gpu_counts=tuple(gpu_counts),
+        weight_dtypes=tuple(weight_dtypes),
+        kv_dtypes=tuple(kv_dtypes),
+        engine=engine,
+        max_comm_share=max_comm_share,
+        gpu_file=gpu_file,
+    )
+    return plan_for(
+        model,
+        Target(chosen[0][0], float(chosen[0][1])),
+        SLO(ttft_s=ttft_slo_s, tpot_s=tpot_slo_s, statistic=stat),
+        input_len=input_len,
+        output_len=output_len,
+        search=search,
+        prices=prices,
+        usd_per_kwh=usd_per_kwh,
+        coefficients=coefficients,
+        headroom=headroom,
+        burstiness=burstiness,
+        progress=progress,
+        simulate_top=simulate_top,
+    )
+
+
+def plan_for(
+    model: str | Path | ModelSpec,
+    target: Target,
+    slo: SLO,
+    *,
+    input_len: float | Lengths,
+    output_len: float | Lengths,
+    search: Search | None = None,
+    prices: Prices | str | Path | None = None,
+    usd_per_kwh: float | None = None,
+    coefficients: Coefficients | str | Path | None = None,
+    headroom: Headroom | None = None,
+    burstiness: float = 1.0,
+    progress: Callable[[int, int, float], None] | bool | None = None,
+    simulate_top: int = 0,
+) -> Plan:
+    """``plan`` on objects: the ``target``, the ``slo`` (its statistic applies to both SLOs), the
+    lengths (a number or a distribution, ``gpucap.queueing.lengths``) and the ``search`` space."""
+    search = search or Search()
+    gpus, gpu_counts, weight_dtypes, kv_dtypes = search.gpus, search.gpu_counts, search.weight_dtypes, search.kv_dtypes
+    engine, max_comm_share, gpu_file = search.engine, search.max_comm_share, search.gpu_file
+    ttft_slo_s, tpot_slo_s, stat = slo.ttft_s, slo.tpot_s, slo.statistic
     headroom = headroom or Headroom()
     inp, out = as_lengths(input_len, "input_len"), as_lengths(output_len, "output_len")
     spec = load_model(model)
