@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpucap.cli.main import main
-from gpucap.config import hardware
+from gpucap.config import SLO, hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.trace import Trace, burstiness, read_trace, route, size_trace
 
@@ -63,7 +63,7 @@ def test_the_search_finds_the_smallest_count():
     rng = np.random.default_rng(3)
     n = 400
     t = Trace(np.sort(rng.uniform(0, 10.0, n)), np.full(n, 1500.0), np.full(n, 100.0))  # 40 requests/s
-    res = size_trace(hw, coef, t, ttft_slo_s=0.5, tpot_slo_s=0.05, stat="p95", start=1)
+    res = size_trace(hw, coef, t, SLO(0.5, 0.05, "p95"), start=1)
     tried = res.tried.set_index("replicas")
     assert res.replicas is not None and res.replicas > 1 and tried.loc[res.replicas, "meets"]
     assert not tried.loc[res.replicas - 1, "meets"]  # one fewer misses: the smallest count

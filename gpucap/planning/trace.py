@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from gpucap.config import Hardware, Workload
+from gpucap.config import SLO, Hardware, Workload
 from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import open_loop
 from gpucap.physics.coefficients import Coefficients
@@ -194,25 +194,22 @@ def size_trace(
     hw: Hardware,
     coef: Coefficients,
     trace: Trace,
+    slo: SLO,
     *,
-    ttft_slo_s: float,
-    tpot_slo_s: float,
-    stat: str = "p99",
     router: str = "round_robin",
     start: int = 1,
     max_replicas: int = 256,
     replay_replicas: int | None = None,
 ) -> TraceSizing:
-    """Smallest replica count whose ``stat`` TTFT and TPOT over every request of ``trace`` meet
-    the SLOs, replaying each replica's share (module docstring). The search starts at ``start``
+    """Smallest replica count whose TTFT and TPOT at the SLO's statistic over every request of
+    ``trace`` meet the SLOs, replaying each replica's share (module docstring). The search starts at ``start``
     (e.g. the analytic plan's count), walks down while it holds and up (doubling, then halving
     the gap) while it fails. ``replay_replicas``: replay only that many of the k replicas' shares
     (their requests stand for all: the router gives each replica traffic alike), to size a long
     trace faster; None replays every replica."""
     import time
 
-    if stat not in PERCENT:
-        raise ValueError(f"stat must be one of {', '.join(PERCENT)}, got {stat!r}")
+    ttft_slo_s, tpot_slo_s, stat = slo.ttft_s, slo.tpot_s, slo.statistic
     t0 = time.perf_counter()
     wl = Workload(float(np.mean(trace.input_len)), float(np.mean(trace.output_len)))
     _, holds = memory_limit(hw, float(np.max(trace.input_len + trace.output_len)))
