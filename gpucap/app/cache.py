@@ -59,7 +59,7 @@ class Inputs:
     calibration: str  # resolved path, or "" for the engine's default coefficients
     calibration_stamp: int
     curve_max: float
-    lengths: str = "varied"  # "varied" traffic or a "fixed"-length load test (gpucap.estimate.LENGTHS)
+    lengths: str = "varied"  # "varied" traffic or a "fixed"-length load test (gpucap.types.LENGTHS)
 
     @property
     def deployment(self) -> Deployment:

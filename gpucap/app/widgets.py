@@ -2,8 +2,8 @@
 ``gpucap.estimate`` (``gpucap.app.controls``) and live outputs: one GPU's memory, the concurrency
 each resource allows, the recommendation, and TTFT / TPOT / output tokens/s against concurrency.
 
-Wiring only, no formula: every number comes from ``gpucap.estimate``, ``gpucap.estimate.hardware``,
-``gpucap.estimate.hardware_memory`` and ``gpucap.physics.batching.closed_loop``, every figure from
+Wiring only, no formula: every number comes from ``gpucap.estimate``, ``gpucap.config.hardware``,
+``gpucap.physics.memory.hardware_memory`` and ``gpucap.physics.batching.closed_loop``, every figure from
 ``gpucap.app.figures`` (SVG, drawn by the browser). Each stage is cached by the inputs it depends
 on (``gpucap.app.cache``), so a change recomputes and redraws only what it must:
 
@@ -263,7 +263,7 @@ class EstimatorApp(Controls):
 
     def _curves(self, inp: Inputs, hw: Hardware, est: Estimate, curve_max: float) -> LoadPoint:
         """One closed-loop solve over concurrencies 1 .. ``curve_max`` (all replicas): the steady
-        state of varied traffic, or the waves of a fixed-length load test (``estimate.loop_point``)."""
+        state of varied traffic, or the waves of a fixed-length load test (``gpucap.physics.concurrency.loop_point``)."""
         grid = np.unique(np.round(np.geomspace(1.0, max(curve_max, 2.0), CURVE_POINTS)))
         return self._curve_cache.get(
             (*inp.load_key(est.coefficients), curve_max),

@@ -104,7 +104,7 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
         notes.append(convention)
     wd: str | None = row.get("weight_dtype")
     if not isinstance(wd, str) or not wd:
-        wd = None  # the checkpoint's own format (gpucap.estimate.hardware)
+        wd = None  # the checkpoint's own format (gpucap.config.hardware)
         notes.append("weight dtype not stated: taken as the checkpoint's format")
     kv = str(row.get("kv_cache_dtype") or "auto")
     gpu = str(row["gpu"])

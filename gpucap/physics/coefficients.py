@@ -1,8 +1,6 @@
-"""Serving-engine knobs and the efficiency coefficients the calibration fits.
-
-``EngineConfig`` holds the knobs a user sets on the engine's command line (``max_num_seqs``,
-``max_num_batched_tokens``, ``gpu_memory_utilization``, block size, CUDA graphs) with each
-engine's defaults. ``Coefficients`` holds the efficiencies of the roofline step time; they are
+"""The efficiency coefficients the calibration fits, with their bounds and sources, and each
+engine's front end. (The knobs a user sets on the engine's command line, with each engine's
+defaults, are ``gpucap.config.EngineConfig``.) ``Coefficients`` holds the efficiencies of the roofline step time; they are
 applied in exactly one place (``gpucap.physics.step.step_time``) and are what ``calibrate`` fits.
 """
 

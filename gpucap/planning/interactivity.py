@@ -10,7 +10,7 @@ flight to what its KV cache holds, and each load gives one point:
 More load raises the per-GPU rate and lowers the per-user rate; the frontier is the set of
 points no other option beats on both (the Pareto front, ``pareto``), after dropping points whose
 TTFT misses the SLO; ``pareto_cost`` is the same front on $ per million tokens (lower is better)
-among priced GPUs. Each point is the closed loop of ``gpucap.estimate.loop_point`` (steady state of varied
+among priced GPUs. Each point is the closed loop of ``gpucap.physics.concurrency.loop_point`` (steady state of varied
 traffic, or the waves of a fixed-length load test), the same model the estimator answers with.
 """
 
