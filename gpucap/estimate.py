@@ -211,11 +211,11 @@ def _coefficients(
     bands of the ranges: published ones, or a calibration's own where it saved them."""
     bands = published_bands(hw.engine.engine, "poisson" if request_rate else "fixed-concurrency", model_class(hw.spec))
     sat_band = published_bands(hw.engine.engine, "saturation", model_class(hw.spec)).get("output_tok_s")
-    if isinstance(coefficients, (str, Path)):
-        coef = Coefficients.from_file(coefficients, hw.engine.engine)
+    coef = Coefficients.resolve(coefficients, hw.engine.engine)
+    if isinstance(coefficients, (str, Path)):  # a calibration's own ranges, where it saved them
         fitted = bands_from_coefficients(coefficients)
         return coef, {**bands, **fitted}, fitted.get("output_tok_s", sat_band)
-    return coefficients or Coefficients.for_engine(hw.engine.engine), bands, sat_band
+    return coef, bands, sat_band
 
 
 def _search(

@@ -100,11 +100,7 @@ def search(a: argparse.Namespace) -> Search:
 
 def target(a: argparse.Namespace) -> Target:
     """The one target the options give."""
-    given = {"request_rate": a.target_rps, "concurrency": a.target_concurrency, "output_tps": a.target_output_tps}
-    chosen = [(k, v) for k, v in given.items() if v is not None]
-    if len(chosen) != 1:
-        raise ValueError("give one target: --target-rps, --target-concurrency or --target-output-tps")
-    return Target(chosen[0][0], float(chosen[0][1]))
+    return Target.one_of(request_rate=a.target_rps, concurrency=a.target_concurrency, output_tps=a.target_output_tps)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -216,7 +212,7 @@ def run_trace(a: argparse.Namespace) -> int:
         engine=EngineConfig(engine=a.engine),
         gpu_file=a.gpu_file,
     )
-    coef = Coefficients.from_file(a.coefficients, a.engine) if a.coefficients else Coefficients.for_engine(a.engine)
+    coef = Coefficients.resolve(a.coefficients, a.engine)
     sizing = size_trace(
         hw,
         coef,

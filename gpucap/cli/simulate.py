@@ -10,11 +10,11 @@ from typing import Any
 
 from gpucap.cli.args import positive_float, positive_int
 from gpucap.config import EngineConfig, hardware
-from gpucap.queueing.benchstats import BENCH_STATS, METRIC_NAMES
+from gpucap.queueing.benchstats import METRIC_NAMES
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import ARRIVALS, LOAD_MODES, Load
 from gpucap.queueing.simulate import run_benchmark
-from gpucap.types import ENGINES
+from gpucap.types import ENGINES, STATISTICS
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 LENGTH_KINDS = ("fixed", "range", "dataset")
@@ -44,7 +44,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--output-len", type=positive_float, required=True, help="output tokens (mean)")
     p.add_argument("--lengths", default="fixed", help=f"{', '.join(LENGTH_KINDS)} (dataset: exponential)")
     p.add_argument("--range-ratio", type=float, default=0.0, help="--random-range-ratio with --lengths range")
-    p.add_argument("--stat", default="mean", help=f"statistic shown first: {', '.join(BENCH_STATS)}")
+    p.add_argument("--stat", default="mean", help=f"statistic shown first: {', '.join(STATISTICS)}")
     p.add_argument("--coefficients", default=None, help="calibration JSON")
     p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
     p.add_argument("--seed", type=int, default=0)
@@ -81,8 +81,8 @@ def _load(a: argparse.Namespace) -> Load:
 def run(a: argparse.Namespace) -> int:
     from gpucap.physics.coefficients import Coefficients
 
-    if a.stat not in BENCH_STATS:
-        raise ValueError(f"unknown --stat {a.stat!r}; use one of {', '.join(BENCH_STATS)}")
+    if a.stat not in STATISTICS:
+        raise ValueError(f"unknown --stat {a.stat!r}; use one of {', '.join(STATISTICS)}")
     load = _load(a)
     inp, out = _lengths(a)
     engine = EngineConfig(
@@ -96,7 +96,7 @@ def run(a: argparse.Namespace) -> int:
         a.model, a.gpu, tp=a.tp, pp=a.pp, ep=a.ep, weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype,
         engine=engine, gpu_file=a.gpu_file,
     )  # fmt: skip
-    coef = Coefficients.from_file(a.coefficients, a.engine) if a.coefficients else Coefficients.for_engine(a.engine)
+    coef = Coefficients.resolve(a.coefficients, a.engine)
     result = run_benchmark(hw, coef, load, input_len=inp, output_len=out, seed=a.seed)
     if a.json:
         print(
@@ -113,7 +113,7 @@ def run(a: argparse.Namespace) -> int:
             )
         )
         return 0
-    order = [a.stat, *(s for s in BENCH_STATS if s != a.stat)]
+    order = [a.stat, *(s for s in STATISTICS if s != a.stat)]
     print(
         f"{hw.spec.name} on {hw.gpu.key} (tp={hw.layout.tp} pp={hw.layout.pp}), {hw.engine.engine}: {load.describe()}"
     )

@@ -147,6 +147,14 @@ class Coefficients:
         return dataclasses.asdict(self)
 
     @classmethod
+    def resolve(cls, given: Coefficients | str | Path | None, engine: str) -> Coefficients:
+        """What a caller's ``coefficients`` argument stands for: the object given, a calibration
+        file read for ``engine`` (``from_file``), or ``engine``'s defaults when None."""
+        if isinstance(given, (str, Path)):
+            return cls.from_file(given, engine)
+        return given or cls.for_engine(engine)
+
+    @classmethod
     def from_file(cls, path: str | Path, engine: str | None = None) -> Coefficients:
         """Load coefficients from a calibration JSON (``{"coefficients": {name: value|{value}}}``)
         or a flat ``{name: value}`` object. A coefficient the file does not name keeps

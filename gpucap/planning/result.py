@@ -57,6 +57,15 @@ class Target:
         if not (math.isfinite(self.value) and self.value > 0):
             raise ValueError(f"target {self.kind} must be a positive number, got {self.value!r}")
 
+    @classmethod
+    def one_of(cls, **given: float | None) -> Target:
+        """The one target among ``request_rate``, ``concurrency`` and ``output_tps`` that is not
+        None; an error when none or several are given."""
+        chosen = [(k, v) for k, v in given.items() if v is not None]
+        if len(chosen) != 1:
+            raise ValueError("give exactly one target: a request rate, a concurrency or output tokens/s")
+        return cls(chosen[0][0], float(chosen[0][1]))
+
     def describe(self) -> str:
         unit = {"request_rate": "requests/s", "concurrency": "concurrent requests", "output_tps": "output tokens/s"}
         return f"{self.value:g} {unit[self.kind]}"

@@ -358,13 +358,9 @@ def plan(
     ``ttft_s_simulated``, ``tpot_s_simulated`` and ``meets_slo_simulated`` (rate and output-token
     targets).
     """
-    given = {"request_rate": target_request_rate, "concurrency": target_concurrency, "output_tps": target_output_tps}
-    chosen = [(k, v) for k, v in given.items() if v is not None]
-    if len(chosen) != 1:
-        raise ValueError("give exactly one target: target_request_rate, target_concurrency or target_output_tps")
-    for name, v in (("ttft_slo_s", ttft_slo_s), ("tpot_slo_s", tpot_slo_s)):
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")
+    target = Target.one_of(
+        request_rate=target_request_rate, concurrency=target_concurrency, output_tps=target_output_tps
+    )
     search = Search(
         gpus=tuple(gpus),
         gpu_counts=tuple(gpu_counts),
@@ -376,7 +372,7 @@ def plan(
     )
     return plan_for(
         model,
-        Target(chosen[0][0], float(chosen[0][1])),
+        target,
         SLO(ttft_s=ttft_slo_s, tpot_s=tpot_slo_s, statistic=stat),
         input_len=input_len,
         output_len=output_len,
@@ -421,10 +417,7 @@ def plan_for(
     if not gpu_list:
         raise ValueError("give at least one GPU to search")
     table = prices if isinstance(prices, Prices) else read_prices(prices, usd_per_kwh=usd_per_kwh)
-    if isinstance(coefficients, (str, Path)):
-        coef = Coefficients.from_file(coefficients, engine)
-    else:
-        coef = coefficients or Coefficients.for_engine(engine)
+    coef = Coefficients.resolve(coefficients, engine)
     rate = target.value / out.mean if target.kind == "output_tps" else target.value
 
     started = time.perf_counter()

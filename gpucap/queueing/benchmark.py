@@ -29,7 +29,7 @@ class BenchmarkRun:
     """One simulated load-test run and its statistics as ``vllm bench serve`` reports them.
 
     ``stats[metric][stat]`` in seconds for metric in ``ttft``, ``tpot``, ``itl``, ``e2el`` and stat
-    in ``gpucap.queueing.benchstats.BENCH_STATS``; per-request arrays in send order."""
+    in ``gpucap.types.STATISTICS``; per-request arrays in send order."""
 
     load: Load
     ttft_s: Array

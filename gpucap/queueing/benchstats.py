@@ -23,7 +23,6 @@ from gpucap.types import QUANTILES, STATISTICS
 
 Array = npt.NDArray[np.float64]
 
-BENCH_STATS = STATISTICS  # the names vllm bench serve gives them (mean_*, median_*, p90_*, ...)
 PERCENTILES = {s: 100 * q for s, q in QUANTILES.items()}
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 
@@ -53,7 +52,7 @@ def weighted_stats(values: Array, counts: Array) -> dict[str, float]:
     keep = (c > 0) & ~np.isnan(v)
     v, c = v[keep], c[keep]
     if v.size == 0:
-        return {s: float("nan") for s in BENCH_STATS}
+        return {s: float("nan") for s in STATISTICS}
     order = np.argsort(v, kind="stable")
     v, c = v[order], c[order]
     n = c.sum()

@@ -54,12 +54,10 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import charged_tokens_per_layer
 from gpucap.queueing.analytic import check_burstiness, summarize
 from gpucap.queueing.benchmark import BenchmarkRun, extend, run_load, slots_estimate, summary
-from gpucap.queueing.benchstats import BENCH_STATS
 from gpucap.queueing.engine import Engine, Requests
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import Load, gamma_gaps
 from gpucap.queueing.scheduler import Policy, policy_for
-from gpucap.types import STATISTICS
 
 Array = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -387,8 +385,6 @@ def replay(
 
 
 __all__ = [
-    "BENCH_STATS",
-    "STATISTICS",
     "BenchmarkRun",
     "Simulation",
     "arrival_times",
