@@ -45,6 +45,11 @@ ENCODER_TP_MODES = ("weights", "data")
 
 VLLM_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.20 (vllm/config/cache.py)
 VLLM_UTILIZATION_BEFORE_0_20 = 0.9
+# CUDA context, NCCL buffers and allocator slack, where an engine's budget counts them
+RUNTIME_OVERHEAD_BYTES = 1.0 * GiB
+# What vLLM's profiling run adds outside PyTorch (cuBLAS and attention workspaces): "0.07 GiB for
+# non-torch memory" in the breakdown line's first published log (vLLM PR #21489, tp 1).
+VLLM_NON_TORCH_BYTES = 0.07 * GiB
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,9 @@ class EngineConfig:
     gpu_memory_utilization: float | None = None
     block_size: int | None = None
     cuda_graphs: bool = True
-    runtime_overhead_bytes: float = 1.0 * GiB  # CUDA context, NCCL buffers, allocator slack
+    runtime_overhead_bytes: float | None = None  # non-torch memory charged to the KV budget (resolve)
     cuda_graph_bytes: float = 1.0 * GiB  # CUDA-graph pools (vLLM logs 0.5-2 GiB)
+    kv_cache_memory_bytes: float | None = None  # vLLM --kv-cache-memory: the KV budget per GPU, as given
     overlap_host: bool | None = None
     front_end: str = "http"
     eplb: bool = False  # an expert-parallel load balancer (--enable-eplb): gpucap.physics.routing.ep_imbalance
@@ -83,6 +89,10 @@ class EngineConfig:
             raise ValueError(f"unknown front end {self.front_end!r}; use one of {', '.join(FRONT_ENDS)}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        for name in ("runtime_overhead_bytes", "kv_cache_memory_bytes"):
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number of bytes >= 0, got {v}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
             v = getattr(self, name)
             if v is not None and v < 1:
@@ -104,23 +114,31 @@ class EngineConfig:
         taken here as 1024.
         TensorRT-LLM (``BuildConfig``): max_batch_size 2048, max_num_tokens 8192,
         free_gpu_memory_fraction 0.9, tokens_per_block 32.
+
+        Runtime overhead, the non-torch memory charged to the KV budget: vLLM takes its memory
+        snapshot after the CUDA context and the distributed environment (NCCL, custom all-reduce
+        buffers) exist (``Worker.init_device``, v0.11+: "Initialize the distributed environment
+        BEFORE taking memory snapshot"), so only what its profiling run adds is charged:
+        ``VLLM_NON_TORCH_BYTES``. SGLang and TensorRT-LLM: ``RUNTIME_OVERHEAD_BYTES`` (CUDA
+        context, NCCL buffers, allocator slack).
         """
         big = gpu.memory_bytes >= 70 * GiB
         if self.engine == "vllm":
             a100 = gpu.key.upper().startswith("A100")
             seqs, tokens = (1024, 8192) if big and not a100 else (256, 2048)
-            util, block = VLLM_UTILIZATION, 16
+            util, block, runtime = VLLM_UTILIZATION, 16, VLLM_NON_TORCH_BYTES
         elif self.engine == "sglang":
-            seqs, util, block = 1024, 0.88, 1
+            seqs, util, block, runtime = 1024, 0.88, 1, RUNTIME_OVERHEAD_BYTES
             tokens = 8192 if gpu.memory_bytes >= 60 * GiB else 4096 if gpu.memory_bytes >= 35 * GiB else 2048
         else:
-            seqs, tokens, util, block = 2048, 8192, 0.9, 32
+            seqs, tokens, util, block, runtime = 2048, 8192, 0.9, 32, RUNTIME_OVERHEAD_BYTES
         return dataclasses.replace(
             self,
             max_num_seqs=self.max_num_seqs or seqs,
             max_num_batched_tokens=self.max_num_batched_tokens or tokens,
             gpu_memory_utilization=self.gpu_memory_utilization or util,
             block_size=self.block_size or block,
+            runtime_overhead_bytes=runtime if self.runtime_overhead_bytes is None else self.runtime_overhead_bytes,
             overlap_host=True if self.overlap_host is None else self.overlap_host,
         )
 

@@ -171,10 +171,24 @@ def test_a100_sxm_80gb_datasheet() -> None:
     # A100 datasheet: BF16 312 TFLOPS dense (624 with sparsity); HBM2e 2,039 GB/s.
     assert g.flops_per_s["bf16"] == pytest.approx(312e12)
     assert g.hbm_bytes_per_s == pytest.approx(2.039e12)
-    # nvidia-smi reports 81920 MiB = 80 GiB exactly.
-    assert g.memory_bytes == 81920 * 2**20 == 80 * 2**30
+    # nvidia-smi reports 81920 MiB = 80 GiB, but the CUDA runtime gives PyTorch 79.15 GiB ("GPU 0 has
+    # a total capacity of 79.15 GiB", vllm-project/vllm#4408): that is what vLLM's utilization
+    # multiplies, so that is the GPU's memory.
+    assert g.memory_bytes == pytest.approx(79.15 * 2**30)
     # NVLink 3: 600 GB/s total = 300 per direction.
     assert g.link_bytes_per_s == pytest.approx(300e9)
+
+
+def test_memory_falls_back_to_nvidia_smi_then_datasheet(tmp_path) -> None:
+    # H20: no log gives the CUDA runtime's total, so nvidia-smi's 97871 MiB = 95.58 GiB is used.
+    assert load_gpus()["H20-96GB"].memory_bytes == pytest.approx(95.58 * 2**30)
+    head = "key,memory_GB,memory_GiB_reported,memory_GiB_cuda,bf16_dense_TFLOPs,hbm_TB_per_s,link_kind,link_GB_per_s_per_direction"
+    f = tmp_path / "gpus.csv"
+    f.write_text(head + "\nX-A,80,80.0,79.0,100,1,pcie,32\nX-B,80,80.0,,100,1,pcie,32\nX-C,80,,,100,1,pcie,32\n")
+    gpus = load_gpus(extra=f)
+    assert gpus["X-A"].memory_bytes == 79 * 2**30
+    assert gpus["X-B"].memory_bytes == 80 * 2**30
+    assert gpus["X-C"].memory_bytes == 80e9
 
 
 def test_peak_flops_fallback() -> None:

@@ -70,7 +70,8 @@ def server_engine(args: argparse.Namespace) -> EngineConfig:
         kv_bytes=args.kv_cache_gib * GiB,
         weight_bytes=weight_bytes_per_gpu(spec, args.dtype, layout).total,
         activation_bytes=activation_bytes_per_gpu(spec, layout, knobs),
-        reserved_bytes=knobs.runtime_overhead_bytes + (0.0 if not knobs.cuda_graphs else knobs.cuda_graph_bytes),
+        reserved_bytes=float(knobs.resolve(gpu).runtime_overhead_bytes or 0.0)
+        + (0.0 if not knobs.cuda_graphs else knobs.cuda_graph_bytes),
         memory_bytes=gpu.memory_bytes,
     )
     return dataclasses.replace(knobs, gpu_memory_utilization=u)

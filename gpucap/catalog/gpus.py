@@ -1,5 +1,11 @@
 """GPU catalog: sourced datasheet numbers in ``data/gpus.csv``, converted to SI on load.
 
+A GPU's memory is the total the CUDA (or HIP) runtime reports, ``memory_GiB_cuda``: what
+``torch.cuda.mem_get_info`` returns, PyTorch prints in its out-of-memory message ("GPU 0 has a
+total capacity of 79.15 GiB") and vLLM multiplies by ``gpu_memory_utilization``. It is below
+nvidia-smi's total (``memory_GiB_reported``; an A100 80GB: 79.15 against 80.0 GiB), which is used
+where no log gives the runtime's figure.
+
 Users add or override GPUs with a CSV of the same columns (``load_gpus(extra=...)``, the
 ``--gpu-file`` option, ``add_gpu_file(path)`` for the rest of a Python session, or the
 ``GPUCAP_GPU_FILE`` environment variable), never by editing code.
@@ -52,7 +58,7 @@ class GPU:
     """One accelerator, SI units: bytes, FLOP/s, bytes/s."""
 
     key: str
-    memory_bytes: float
+    memory_bytes: float  # the total the CUDA runtime reports (``memory_GiB_cuda``), below nvidia-smi's
     flops_per_s: dict[str, float]  # dense peak by format: bf16, fp8, fp4, int8
     hbm_bytes_per_s: float
     link_kind: str
@@ -134,8 +140,10 @@ def _gpu_from_row(row: dict[str, str], where: str) -> GPU:
     kind = (row.get("link_kind") or "").strip()
     if kind not in LINK_KINDS:
         raise ValueError(f"{where}: link_kind {kind!r} is not one of {', '.join(LINK_KINDS)}")
-    reported_gib = _num(row, "memory_GiB_reported", where)
-    memory = reported_gib * GiB if reported_gib else _num(row, "memory_GB", where, True) * GB
+    # The total the CUDA runtime reports (what gpu_memory_utilization multiplies), else nvidia-smi's,
+    # else the datasheet's
+    gib = _num(row, "memory_GiB_cuda", where) or _num(row, "memory_GiB_reported", where)
+    memory = gib * GiB if gib else _num(row, "memory_GB", where, True) * GB
     flops = {
         "bf16": _num(row, "bf16_dense_TFLOPs", where, True) * TERA,
         "fp8": _num(row, "fp8_dense_TFLOPs", where) * TERA,

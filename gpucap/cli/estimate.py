@@ -5,16 +5,18 @@ objects (``Deployment``, ``Workload``, ``SLO``, ``OperatingPoint``) the estimato
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
+from gpucap.calibration.startuplog import StartupMemory, compare_text, read_startup_log
 from gpucap.cli.args import positive_float, positive_int
 from gpucap.config import SLO, Deployment, EngineConfig, OperatingPoint, Workload
 from gpucap.estimate import estimate_for
 from gpucap.physics.speculative import Speculative, acceptance_length
 from gpucap.report.text import estimate_to_dict, format_estimate
 from gpucap.types import ENGINES, LENGTHS
-from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
+from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM, GiB
 
 
 def _image_size(text: str) -> int | tuple[int, int]:
@@ -95,6 +97,13 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--gpu-memory-utilization", type=positive_float, default=None)
     e.add_argument("--block-size", type=positive_int, default=None)
     e.add_argument("--no-cuda-graphs", action="store_true", help="as vLLM --enforce-eager")
+    kv = e.add_mutually_exclusive_group()
+    kv.add_argument(
+        "--kv-cache-memory", type=positive_float, default=None, help="KV budget per GPU, GiB (as vLLM's option)"
+    )
+    kv.add_argument(
+        "--startup-log", default=None, help="a vLLM start-up log: its KV budget is used, each term compared"
+    )
     e.add_argument(
         "--enable-eplb", action="store_true", help="an expert-parallel load balancer evens the GPUs' expert loads"
     )
@@ -126,9 +135,26 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--json", action="store_true")
 
 
-def deployment(a: argparse.Namespace) -> Deployment:
+def _kv_cache_memory_bytes(a: argparse.Namespace, logged: StartupMemory | None) -> float | None:
+    """The KV budget per GPU the options fix: ``--kv-cache-memory`` GiB, or the start-up log's."""
+    if a.kv_cache_memory is not None:
+        return float(a.kv_cache_memory) * GiB
+    if logged is None:
+        return None
+    if logged.kv_gib is None:
+        raise ValueError(f"{logged.source}: no 'Available KV cache memory' line, so no KV budget to use")
+    if logged.kv_gib <= 0:
+        raise ValueError(
+            f"{logged.source}: the logged KV budget is {logged.kv_gib:g} GiB, so that start-up did not fit; "
+            "raise --gpu-memory-utilization or use more GPUs per replica"
+        )
+    return logged.kv_gib * GiB
+
+
+def deployment(a: argparse.Namespace, logged: StartupMemory | None = None) -> Deployment:
     """The deployment the options describe: model, GPUs, split, formats and engine knobs."""
     engine = EngineConfig(
+        kv_cache_memory_bytes=_kv_cache_memory_bytes(a, logged),
         engine=a.engine,
         max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens,
@@ -169,13 +195,22 @@ def workload(a: argparse.Namespace) -> Workload:
 
 
 def run(a: argparse.Namespace) -> int:
+    logged = read_startup_log(a.startup_log) if getattr(a, "startup_log", None) else None
     est = estimate_for(
-        deployment(a),
+        deployment(a, logged),
         workload(a),
         SLO(ttft_s=a.ttft_slo, tpot_s=a.tpot_slo),
         OperatingPoint(concurrency=a.concurrency, request_rate=a.request_rate),
         coefficients=a.coefficients,
         speculative=_speculative(a),
     )
-    print(json.dumps(estimate_to_dict(est), indent=2) if a.json else format_estimate(est))
+    if a.json:
+        out = estimate_to_dict(est)
+        if logged is not None:
+            out["startup_log"] = dataclasses.asdict(logged)
+        print(json.dumps(out, indent=2))
+        return 0
+    if logged is not None:
+        print(compare_text(logged, est.memory) + "\n")
+    print(format_estimate(est))
     return 0

@@ -34,7 +34,15 @@ ArrayLike = float | npt.NDArray[np.float64]
 # vLLM and TensorRT-LLM keep the DeepSeek-V3.2 indexer's keys in fp8 with one fp32 scale per
 # 128 values: 128 + 4 bytes per token per layer (vLLM ``DeepseekV32IndexerCache``).
 INDEXER_SCALE_BYTES = 4.0
-SAMPLER_BYTES_PER_LOGIT = 4.0  # fp32 logits in the sampler's profiling run
+# Bytes per logit alive at the peak of vLLM's sampler profiling (``GPUModelRunner._dummy_sampler_run``,
+# v0.21+, whose second call warms the PyTorch-native path): the model-dtype logits (2), their fp32
+# copy (``Sampler.forward``, 4), fp32 probabilities (``softmax``, 4) and fp32 exponential noise
+# (``random_sample``, 4); temperature, top-k and top-p work in place.
+SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0 + 4.0 + 4.0
+# Weights above this share of the usable memory leave a KV budget that the reservations' error
+# can move by a large part: where published start-ups show gpucap furthest off (data/memory)
+TIGHT_WEIGHT_SHARE = 0.7
+OTHER_LOGIT_BYTES = 4.0  # fp32 logits, where SGLang and TensorRT-LLM reserve for sampling
 
 
 @dataclass(frozen=True)
@@ -184,18 +192,47 @@ def state_bytes_per_request_per_gpu(spec: ModelSpec, layout: Layout, copies: int
     return copies * per_layer * spec.num_linear_layers / (layout.tp * layout.pp)
 
 
-def activation_bytes_per_gpu(spec: ModelSpec, layout: Layout, engine: EngineConfig) -> float:
-    """Peak activations of the engine's profiling run at ``max_num_batched_tokens``.
+def forward_activation_bytes_per_gpu(spec: ModelSpec, layout: Layout, engine: EngineConfig) -> float:
+    """Peak activations of one forward pass over ``T = max_num_batched_tokens`` tokens.
 
     ``T x (4 x hidden + 2 x mlp_width / tp) x 2 bytes`` (residual, normed input, attention output
-    and the gated MLP's two halves) plus fp32 logits for ``max_num_seqs`` sampled rows
-    (``max_num_seqs x vocab / tp x 4``). An approximation of what vLLM's profiler measures.
+    and the gated MLP's two halves; ``mlp_width`` is the dense MLP's or ``top_k x`` the experts').
+    An approximation of what vLLM's profiler measures for ``_dummy_run(max_num_tokens)``.
     """
     tokens = float(engine.max_num_batched_tokens or 0)
     mlp = max(spec.intermediate_size, spec.experts_per_token * spec.moe_intermediate_size)
-    per_token = (4 * spec.hidden_size + 2 * mlp / layout.tp) * ACTIVATION_BYTES
-    logits = (engine.max_num_seqs or 0) * spec.vocab_size / layout.tp * SAMPLER_BYTES_PER_LOGIT
-    return tokens * per_token + logits
+    return tokens * (4 * spec.hidden_size + 2 * mlp / layout.tp) * ACTIVATION_BYTES
+
+
+def sampler_bytes_per_gpu(spec: ModelSpec, engine: EngineConfig) -> float:
+    """Peak of the sampler's profiling run: ``min(max_num_seqs, max_num_batched_tokens) x vocab x
+    SAMPLER_BYTES_PER_LOGIT``.
+
+    One sampled row per request of the dummy batch (``_dummy_run`` splits the tokens over
+    ``min(max_num_seqs, tokens)`` requests), each row the whole vocabulary on every GPU: vLLM
+    all-gathers the logits under tensor parallelism (``LogitsProcessor._gather_logits``,
+    ``Platform.use_all_gather`` is true).
+    """
+    rows = min(float(engine.max_num_seqs or 0), float(engine.max_num_batched_tokens or 0))
+    return rows * spec.vocab_size * SAMPLER_BYTES_PER_LOGIT
+
+
+def activation_bytes_per_gpu(spec: ModelSpec, layout: Layout, engine: EngineConfig) -> float:
+    """Peak activations the engine reserves outside the KV cache.
+
+    vLLM: its profiling run's peak, ``max(forward, sampler)``. The sampler runs after the forward
+    pass has freed its intermediates (``profile_run`` keeps only the sampled rows' hidden
+    states), so the two peaks do not add (``forward_activation_bytes_per_gpu``,
+    ``sampler_bytes_per_gpu``).
+
+    SGLang and TensorRT-LLM: the forward pass plus fp32 logits for ``max_num_seqs`` rows of this
+    GPU's vocabulary shard, ``max_num_seqs x vocab / tp x 4`` (``OTHER_LOGIT_BYTES``), an
+    approximation of their reservations not checked against their logs.
+    """
+    forward = forward_activation_bytes_per_gpu(spec, layout, engine)
+    if engine.engine == "vllm":
+        return max(forward, sampler_bytes_per_gpu(spec, engine))
+    return forward + float(engine.max_num_seqs or 0) * spec.vocab_size / layout.tp * OTHER_LOGIT_BYTES
 
 
 def draft_weight_bytes_per_gpu(spec: ModelSpec, sp: Speculative, weight_dtype: str, layout: Layout) -> float:
@@ -235,10 +272,18 @@ class MemoryBreakdown:
     kv_bytes_per_token_per_gpu: float
     encoder_cache: float = 0.0
     state_bytes_per_request: float = 0.0  # a hybrid's linear-layer state, per request per GPU
+    kv_budget_given: bool = False  # the budget was given (vLLM --kv-cache-memory), not worked out
 
     @property
     def fits(self) -> bool:
         return self.kv_budget > 0
+
+    @property
+    def tight(self) -> bool:
+        """The weights take over ``TIGHT_WEIGHT_SHARE`` of what the engine may use, so the
+        reservations' error (activations, CUDA graphs, non-torch memory: each a fraction of a GiB
+        to ~2 GiB, ``data/memory/README.md``) is a large share of the KV budget."""
+        return self.weights.total > TIGHT_WEIGHT_SHARE * self.usable
 
     @property
     def reserved(self) -> float:
@@ -276,7 +321,9 @@ def memory_breakdown(
     - encoder cache``.
 
     ``usable = gpu_memory_utilization x total`` for vLLM/SGLang; TensorRT-LLM gives the KV cache
-    ``free_gpu_memory_fraction x (total - weights - reservations)``.
+    ``free_gpu_memory_fraction x (total - weights - reservations)``. With
+    ``engine.kv_cache_memory_bytes`` (vLLM ``--kv-cache-memory``, or the "Available KV cache memory"
+    a start-up logged) the budget is that, and the utilization is not used, as in vLLM.
 
     With ``images`` the vision encoder's weights (``gpucap.physics.vision.encoder_weight_bytes_per_gpu``)
     and the encoder cache are added, and the activation reservation is the larger of the
@@ -309,9 +356,12 @@ def memory_breakdown(
         kv_tok += kv_bytes_per_token(d, kv_dtype)
         kv_tok_gpu += draft_kv_bytes_per_token_per_gpu(spec, speculative, kv_dtype, layout)
     graphs = engine.cuda_graph_bytes if engine.cuda_graphs else 0.0
-    overhead = engine.runtime_overhead_bytes
+    overhead = float(engine.runtime_overhead_bytes or 0.0)
     reserved = weights.total + act + graphs + overhead + cache
-    if engine.memory_basis == "free":
+    if engine.kv_cache_memory_bytes is not None:
+        budget = float(engine.kv_cache_memory_bytes)
+        usable = reserved + budget
+    elif engine.memory_basis == "free":
         usable = gpu.memory_bytes
         free = gpu.memory_bytes - reserved
         budget = util * free if free > 0 else free
@@ -330,6 +380,7 @@ def memory_breakdown(
         kv_bytes_per_token_per_gpu=kv_tok_gpu,
         encoder_cache=cache,
         state_bytes_per_request=state_bytes_per_request_per_gpu(spec, layout),
+        kv_budget_given=engine.kv_cache_memory_bytes is not None,
     )
 
 

@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from gpucap.calibration.ranges import range_note
+from gpucap.physics.memory import MemoryBreakdown
 from gpucap.physics.step import experts_touched
 from gpucap.types import RESOURCES
 from gpucap.units import GiB
@@ -52,6 +53,18 @@ def text_bars(values: dict[str, float | None], highlight: str = "", width: int =
     return "\n".join(lines)
 
 
+def _memory_note(m: MemoryBreakdown) -> str:
+    """A line on where the KV budget comes from, when it was given or when it is tight."""
+    if m.kv_budget_given:
+        return "\n  (KV budget as given: --kv-cache-memory or the start-up log)"
+    if m.tight and m.fits:
+        return (
+            f"\n  tight: the weights take {m.weights.total / m.usable:.0%} of the usable memory, so the estimated "
+            "reservations\n  move the KV budget by a large share; the server's start-up log (--startup-log) gives it exactly"
+        )
+    return ""
+
+
 def format_estimate(e: Estimate) -> str:
     hw, wl, m = e.hw, e.workload, e.memory
     lay = hw.layout
@@ -71,6 +84,7 @@ def format_estimate(e: Estimate) -> str:
         f"  activations {m.activations / GiB:.2f}   CUDA graphs {m.cuda_graphs / GiB:.2f}   runtime {m.runtime_overhead / GiB:.2f}\n"
         f"  KV budget {m.kv_budget / GiB:8.2f}   = {m.kv_tokens_per_gpu:,.0f} tokens "
         f"({m.kv_bytes_per_token_per_gpu:,.0f} B/token/GPU; {m.kv_bytes_per_token:,.0f} B/token whole model)"
+        + _memory_note(m)
     )
     bars = "concurrency each limit allows (all replicas; bars to scale):\n" + text_bars(e.limits, e.bottleneck)
     r = e.ranges
@@ -156,6 +170,8 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
             "kv_bytes_per_token": m.kv_bytes_per_token,
             "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu,
             "kv_tokens_per_gpu": m.kv_tokens_per_gpu,
+            "kv_budget_given": m.kv_budget_given,
+            "tight": m.tight,
         },
         "limits": {k: _clean(v) for k, v in e.limits.items()},
         "memory_limit_mean_context": e.memory_limit_mean_context,

@@ -1,0 +1,131 @@
+"""What a vLLM start-up log says about memory, and how gpucap's breakdown compares.
+
+vLLM logs, per GPU, the weights it loaded ("Model loading took W GiB", "Loading model weights
+took W GB" in V0, which divides by 2^30 too), the KV cache it was left ("Available KV cache memory:
+K GiB"; V0: "the rest of the memory reserved for KV Cache is K GiB", "kv_cache_size=K GiB",
+"available_kv_cache_memory K GiB"), the tokens that holds ("GPU KV cache size: N tokens"), and in
+some versions the rest of the breakdown: the total and the utilization ("total_gpu_memory (T GiB)
+x gpu_memory_utilization (u)", "Desired GPU memory utilization is (u, R GiB)" with "Free memory on
+device (F/T GiB)"), the activation peak, the non-torch memory and the CUDA-graph estimate ("Actual
+usage is W GiB for weight, A GiB for peak activation, N GiB for non-torch memory, and C GiB for
+CUDAGraph memory"). Which of these a version prints, and at which level, is in
+``data/memory/README.md``.
+
+With tensor parallelism every worker logs its own lines; vLLM sizes the KV cache by the smallest
+worker's budget, so the smallest KV figure and the largest weight figure are kept.
+
+``estimate --startup-log`` reads a log, gives gpucap the logged KV budget (as vLLM's
+``--kv-cache-memory`` would) and prints each term against gpucap's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpucap.physics.memory import MemoryBreakdown
+from gpucap.units import GiB
+
+_NUM = r"(-?\d[\d,]*(?:\.\d+)?)"
+# (field, pattern, keep): the first group is the number; keep says which of several lines wins
+_PATTERNS: tuple[tuple[str, str, str], ...] = (
+    ("weights_gib", rf"Model loading took {_NUM} ?GiB", "max"),
+    ("weights_gib", rf"Loading model weights took {_NUM} ?GB", "max"),
+    ("weights_gib", rf"model weights take {_NUM} ?GiB", "max"),
+    ("weights_gib", rf"Actual usage is {_NUM} ?GiB for weight", "max"),
+    ("kv_gib", rf"Available KV cache memory: {_NUM} ?GiB", "min"),
+    ("kv_gib", rf"reserved for KV Cache is {_NUM} ?GiB", "min"),
+    ("kv_gib", rf"kv_cache_size={_NUM} ?GiB", "min"),
+    ("kv_gib", rf"available_kv_cache_memory\s+{_NUM} ?GiB", "min"),
+    ("kv_tokens", rf"GPU KV cache size: {_NUM} tokens", "min"),
+    ("total_gib", rf"total_gpu_memory[\s=(]*{_NUM} ?GiB", "max"),
+    ("total_gib", rf"Free memory on device \({_NUM}/{_NUM} GiB\)", "max"),
+    ("utilization", rf"gpu_memory_utilization['\"]?[\s:=(]*{_NUM}", "max"),
+    ("utilization", rf"Desired GPU memory utilization is \({_NUM},", "max"),
+    ("activation_gib", rf"{_NUM} ?GiB for peak activation", "max"),
+    ("activation_gib", rf"PyTorch activation peak memory(?: takes)?\s+{_NUM} ?GiB", "max"),
+    ("non_torch_gib", rf"{_NUM} ?GiB for non-torch memory", "max"),
+    ("non_torch_gib", rf"non_torch_memory(?: takes)?[\s=]*{_NUM} ?GiB", "max"),
+    ("graphs_gib", rf"{_NUM} ?GiB for CUDAGraph memory", "max"),
+    ("version", r"vLLM API server version (\S+)", "first"),
+    ("version", r"LLM engine \(v(\S+?)\)", "first"),
+)
+
+
+@dataclass(frozen=True)
+class StartupMemory:
+    """Per-GPU memory figures one vLLM start-up logged (GiB; None where the log does not say)."""
+
+    source: str
+    weights_gib: float | None = None
+    kv_gib: float | None = None
+    kv_tokens: float | None = None
+    total_gib: float | None = None
+    utilization: float | None = None
+    activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    graphs_gib: float | None = None
+    version: str | None = None
+
+    @property
+    def rest_gib(self) -> float | None:
+        """What the budget left for activations, non-torch memory and graphs: ``u x total -
+        weights - KV`` (None unless the log gives all four)."""
+        if None in (self.utilization, self.total_gib, self.weights_gib, self.kv_gib):
+            return None
+        return self.utilization * self.total_gib - self.weights_gib - self.kv_gib  # type: ignore[operator]
+
+
+def parse_startup_log(text: str, source: str = "<text>") -> StartupMemory:
+    """The memory figures in a vLLM start-up log's text (``StartupMemory``); raises ValueError,
+    naming ``source``, when it holds neither the weights nor the KV cache lines."""
+    text = re.sub(r"[ \t]+", " ", text)
+    found: dict[str, float | str] = {}
+    for name, pattern, keep in _PATTERNS:
+        for match in re.finditer(pattern, text):
+            raw = match.group(match.lastindex or 1) if name == "total_gib" else match.group(1)
+            value: float | str = raw if name == "version" else float(raw.replace(",", ""))
+            old = found.get(name)
+            if old is None:
+                found[name] = value
+            elif keep == "min":
+                found[name] = min(float(old), float(value))
+            elif keep == "max":
+                found[name] = max(float(old), float(value))
+    if "weights_gib" not in found and "kv_gib" not in found:
+        raise ValueError(
+            f"{source}: no vLLM memory lines found (looked for 'Model loading took ... GiB' and "
+            "'Available KV cache memory: ... GiB'); pass the log of a vLLM start-up, from its first "
+            "line to 'Application startup complete'"
+        )
+    return StartupMemory(source=source, **found)  # type: ignore[arg-type]
+
+
+def read_startup_log(path: str | Path) -> StartupMemory:
+    """``parse_startup_log`` of a file; a missing or unreadable file is named in the error."""
+    p = Path(path)
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as e:
+        raise ValueError(f"cannot read start-up log {p}: {e.strerror or e}") from e
+    return parse_startup_log(text, str(p))
+
+
+def compare_text(logged: StartupMemory, mem: MemoryBreakdown) -> str:
+    """Each memory term per GPU, logged against gpucap's (GiB), and what the difference does to
+    the KV budget."""
+    rows = [
+        ("weights", logged.weights_gib, mem.weights.total / GiB),
+        ("peak activation", logged.activation_gib, mem.activations / GiB),
+        ("non-torch", logged.non_torch_gib, mem.runtime_overhead / GiB),
+        ("CUDA graphs", logged.graphs_gib, mem.cuda_graphs / GiB),
+        ("rest (u x total - weights - KV)", logged.rest_gib, (mem.reserved) / GiB),
+    ]
+    lines = [f"memory per GPU against {logged.source} (GiB): logged / gpucap"]
+    for name, got, ours in rows:
+        shown = "not logged" if got is None else f"{got:.2f}"
+        lines.append(f"  {name:<32} {shown:>10} / {ours:.2f}")
+    if logged.kv_gib is not None:
+        lines.append(f"  {'KV cache (used as the budget)':<32} {logged.kv_gib:>10.2f}")
+    return "\n".join(lines)

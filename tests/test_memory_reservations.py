@@ -1,0 +1,99 @@
+"""What vLLM charges to the KV budget besides the weights: its profiling run's peak (the forward
+pass or the sampler, whichever is larger), the non-torch memory its profiler sees, and a KV
+budget given outright (``--kv-cache-memory``). Expected bytes are worked by hand from the models'
+config.json shapes and vLLM's sources (``vllm/v1/worker/gpu_model_runner.py``,
+``vllm/v1/sample/sampler.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucap.catalog.gpus import get_gpu
+from gpucap.catalog.lookup import load_model
+from gpucap.config import RUNTIME_OVERHEAD_BYTES, EngineConfig, Layout, hardware
+from gpucap.physics.memory import (
+    activation_bytes_per_gpu,
+    forward_activation_bytes_per_gpu,
+    hardware_memory,
+    memory_breakdown,
+    sampler_bytes_per_gpu,
+)
+from gpucap.units import GiB
+
+H100 = get_gpu("H100-SXM-80GB")
+
+
+def test_vllm_profiling_peak_is_the_larger_of_forward_and_sampler() -> None:
+    spec = load_model("Qwen/Qwen3-32B")  # hidden 5120, intermediate 25600, vocab 151,936
+    engine = EngineConfig().resolve(H100)  # vLLM on an H100: 1024 sequences, 8192 batched tokens
+    # forward: 8192 tokens x (4 x 5120 + 2 x 25600) x 2 bytes
+    assert forward_activation_bytes_per_gpu(spec, Layout(), engine) == 8192 * 71_680 * 2 == 1_174_405_120
+    # sampler: min(1024, 8192) rows x 151,936 x (2 + 4 + 4 + 4) bytes, on every GPU (all-gathered)
+    assert sampler_bytes_per_gpu(spec, engine) == 1024 * 151_936 * 14 == 2_178_154_496
+    assert activation_bytes_per_gpu(spec, Layout(), engine) == 2_178_154_496
+    assert activation_bytes_per_gpu(spec, Layout(tp=2), engine) == 2_178_154_496
+    # 256 sequences: 256 x 151,936 x 14 = 544,538,624 < the forward pass, which now sets the peak
+    fewer = EngineConfig(max_num_seqs=256).resolve(H100)
+    assert activation_bytes_per_gpu(spec, Layout(), fewer) == 1_174_405_120
+    # a dummy batch of fewer tokens than sequences samples one row per token
+    few_tokens = EngineConfig(max_num_seqs=1024, max_num_batched_tokens=512).resolve(H100)
+    assert sampler_bytes_per_gpu(spec, few_tokens) == 512 * 151_936 * 14
+
+
+def test_other_engines_keep_forward_plus_their_logits() -> None:
+    spec = load_model("Qwen/Qwen3-32B")
+    engine = EngineConfig(engine="sglang").resolve(H100)  # 1024 running requests, chunks of 8192
+    # 8192 x (4 x 5120 + 2 x 25600 / 2) x 2 + 1024 x 151,936 / 2 x 4
+    assert activation_bytes_per_gpu(spec, Layout(tp=2), engine) == 8192 * 46_080 * 2 + 1024 * 75_968 * 4
+
+
+def test_non_torch_charge_by_engine() -> None:
+    # vLLM (0.11+) takes its snapshot after the CUDA context and NCCL exist: only the profiling
+    # run's workspaces count, "0.07 GiB for non-torch memory" (vLLM PR #21489's log)
+    assert EngineConfig().resolve(H100).runtime_overhead_bytes == pytest.approx(0.07 * GiB)
+    assert EngineConfig(engine="sglang").resolve(H100).runtime_overhead_bytes == RUNTIME_OVERHEAD_BYTES
+    assert EngineConfig(runtime_overhead_bytes=0.5 * GiB).resolve(H100).runtime_overhead_bytes == 0.5 * GiB
+    with pytest.raises(ValueError, match="runtime_overhead_bytes"):
+        EngineConfig(runtime_overhead_bytes=-1.0)
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes"):
+        EngineConfig(kv_cache_memory_bytes=float("nan"))
+
+
+def test_given_kv_budget_is_used_as_is() -> None:
+    spec = load_model("Qwen/Qwen3-32B")
+    given = EngineConfig(kv_cache_memory_bytes=8.52 * GiB, gpu_memory_utilization=0.5)
+    mem = memory_breakdown(spec, H100, Layout(), weight_dtype="bf16", kv_dtype="auto", engine=given)
+    assert mem.kv_budget == 8.52 * GiB  # the utilization is not used, as in vLLM
+    assert mem.usable == pytest.approx(mem.reserved + mem.weights.total + 8.52 * GiB)
+    # 8.52 GiB / (64 layers x 2 x 8 KV heads x 128 x 2 bytes = 262,144 B per token)
+    assert mem.kv_tokens_per_gpu == pytest.approx(8.52 * GiB / 262_144)
+
+
+def test_qwen2_7b_on_an_a100_matches_vllms_log() -> None:
+    # vLLM 0.10.1.1, Qwen2-7B-Instruct on one A100 80GB at gpu_memory_utilization 0.25 (data/memory
+    # case 20, dennislee22/vLLM-benchmarking): "Available KV cache memory: 5.01 GiB". That version
+    # captures CUDA graphs after the KV cache, so none are charged; at tp 1 its non-torch charge is
+    # the workspaces. By hand: 0.25 x 79.15 GiB (the A100's CUDA total) - weights (gpucap's,
+    # 14.19 GiB; logged 14.2488) - sampler 256 x 152,064 x 14 B (0.51 GiB; the forward pass of
+    # 2048 tokens is 0.20) - 0.07 = 5.02 GiB
+    engine = EngineConfig(gpu_memory_utilization=0.25, cuda_graph_bytes=0.0)
+    mem = hardware_memory(hardware("Qwen/Qwen2-7B-Instruct", "A100-SXM-80GB", engine=engine))
+    assert mem.activations == 256 * 152_064 * 14
+    assert mem.kv_budget / GiB == pytest.approx(5.01, abs=0.05)
+
+
+def test_tight_when_weights_take_most_of_the_usable_memory() -> None:
+    from gpucap import estimate
+    from gpucap.report.text import format_estimate
+
+    # Qwen3-32B bf16: 32.8e9 params x 2 B = 61.0 GiB of 0.92 x 79.19 = 72.9 GiB usable (84%)
+    e = estimate("Qwen/Qwen3-32B", "H100-SXM-80GB", input_len=2000, output_len=500)
+    assert e.memory.tight and "tight: the weights take 84%" in format_estimate(e)
+    # Qwen3-8B: 8.2e9 x 2 B = 15.3 GiB (21%)
+    small = estimate("Qwen/Qwen3-8B", "H100-SXM-80GB", input_len=2000, output_len=500)
+    assert not small.memory.tight and "tight:" not in format_estimate(small)
+    given = estimate(
+        "Qwen/Qwen3-32B", "H100-SXM-80GB", input_len=2000, output_len=500,
+        engine=EngineConfig(kv_cache_memory_bytes=8.5 * GiB),
+    )  # fmt: skip
+    assert given.memory.kv_budget_given and "KV budget as given" in format_estimate(given)
