@@ -5,23 +5,21 @@
 Each case of the table is a published vLLM start-up: "Model loading took W GiB" and the KV cache
 it was given ("Available KV cache memory", or the pool it allocated), with the GPU's total as
 torch sees it, the tensor parallelism, ``gpu_memory_utilization`` and the batch defaults of that
-version. gpucap is run with the same knobs and the logged total, and the CUDA-graph reservation
-only where that version counts graphs in the budget (vLLM 0.20 and later). Prints, per case, the
-weights and the KV budget predicted against logged, and what the start-up left for everything
-else (``utilization x total - weights - KV``) against gpucap's reservation (activations + CUDA
-graphs + runtime).
+version. gpucap is run with the same knobs and the logged total (else the catalog's, which is the
+CUDA runtime's), and with what that version charges to the KV budget
+(``data/memory/README.md``):
 
-``--snapshot-by-version`` counts gpucap's runtime reservation (CUDA context and NCCL buffers,
-1 GiB) inside the budget only where that version's memory snapshot does: vLLM V0 and V1 up to
-0.9.0 charge every non-torch byte on the GPU; 0.9.1 to 0.10.2 take the snapshot after the CUDA
-context exists but before the distributed environment, so NCCL and custom all-reduce buffers
-(tp > 1, taken here as half the reservation) are charged and the context is not; from 0.11.0
-(``vllm/v1/worker/gpu_worker.py Worker.init_device``: "Initialize the distributed environment
-BEFORE taking memory snapshot") neither is. ``--sampler-by-version`` charges the profiling
-run's sampler as V1 runs it (``GPUModelRunner._dummy_sampler_run``): ``min(max_num_seqs,
-max_num_batched_tokens)`` rows of the full vocabulary (gathered under tp), bf16 logits, their
-fp32 copy and fp32 probabilities (10 bytes a logit, the FlashInfer path; the PyTorch top-p path
-sorts and holds more).
+- the CUDA-graph reservation only from vLLM 0.20, which estimates the graphs and subtracts them;
+- the non-torch memory: vLLM V0 and V1 up to 0.9.0 take their snapshot before the CUDA context
+  and the distributed environment exist, so both are charged (gpucap's ``RUNTIME_OVERHEAD_BYTES``,
+  as SGLang and TensorRT-LLM are modelled); 0.9.1 to 0.10.2 take it after the context but before
+  NCCL, so at tp > 1 NCCL's and the custom all-reduce's buffers are charged on top of the
+  profiling run's workspaces (``NCCL_GIB``); from 0.11 only the workspaces
+  (``VLLM_NON_TORCH_BYTES``, gpucap's vLLM default).
+
+Prints, per case, each term logged against gpucap's (weights, peak activation and non-torch
+memory where the log gives them) and the KV budget, then the median error over all cases and
+the tight ones (weights over 70% of what vLLM may use).
 """
 
 from __future__ import annotations
@@ -33,16 +31,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpucap.catalog.lookup import load_model
-from gpucap.config import EngineConfig, hardware
-from gpucap.physics.memory import SAMPLER_BYTES_PER_LOGIT, hardware_memory
+from gpucap.config import RUNTIME_OVERHEAD_BYTES, VLLM_NON_TORCH_BYTES, EngineConfig, hardware
+from gpucap.physics.memory import MemoryBreakdown, hardware_memory
 from gpucap.units import GiB
 
 TABLE = Path(__file__).resolve().parents[1] / "data" / "memory" / "vllm-startup-logs.csv"
 
 
-RUNTIME_GIB = EngineConfig().runtime_overhead_bytes / GiB
-V1_SAMPLER_BYTES_PER_LOGIT = 2 + 4 + 4  # bf16 logits, their fp32 copy, fp32 probabilities
+# NCCL and custom all-reduce buffers at tp > 1, as V0 logged them when its snapshot preceded the
+# distributed environment: non_torch_memory 0.25 GiB at tp 2 (vllm-project/vllm#13061), 0.34-0.43
+# at tp 4 (#16570), 0.20 at tp 16 (PR #14447); the median
+NCCL_GIB = 0.25
 
 
 def version(text: str) -> tuple[int, int, int]:
@@ -51,93 +50,78 @@ def version(text: str) -> tuple[int, int, int]:
     return (parts + [0, 0, 0])[0], (parts + [0, 0, 0])[1], (parts + [0, 0, 0])[2]
 
 
-def runtime_in_budget_gib(row: pd.Series) -> float:
-    """The part of gpucap's runtime reservation that the row's vLLM version counts inside
-    ``utilization x total`` (module docstring, ``--snapshot-by-version``)."""
+def charged_non_torch_bytes(row: pd.Series) -> float:
+    """The non-torch memory the row's vLLM version charges to the KV budget (module docstring)."""
     v = version(str(row["vllm_version"]))
     if "V0" in str(row["vllm_version"]) or v < (0, 9, 1):
-        return RUNTIME_GIB
-    if v < (0, 11, 0):
-        return RUNTIME_GIB / 2 if int(row["tp"]) > 1 else 0.0
-    return 0.0
+        return RUNTIME_OVERHEAD_BYTES
+    if v < (0, 11, 0) and int(row["tp"]) > 1:
+        return VLLM_NON_TORCH_BYTES + NCCL_GIB * GiB
+    return VLLM_NON_TORCH_BYTES
 
 
-def v1_sampler_change_gib(row: pd.Series) -> float:
-    """The sampler's profiling peak as V1 runs it, less gpucap's (``--sampler-by-version``)."""
-    spec = load_model(str(row["model"]))
-    seqs, tokens, tp = int(row["max_num_seqs"]), int(row["max_num_batched_tokens"]), int(row["tp"])
-    if "V0" in str(row["vllm_version"]):
-        return 0.0
-    ours = seqs * spec.vocab_size / tp * SAMPLER_BYTES_PER_LOGIT
-    theirs = min(seqs, tokens) * spec.vocab_size * V1_SAMPLER_BYTES_PER_LOGIT
-    return (theirs - ours) / GiB
+def _logged(row: pd.Series, column: str) -> float | None:
+    value = row.get(column)
+    return float(value) if isinstance(value, float | int) and math.isfinite(value) else None
 
 
-def predict(row: pd.Series, *, snapshot: bool = False, sampler: bool = False) -> dict[str, float]:
-    """gpucap's weights, reservation and KV budget (GiB per GPU) for one logged start-up; with
-    ``snapshot`` / ``sampler`` the version's accounting of the runtime and the sampler."""
+def predict(row: pd.Series) -> MemoryBreakdown:
+    """gpucap's memory breakdown for one logged start-up, as that version accounts it."""
     engine = EngineConfig(
         engine="vllm",
         max_num_seqs=int(row["max_num_seqs"]),
         max_num_batched_tokens=int(row["max_num_batched_tokens"]),
         gpu_memory_utilization=float(row["gpu_memory_utilization"]),
         cuda_graph_bytes=EngineConfig().cuda_graph_bytes if bool(row["graphs_in_budget"]) else 0.0,
+        runtime_overhead_bytes=charged_non_torch_bytes(row),
     )
     hw = hardware(
         str(row["model"]), str(row["gpu"]), tp=int(row["tp"]), weight_dtype=str(row["weight_dtype"]), engine=engine
     )
-    if isinstance(row["total_GiB"], float) and math.isfinite(row["total_GiB"]):
-        hw = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, memory_bytes=float(row["total_GiB"]) * GiB))
-    mem = hardware_memory(hw)
-    change = (runtime_in_budget_gib(row) - RUNTIME_GIB if snapshot else 0.0) + (
-        v1_sampler_change_gib(row) if sampler else 0.0
-    )
-    return {
-        "total": mem.total / GiB,
-        "weights": mem.weights.total / GiB,
-        "reserved": mem.reserved / GiB + change,
-        "activations": mem.activations / GiB,
-        "kv": mem.kv_budget / GiB - change,
-    }
+    total = _logged(row, "total_GiB")
+    if total is not None:
+        hw = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, memory_bytes=total * GiB))
+    return hardware_memory(hw)
+
+
+def _pair(logged: float | None, ours: float) -> str:
+    return f"{'-' if logged is None else f'{logged:.2f}'} / {ours:.2f}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("table", nargs="?", default=str(TABLE))
-    ap.add_argument("--snapshot-by-version", action="store_true", help="runtime reservation as each version counts it")
-    ap.add_argument("--sampler-by-version", action="store_true", help="the sampler's peak as V1 profiles it")
     args = ap.parse_args()
-    how = dict(snapshot=args.snapshot_by_version, sampler=args.sampler_by_version)
     cases = pd.read_csv(args.table)
     print(
-        "| case | model | GPU x tp | util | vLLM | weights logged / gpucap | KV logged / gpucap (GiB) | KV error | rest logged / gpucap reserved |"
+        "| case | model | GPU x tp | util | vLLM | weights | peak activation | non-torch | rest | KV budget | KV off |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    errors = []
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| | | | | | logged / gpucap, GiB per GPU | | | | | |")
+    offs, tight = [], []
     for _, row in cases.iterrows():
-        p = predict(row, **how)
-        util = float(row["gpu_memory_utilization"])
-        rest = util * p["total"] - float(row["weights_GiB"]) - float(row["kv_GiB"])
-        kv_err = p["kv"] / float(row["kv_GiB"]) - 1 if float(row["kv_GiB"]) > 0 else float("nan")
-        errors.append((row, kv_err, p["kv"] - float(row["kv_GiB"])))
+        mem = predict(row)
+        util, kv = float(row["gpu_memory_utilization"]), float(row["kv_GiB"])
+        rest = util * mem.total / GiB - float(row["weights_GiB"]) - kv
+        off = mem.kv_budget / GiB - kv
+        pct = f" ({off / kv:+.0%})" if kv > 0 else ""
+        offs.append(off)
+        if float(row["weights_GiB"]) > 0.7 * util * mem.total / GiB:
+            tight.append((row, off))
         print(
-            f"| {row['case']} | {row['model'].split('/')[-1]} | {row['gpu']} x {row['tp']} | {util:g} | {row['vllm_version']} "
-            f"| {row['weights_GiB']:.2f} / {p['weights']:.2f} ({p['weights'] / float(row['weights_GiB']) - 1:+.1%}) "
-            f"| {row['kv_GiB']:.2f} / {p['kv']:.2f} | {kv_err:+.1%} ({p['kv'] - float(row['kv_GiB']):+.2f} GiB) "
-            f"| {rest:.2f} / {p['reserved']:.2f} |"
+            f"| {row['case']} | {row['model'].split('/')[-1]} | {row['gpu']} x {row['tp']} | {util:g} "
+            f"| {row['vllm_version']} | {_pair(float(row['weights_GiB']), mem.weights.total / GiB)} "
+            f"| {_pair(_logged(row, 'activation_GiB'), mem.activations / GiB)} "
+            f"| {_pair(_logged(row, 'non_torch_GiB'), mem.runtime_overhead / GiB)} "
+            f"| {_pair(rest, mem.reserved / GiB)} | {_pair(kv, mem.kv_budget / GiB)} | {off:+.2f}{pct} |"
         )
-    shown = [abs(e) for _, e, _ in errors if math.isfinite(e)]
-    print(
-        f"\nKV budget: median |error| {pd.Series(shown).median():.1%} over {len(shown)} cases with a positive logged budget; "
-        f"median |GiB off| {pd.Series([abs(d) for _, _, d in errors]).median():.2f} over all {len(errors)}"
-    )
-    tight = [
-        (r, d)
-        for r, _, d in errors
-        if float(r["weights_GiB"]) > 0.7 * float(r["gpu_memory_utilization"]) * predict(r)["total"]
-    ]
+    print(f"\nKV budget, gpucap - logged: median |off| {pd.Series(offs).abs().median():.2f} GiB over {len(offs)} cases")
     for r, d in tight:
-        print(f"  tight (weights > 70% of what vLLM may use): case {r['case']} {r['model']}: gpucap {d:+.2f} GiB off")
+        print(f"  tight (weights > 70% of what vLLM may use): case {r['case']} {r['model']}: {d:+.2f} GiB")
+    if tight:
+        print(
+            f"  median |off| over the {len(tight)} tight cases: {pd.Series([abs(d) for _, d in tight]).median():.2f} GiB"
+        )
 
 
 if __name__ == "__main__":
