@@ -359,3 +359,23 @@ def test_every_control_and_bar_says_what_it_is(app: EstimatorApp) -> None:
     # the recommendation's range is a pale band that says what it is
     (band,) = [el for el in root.iter(SVG_NS + "rect") if el.get("class") == "range"]
     assert "80% range" in (band.find(SVG_NS + "title").text or "")
+
+
+def test_a_logged_kv_budget_replaces_the_worked_out_one(app: EstimatorApp) -> None:
+    from gpucap.config import EngineConfig
+
+    app.model.value = "Qwen/Qwen3-32B"
+    app.gpu.value = "H100-SXM-80GB"
+    app.num_gpus.value, app.tp.value = 1, 1
+    # Qwen3-32B bf16, 61.0 GiB of weights on an H100's 0.92 x 79.19 = 72.9 GiB usable: 84%
+    assert "tight: the weights take 84%" in app.status_text
+    app.kv_cache_memory_gib.value = 8.52  # "Available KV cache memory" of a start-up (data/memory case 26)
+    assert app.memory is not None and app.memory.kv_budget == pytest.approx(8.52 * 2**30)
+    assert "KV budget as given" in app.status_text and "tight:" not in app.status_text
+    expected = gpucap.estimate(
+        "Qwen/Qwen3-32B", "H100-SXM-80GB", 1, input_len=3840, output_len=256,
+        engine=EngineConfig(kv_cache_memory_bytes=8.52 * 2**30),
+    )  # fmt: skip
+    assert shown_concurrency(app) == expected.recommended_concurrency
+    app.kv_cache_memory_gib.value = 0.0  # back to gpucap's own
+    assert app.memory.kv_budget != pytest.approx(8.52 * 2**30)

@@ -12,6 +12,7 @@ from typing import Generic, TypeVar
 
 from gpucap.config import SLO, Deployment, EngineConfig, Workload
 from gpucap.physics.coefficients import Coefficients
+from gpucap.units import GiB
 
 CACHE_SIZE = 64  # results kept per stage, so dragging a slider back and forth is instant
 
@@ -60,12 +61,16 @@ class Inputs:
     calibration_stamp: int
     curve_max: float
     lengths: str = "varied"  # "varied" traffic or a "fixed"-length load test (gpucap.types.LENGTHS)
+    kv_cache_memory_gib: float = 0.0  # the server's logged KV budget per GPU; 0: worked out
 
     @property
     def deployment(self) -> Deployment:
         """The box and its split, formats and engine knobs, as the estimator takes them."""
         engine = EngineConfig(
-            engine=self.engine, gpu_memory_utilization=self.gpu_memory_utilization, cuda_graphs=self.cuda_graphs
+            engine=self.engine,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            cuda_graphs=self.cuda_graphs,
+            kv_cache_memory_bytes=self.kv_cache_memory_gib * GiB if self.kv_cache_memory_gib > 0 else None,
         )
         return Deployment(
             self.model, self.gpu, self.num_gpus, tp=self.tp, pp=self.pp, ep=self.ep,

@@ -52,6 +52,7 @@ INPUT_NAMES = (
     "kv_dtype",
     "engine",
     "gpu_memory_utilization",
+    "kv_cache_memory_gib",
     "cuda_graphs",
     "input_len",
     "output_len",
@@ -74,6 +75,10 @@ TIPS = {
     "weight_dtype": "the weights' format; starts at the checkpoint's own (its quantization_config)",
     "kv_dtype": "the KV cache's format: auto is the model's own dtype, fp8 halves it",
     "engine": "vLLM, SGLang or TensorRT-LLM: their batch limits, memory reservations and per-step overheads",
+    "kv_cache_memory_gib": (
+        "the server's KV budget per GPU, GiB: 'Available KV cache memory' in its start-up log "
+        "(vLLM --kv-cache-memory); 0: gpucap works it out"
+    ),
     "cuda_graphs": "off (--enforce-eager) frees the CUDA-graph memory pool but adds kernel launch time per layer",
     "input_len": "prompt tokens per request (type, then Enter)",
     "output_len": "output tokens per request (type, then Enter)",
@@ -87,7 +92,15 @@ COLUMNS = (  # (title, inputs) of the three columns of controls
     ("Model and hardware", ("model", "model_path", "gpu", "num_gpus", "tp", "pp", "ep")),
     (
         "Formats and engine",
-        ("weight_dtype", "kv_dtype", "engine", "gpu_memory_utilization", "cuda_graphs", "calibration"),
+        (
+            "weight_dtype",
+            "kv_dtype",
+            "engine",
+            "gpu_memory_utilization",
+            "kv_cache_memory_gib",
+            "cuda_graphs",
+            "calibration",
+        ),
     ),
     (
         "Workload and SLOs",
@@ -184,6 +197,9 @@ class Controls:
             style={"description_width": "initial"},
             layout=row,
             tooltip="share of GPU memory the engine takes (TensorRT-LLM: share of what is free after the weights)",
+        )
+        self.kv_cache_memory_gib = widgets.BoundedFloatText(
+            value=0.0, min=0.0, max=10_000.0, step=0.01, description="KV budget, GiB/GPU", style=wide, layout=row
         )
         self.cuda_graphs = widgets.Checkbox(value=True, description="CUDA graphs", indent=True, style=wide, layout=row)
         self.input_len = integer("input tokens", 3840, 1, 10_000_000)
@@ -374,6 +390,7 @@ class Controls:
             kv_dtype=self.kv_dtype.value,
             engine=self.engine.value,
             gpu_memory_utilization=round(float(self.gpu_memory_utilization.value), 4),
+            kv_cache_memory_gib=round(float(self.kv_cache_memory_gib.value), 4),
             cuda_graphs=bool(self.cuda_graphs.value),
             input_len=int(self.input_len.value),
             output_len=int(self.output_len.value),

@@ -213,6 +213,15 @@ class EstimatorApp(Controls):
             f"KV cache: {mem.kv_bytes_per_token:,.0f} bytes per token for the whole model, "
             f"{mem.kv_bytes_per_token_per_gpu:,.0f} per GPU; KV budget {mem.kv_budget / GiB:,.2f} GiB per GPU "
             f"= {mem.kv_tokens_per_gpu:,.0f} tokens; weights {mem.weights.total / GiB:,.2f} GiB per GPU"
+            + (
+                " (KV budget as given)"
+                if mem.kv_budget_given
+                else f"; tight: the weights take {mem.weights.total / mem.usable:.0%} of the usable memory, so "
+                "the estimated reservations move the KV budget by a large share: the server's start-up log "
+                "gives it ('Available KV cache memory'; type it in 'KV budget')"
+                if mem.tight
+                else ""
+            )
         )
 
     # --- the update ----------------------------------------------------------------------------
