@@ -12,10 +12,9 @@ CUDA runtime's), and with what that version charges to the KV budget
 - the CUDA-graph reservation only from vLLM 0.20, which estimates the graphs and subtracts them;
 - the non-torch memory: vLLM V0 and V1 up to 0.9.0 take their snapshot before the CUDA context
   and the distributed environment exist, so both are charged (gpucap's ``RUNTIME_OVERHEAD_BYTES``,
-  as SGLang and TensorRT-LLM are modelled); 0.9.1 to 0.10.2 take it after the context but before
-  NCCL, so at tp > 1 NCCL's and the custom all-reduce's buffers are charged on top of the
-  profiling run's workspaces (``NCCL_GIB``); from 0.11 only the workspaces
-  (``VLLM_NON_TORCH_BYTES``, gpucap's vLLM default).
+  as SGLang and TensorRT-LLM are modelled); later versions take it after the context, so the
+  profiling run's workspaces are charged (``VLLM_NON_TORCH_BYTES``) and, at tp > 1, the buffers
+  NCCL allocates at the run's first all-reduce (``VLLM_NCCL_BYTES``): gpucap's vLLM defaults.
 
 Prints, per case, each term logged against gpucap's (weights, peak activation and non-torch
 memory where the log gives them) and the KV budget, then the median error over all cases and
@@ -38,12 +37,6 @@ from gpucap.units import GiB
 TABLE = Path(__file__).resolve().parents[1] / "data" / "memory" / "vllm-startup-logs.csv"
 
 
-# NCCL and custom all-reduce buffers at tp > 1, as V0 logged them when its snapshot preceded the
-# distributed environment: non_torch_memory 0.25 GiB at tp 2 (vllm-project/vllm#13061), 0.34-0.43
-# at tp 4 (#16570), 0.20 at tp 16 (PR #14447); the median
-NCCL_GIB = 0.25
-
-
 def version(text: str) -> tuple[int, int, int]:
     """(0, 10, 1) from "0.10.1.1"; V0 rows ("0.6.5 (V0)") read as their number."""
     parts = [int(p) for p in text.split()[0].split(".")[:3] if p.isdigit()]
@@ -55,8 +48,6 @@ def charged_non_torch_bytes(row: pd.Series) -> float:
     v = version(str(row["vllm_version"]))
     if "V0" in str(row["vllm_version"]) or v < (0, 9, 1):
         return RUNTIME_OVERHEAD_BYTES
-    if v < (0, 11, 0) and int(row["tp"]) > 1:
-        return VLLM_NON_TORCH_BYTES + NCCL_GIB * GiB
     return VLLM_NON_TORCH_BYTES
 
 
@@ -74,6 +65,7 @@ def predict(row: pd.Series) -> MemoryBreakdown:
         gpu_memory_utilization=float(row["gpu_memory_utilization"]),
         cuda_graph_bytes=EngineConfig().cuda_graph_bytes if bool(row["graphs_in_budget"]) else 0.0,
         runtime_overhead_bytes=charged_non_torch_bytes(row),
+        nccl_bytes=0.0 if charged_non_torch_bytes(row) == RUNTIME_OVERHEAD_BYTES else None,
     )
     hw = hardware(
         str(row["model"]), str(row["gpu"]), tp=int(row["tp"]), weight_dtype=str(row["weight_dtype"]), engine=engine

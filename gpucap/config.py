@@ -50,6 +50,12 @@ RUNTIME_OVERHEAD_BYTES = 1.0 * GiB
 # What vLLM's profiling run adds outside PyTorch (cuBLAS and attention workspaces): "0.07 GiB for
 # non-torch memory" in the breakdown line's first published log (vLLM PR #21489, tp 1).
 VLLM_NON_TORCH_BYTES = 0.07 * GiB
+# NCCL's buffers, which the communicator allocates at its first collective (lazy connection, the
+# default since NCCL 2.22): inside vLLM's profiling run, so charged at tp x pp x attn_dp > 1. The
+# smallest figure vLLM logs for them: non-torch memory 0.21 GiB at tp 8 (vLLM 0.10.2, 8 x L40S),
+# 0.20-0.43 GiB at tp 2-16 (V0: vllm-project/vllm#13061, #16570, PR #14447); larger on some boxes
+# (1.38 GiB at tp 2 on H200s, 1.70 at tp 4 on RTX PRO 6000s: data/memory).
+VLLM_NCCL_BYTES = 0.25 * GiB
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,7 @@ class EngineConfig:
     runtime_overhead_bytes: float | None = None  # non-torch memory charged to the KV budget (resolve)
     cuda_graph_bytes: float = 1.0 * GiB  # CUDA-graph pools (vLLM logs 0.5-2 GiB)
     kv_cache_memory_bytes: float | None = None  # vLLM --kv-cache-memory: the KV budget per GPU, as given
+    nccl_bytes: float | None = None  # NCCL buffers charged to the KV budget when GPUs communicate (resolve)
     overlap_host: bool | None = None
     front_end: str = "http"
     eplb: bool = False  # an expert-parallel load balancer (--enable-eplb): gpucap.physics.routing.ep_imbalance
@@ -89,7 +96,7 @@ class EngineConfig:
             raise ValueError(f"unknown front end {self.front_end!r}; use one of {', '.join(FRONT_ENDS)}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        for name in ("runtime_overhead_bytes", "kv_cache_memory_bytes"):
+        for name in ("runtime_overhead_bytes", "kv_cache_memory_bytes", "nccl_bytes"):
             v = getattr(self, name)
             if v is not None and not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite number of bytes >= 0, got {v}")
@@ -119,19 +126,20 @@ class EngineConfig:
         snapshot after the CUDA context and the distributed environment (NCCL, custom all-reduce
         buffers) exist (``Worker.init_device``, v0.11+: "Initialize the distributed environment
         BEFORE taking memory snapshot"), so only what its profiling run adds is charged:
-        ``VLLM_NON_TORCH_BYTES``. SGLang and TensorRT-LLM: ``RUNTIME_OVERHEAD_BYTES`` (CUDA
-        context, NCCL buffers, allocator slack).
+        ``VLLM_NON_TORCH_BYTES``, and where GPUs communicate the NCCL buffers its first
+        all-reduce allocates, ``VLLM_NCCL_BYTES``. SGLang and TensorRT-LLM:
+        ``RUNTIME_OVERHEAD_BYTES`` (CUDA context, NCCL buffers, allocator slack), no NCCL term.
         """
         big = gpu.memory_bytes >= 70 * GiB
         if self.engine == "vllm":
             a100 = gpu.key.upper().startswith("A100")
             seqs, tokens = (1024, 8192) if big and not a100 else (256, 2048)
-            util, block, runtime = VLLM_UTILIZATION, 16, VLLM_NON_TORCH_BYTES
+            util, block, runtime, nccl = VLLM_UTILIZATION, 16, VLLM_NON_TORCH_BYTES, VLLM_NCCL_BYTES
         elif self.engine == "sglang":
-            seqs, util, block, runtime = 1024, 0.88, 1, RUNTIME_OVERHEAD_BYTES
+            seqs, util, block, runtime, nccl = 1024, 0.88, 1, RUNTIME_OVERHEAD_BYTES, 0.0
             tokens = 8192 if gpu.memory_bytes >= 60 * GiB else 4096 if gpu.memory_bytes >= 35 * GiB else 2048
         else:
-            seqs, tokens, util, block, runtime = 2048, 8192, 0.9, 32, RUNTIME_OVERHEAD_BYTES
+            seqs, tokens, util, block, runtime, nccl = 2048, 8192, 0.9, 32, RUNTIME_OVERHEAD_BYTES, 0.0
         return dataclasses.replace(
             self,
             max_num_seqs=self.max_num_seqs or seqs,
@@ -139,6 +147,7 @@ class EngineConfig:
             gpu_memory_utilization=self.gpu_memory_utilization or util,
             block_size=self.block_size or block,
             runtime_overhead_bytes=runtime if self.runtime_overhead_bytes is None else self.runtime_overhead_bytes,
+            nccl_bytes=nccl if self.nccl_bytes is None else self.nccl_bytes,
             overlap_host=True if self.overlap_host is None else self.overlap_host,
         )
 

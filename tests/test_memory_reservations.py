@@ -53,6 +53,18 @@ def test_non_torch_charge_by_engine() -> None:
     assert EngineConfig().resolve(H100).runtime_overhead_bytes == pytest.approx(0.07 * GiB)
     assert EngineConfig(engine="sglang").resolve(H100).runtime_overhead_bytes == RUNTIME_OVERHEAD_BYTES
     assert EngineConfig(runtime_overhead_bytes=0.5 * GiB).resolve(H100).runtime_overhead_bytes == 0.5 * GiB
+    # across GPUs vLLM also charges the buffers NCCL allocates at the profiling run's first
+    # all-reduce: 0.25 GiB (the smallest it logs, 0.20-0.43 GiB at tp 2-16); one GPU has none
+    spec = load_model("Qwen/Qwen3-32B")
+    one, two = (
+        memory_breakdown(spec, H100, Layout(tp=tp), weight_dtype="bf16", kv_dtype="auto", engine=EngineConfig())
+        for tp in (1, 2)
+    )
+    assert one.runtime_overhead == pytest.approx(0.07 * GiB)
+    assert two.runtime_overhead == pytest.approx((0.07 + 0.25) * GiB)
+    sglang = EngineConfig(engine="sglang")
+    split = memory_breakdown(spec, H100, Layout(tp=2), weight_dtype="bf16", kv_dtype="auto", engine=sglang)
+    assert split.runtime_overhead == RUNTIME_OVERHEAD_BYTES  # its 1 GiB already holds NCCL's
     with pytest.raises(ValueError, match="runtime_overhead_bytes"):
         EngineConfig(runtime_overhead_bytes=-1.0)
     with pytest.raises(ValueError, match="kv_cache_memory_bytes"):

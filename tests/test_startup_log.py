@@ -62,6 +62,15 @@ def test_v1_breakdown_line() -> None:
     assert got.kv_gib is None and got.rest_gib is None
 
 
+def test_v1_consumed_memory_line() -> None:
+    # vLLM 0.31.0, Llama-3.1-8B-Instruct on an A100 (data/memory case 30): from 0.27 the weights and
+    # the non-torch memory come as one figure, so non-torch = 15.26 - 15.0 = 0.26 GiB
+    got = parse_startup_log(pd.read_csv(TABLE).set_index("case").loc[30, "quote"])
+    assert (got.weights_gib, got.consumed_gib, got.activation_gib, got.graphs_gib) == (15.0, 15.26, 1.44, 0.23)
+    assert got.non_torch == pytest.approx(0.26)
+    assert (got.total_gib, got.utilization, got.kv_gib, got.kv_tokens) == (79.25, 0.92, 56.21, 460_496)
+
+
 def test_tensor_parallel_workers_keep_the_smallest_kv_and_largest_weights() -> None:
     got = parse_startup_log(QWEN32_TP2)
     assert (got.weights_gib, got.kv_gib, got.kv_tokens) == (30.61, 8.22, 67_296)

@@ -8,7 +8,7 @@ some versions the rest of the breakdown: the total and the utilization ("total_g
 x gpu_memory_utilization (u)", "Desired GPU memory utilization is (u, R GiB)" with "Free memory on
 device (F/T GiB)"), the activation peak, the non-torch memory and the CUDA-graph estimate ("Actual
 usage is W GiB for weight, A GiB for peak activation, N GiB for non-torch memory, and C GiB for
-CUDAGraph memory"). Which of these a version prints, and at which level, is in
+CUDAGraph memory"; from 0.27 "X GiB for consumed memory (weights + non-torch)"). Which of these a version prints, and at which level, is in
 ``data/memory/README.md``.
 
 With tensor parallelism every worker logs its own lines; vLLM sizes the KV cache by the smallest
@@ -48,6 +48,7 @@ _PATTERNS: tuple[tuple[str, str, str], ...] = (
     ("non_torch_gib", rf"{_NUM} ?GiB for non-torch memory", "max"),
     ("non_torch_gib", rf"non_torch_memory(?: takes)?[\s=]*{_NUM} ?GiB", "max"),
     ("graphs_gib", rf"{_NUM} ?GiB for CUDAGraph memory", "max"),
+    ("consumed_gib", rf"Actual usage is {_NUM} ?GiB for consumed memory", "max"),
     ("version", r"vLLM API server version (\S+)", "first"),
     ("version", r"LLM engine \(v(\S+?)\)", "first"),
 )
@@ -66,7 +67,17 @@ class StartupMemory:
     activation_gib: float | None = None
     non_torch_gib: float | None = None
     graphs_gib: float | None = None
+    consumed_gib: float | None = None  # weights and non-torch memory together (vLLM 0.27+)
     version: str | None = None
+
+    @property
+    def non_torch(self) -> float | None:
+        """Non-torch memory: logged, or (0.27+) what the consumed memory holds beyond the weights."""
+        if self.non_torch_gib is not None:
+            return self.non_torch_gib
+        if self.consumed_gib is not None and self.weights_gib is not None:
+            return self.consumed_gib - self.weights_gib
+        return None
 
     @property
     def rest_gib(self) -> float | None:
@@ -118,7 +129,7 @@ def compare_text(logged: StartupMemory, mem: MemoryBreakdown) -> str:
     rows = [
         ("weights", logged.weights_gib, mem.weights.total / GiB),
         ("peak activation", logged.activation_gib, mem.activations / GiB),
-        ("non-torch", logged.non_torch_gib, mem.runtime_overhead / GiB),
+        ("non-torch", logged.non_torch, mem.runtime_overhead / GiB),
         ("CUDA graphs", logged.graphs_gib, mem.cuda_graphs / GiB),
         ("rest (u x total - weights - KV)", logged.rest_gib, (mem.reserved) / GiB),
     ]

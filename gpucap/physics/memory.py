@@ -266,7 +266,7 @@ class MemoryBreakdown:
     weights: WeightBytes
     activations: float
     cuda_graphs: float
-    runtime_overhead: float
+    runtime_overhead: float  # non-torch memory charged: the engine's runtime, and NCCL's buffers across GPUs
     kv_budget: float
     kv_bytes_per_token: float  # one token, all layers, unsharded
     kv_bytes_per_token_per_gpu: float
@@ -323,7 +323,8 @@ def memory_breakdown(
     ``usable = gpu_memory_utilization x total`` for vLLM/SGLang; TensorRT-LLM gives the KV cache
     ``free_gpu_memory_fraction x (total - weights - reservations)``. With
     ``engine.kv_cache_memory_bytes`` (vLLM ``--kv-cache-memory``, or the "Available KV cache memory"
-    a start-up logged) the budget is that, and the utilization is not used, as in vLLM.
+    a start-up logged) the budget is that, and the utilization is not used, as in vLLM. Where a
+    replica spans GPUs, ``engine.nccl_bytes`` joins the runtime overhead.
 
     With ``images`` the vision encoder's weights (``gpucap.physics.vision.encoder_weight_bytes_per_gpu``)
     and the encoder cache are added, and the activation reservation is the larger of the
@@ -357,6 +358,8 @@ def memory_breakdown(
         kv_tok_gpu += draft_kv_bytes_per_token_per_gpu(spec, speculative, kv_dtype, layout)
     graphs = engine.cuda_graph_bytes if engine.cuda_graphs else 0.0
     overhead = float(engine.runtime_overhead_bytes or 0.0)
+    if layout.gpus_per_replica > 1:
+        overhead += float(engine.nccl_bytes or 0.0)
     reserved = weights.total + act + graphs + overhead + cache
     if engine.kv_cache_memory_bytes is not None:
         budget = float(engine.kv_cache_memory_bytes)
