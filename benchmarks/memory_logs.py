@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpucap.config import RUNTIME_OVERHEAD_BYTES, VLLM_NON_TORCH_BYTES, EngineConfig, hardware
+from gpucap.config import RUNTIME_OVERHEAD_BYTES, EngineConfig, hardware
 from gpucap.physics.memory import MemoryBreakdown, hardware_memory
 from gpucap.units import GiB
 
@@ -43,12 +43,10 @@ def version(text: str) -> tuple[int, int, int]:
     return (parts + [0, 0, 0])[0], (parts + [0, 0, 0])[1], (parts + [0, 0, 0])[2]
 
 
-def charged_non_torch_bytes(row: pd.Series) -> float:
-    """The non-torch memory the row's vLLM version charges to the KV budget (module docstring)."""
-    v = version(str(row["vllm_version"]))
-    if "V0" in str(row["vllm_version"]) or v < (0, 9, 1):
-        return RUNTIME_OVERHEAD_BYTES
-    return VLLM_NON_TORCH_BYTES
+def charges_context(row: pd.Series) -> bool:
+    """Whether the row's vLLM version takes its memory snapshot before the CUDA context and the
+    distributed environment exist, charging both to the budget (V0, and V1 up to 0.9.0)."""
+    return "V0" in str(row["vllm_version"]) or version(str(row["vllm_version"])) < (0, 9, 1)
 
 
 def _logged(row: pd.Series, column: str) -> float | None:
@@ -64,8 +62,9 @@ def predict(row: pd.Series) -> MemoryBreakdown:
         max_num_batched_tokens=int(row["max_num_batched_tokens"]),
         gpu_memory_utilization=float(row["gpu_memory_utilization"]),
         cuda_graph_bytes=EngineConfig().cuda_graph_bytes if bool(row["graphs_in_budget"]) else 0.0,
-        runtime_overhead_bytes=charged_non_torch_bytes(row),
-        nccl_bytes=0.0 if charged_non_torch_bytes(row) == RUNTIME_OVERHEAD_BYTES else None,
+        # the context and NCCL charged whole as SGLang's and TensorRT-LLM's runtime; else vLLM's defaults
+        runtime_overhead_bytes=RUNTIME_OVERHEAD_BYTES if charges_context(row) else None,
+        nccl_bytes=0.0 if charges_context(row) else None,
     )
     hw = hardware(
         str(row["model"]), str(row["gpu"]), tp=int(row["tp"]), weight_dtype=str(row["weight_dtype"]), engine=engine

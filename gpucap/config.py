@@ -82,7 +82,9 @@ class EngineConfig:
     block_size: int | None = None
     cuda_graphs: bool = True
     runtime_overhead_bytes: float | None = None  # non-torch memory charged to the KV budget (resolve)
-    cuda_graph_bytes: float = 1.0 * GiB  # CUDA-graph pools (vLLM logs 0.5-2 GiB)
+    # CUDA-graph pools: captures logged 0.09-3.45 GiB; vLLM's estimate charged from 0.20 logged
+    # 0.13-1.2 GiB (data/memory/README.md). Kept at 1 GiB while the activation term falls short.
+    cuda_graph_bytes: float = 1.0 * GiB
     kv_cache_memory_bytes: float | None = None  # vLLM --kv-cache-memory: the KV budget per GPU, as given
     nccl_bytes: float | None = None  # NCCL buffers charged to the KV budget when GPUs communicate (resolve)
     overlap_host: bool | None = None

@@ -34,7 +34,7 @@ from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.config import EngineConfig, Layout
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.memory import activation_bytes_per_gpu, weight_bytes_per_gpu
+from gpucap.physics.memory import memory_breakdown
 from gpucap.units import GiB
 
 # The efficiencies, and the step's floors, which on this CPU (eager operator dispatch per layer;
@@ -64,14 +64,16 @@ def server_engine(args: argparse.Namespace) -> EngineConfig:
         block_size=args.block_size,
         cuda_graphs=not args.eager,
     )
-    spec, gpu = load_model(args.model), get_gpu(args.gpu)
-    layout = Layout()
+    gpu = get_gpu(args.gpu)
+    # the terms as gpucap's breakdown charges them (the utilization does not change them)
+    mem = memory_breakdown(
+        load_model(args.model), gpu, Layout(), weight_dtype=args.dtype, kv_dtype="auto", engine=knobs
+    )
     u = memory_share_for_kv(
         kv_bytes=args.kv_cache_gib * GiB,
-        weight_bytes=weight_bytes_per_gpu(spec, args.dtype, layout).total,
-        activation_bytes=activation_bytes_per_gpu(spec, layout, knobs),
-        reserved_bytes=float(knobs.resolve(gpu).runtime_overhead_bytes or 0.0)
-        + (0.0 if not knobs.cuda_graphs else knobs.cuda_graph_bytes),
+        weight_bytes=mem.weights.total,
+        activation_bytes=mem.activations,
+        reserved_bytes=mem.reserved - mem.activations,
         memory_bytes=gpu.memory_bytes,
     )
     return dataclasses.replace(knobs, gpu_memory_utilization=u)

@@ -42,7 +42,7 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.concurrency import loop_point
 from gpucap.physics.memory import MemoryBreakdown, batch_slots, hardware_memory
 from gpucap.report.knee import Knee, ttft_knee
-from gpucap.report.text import PLAIN_NAMES
+from gpucap.report.text import PLAIN_NAMES, memory_note
 from gpucap.units import GiB
 
 CURVE_POINTS = 120  # concurrencies the curves are solved at (one vectorized closed_loop call)
@@ -214,12 +214,8 @@ class EstimatorApp(Controls):
             f"{mem.kv_bytes_per_token_per_gpu:,.0f} per GPU; KV budget {mem.kv_budget / GiB:,.2f} GiB per GPU "
             f"= {mem.kv_tokens_per_gpu:,.0f} tokens; weights {mem.weights.total / GiB:,.2f} GiB per GPU"
             + (
-                " (KV budget as given)"
-                if mem.kv_budget_given
-                else f"; tight: the weights take {mem.weights.total / mem.usable:.0%} of the usable memory, so "
-                "the estimated reservations move the KV budget by a large share: the server's start-up log "
-                "gives it ('Available KV cache memory'; type it in 'KV budget')"
-                if mem.tight
+                f"; {note}"
+                if (note := memory_note(mem, "the server's 'Available KV cache memory', typed in 'KV budget',"))
                 else ""
             )
         )

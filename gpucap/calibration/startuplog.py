@@ -49,8 +49,6 @@ _PATTERNS: tuple[tuple[str, str, str], ...] = (
     ("non_torch_gib", rf"non_torch_memory(?: takes)?[\s=]*{_NUM} ?GiB", "max"),
     ("graphs_gib", rf"{_NUM} ?GiB for CUDAGraph memory", "max"),
     ("consumed_gib", rf"Actual usage is {_NUM} ?GiB for consumed memory", "max"),
-    ("version", r"vLLM API server version (\S+)", "first"),
-    ("version", r"LLM engine \(v(\S+?)\)", "first"),
 )
 
 
@@ -68,7 +66,6 @@ class StartupMemory:
     non_torch_gib: float | None = None
     graphs_gib: float | None = None
     consumed_gib: float | None = None  # weights and non-torch memory together (vLLM 0.27+)
-    version: str | None = None
 
     @property
     def non_torch(self) -> float | None:
@@ -92,25 +89,23 @@ def parse_startup_log(text: str, source: str = "<text>") -> StartupMemory:
     """The memory figures in a vLLM start-up log's text (``StartupMemory``); raises ValueError,
     naming ``source``, when it holds neither the weights nor the KV cache lines."""
     text = re.sub(r"[ \t]+", " ", text)
-    found: dict[str, float | str] = {}
+    found: dict[str, float] = {}
     for name, pattern, keep in _PATTERNS:
         for match in re.finditer(pattern, text):
             raw = match.group(match.lastindex or 1) if name == "total_gib" else match.group(1)
-            value: float | str = raw if name == "version" else float(raw.replace(",", ""))
+            value = float(raw.replace(",", ""))
             old = found.get(name)
             if old is None:
                 found[name] = value
-            elif keep == "min":
-                found[name] = min(float(old), float(value))
-            elif keep == "max":
-                found[name] = max(float(old), float(value))
+            else:
+                found[name] = min(old, value) if keep == "min" else max(old, value)
     if "weights_gib" not in found and "kv_gib" not in found:
         raise ValueError(
             f"{source}: no vLLM memory lines found (looked for 'Model loading took ... GiB' and "
             "'Available KV cache memory: ... GiB'); pass the log of a vLLM start-up, from its first "
             "line to 'Application startup complete'"
         )
-    return StartupMemory(source=source, **found)  # type: ignore[arg-type]
+    return StartupMemory(source=source, **found)
 
 
 def read_startup_log(path: str | Path) -> StartupMemory:
@@ -124,14 +119,13 @@ def read_startup_log(path: str | Path) -> StartupMemory:
 
 
 def compare_text(logged: StartupMemory, mem: MemoryBreakdown) -> str:
-    """Each memory term per GPU, logged against gpucap's (GiB), and what the difference does to
-    the KV budget."""
+    """Each memory term per GPU, logged against gpucap's (GiB), and the logged KV budget."""
     rows = [
         ("weights", logged.weights_gib, mem.weights.total / GiB),
         ("peak activation", logged.activation_gib, mem.activations / GiB),
         ("non-torch", logged.non_torch, mem.runtime_overhead / GiB),
         ("CUDA graphs", logged.graphs_gib, mem.cuda_graphs / GiB),
-        ("rest (u x total - weights - KV)", logged.rest_gib, (mem.reserved) / GiB),
+        ("rest (u x total - weights - KV)", logged.rest_gib, mem.reserved / GiB),
     ]
     lines = [f"memory per GPU against {logged.source} (GiB): logged / gpucap"]
     for name, got, ours in rows:

@@ -195,7 +195,7 @@ def workload(a: argparse.Namespace) -> Workload:
 
 
 def run(a: argparse.Namespace) -> int:
-    logged = read_startup_log(a.startup_log) if getattr(a, "startup_log", None) else None
+    logged = read_startup_log(a.startup_log) if a.startup_log else None
     est = estimate_for(
         deployment(a, logged),
         workload(a),

@@ -39,10 +39,10 @@ INDEXER_SCALE_BYTES = 4.0
 # copy (``Sampler.forward``, 4), fp32 probabilities (``softmax``, 4) and fp32 exponential noise
 # (``random_sample``, 4); temperature, top-k and top-p work in place.
 SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0 + 4.0 + 4.0
+OTHER_LOGIT_BYTES = 4.0  # fp32 logits, where SGLang and TensorRT-LLM reserve for sampling
 # Weights above this share of the usable memory leave a KV budget that the reservations' error
 # can move by a large part: where published start-ups show gpucap furthest off (data/memory)
 TIGHT_WEIGHT_SHARE = 0.7
-OTHER_LOGIT_BYTES = 4.0  # fp32 logits, where SGLang and TensorRT-LLM reserve for sampling
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 from gpucap.calibration.ranges import range_note
@@ -53,14 +54,15 @@ def text_bars(values: dict[str, float | None], highlight: str = "", width: int =
     return "\n".join(lines)
 
 
-def _memory_note(m: MemoryBreakdown) -> str:
-    """A line on where the KV budget comes from, when it was given or when it is tight."""
+def memory_note(m: MemoryBreakdown, give: str = "the server's start-up log (--startup-log)") -> str:
+    """Where the KV budget comes from, when it was given or when it is tight (``give``: how the
+    reader passes the server's own figure); empty otherwise."""
     if m.kv_budget_given:
-        return "\n  (KV budget as given: --kv-cache-memory or the start-up log)"
+        return "KV budget as given (the server's own figure)"
     if m.tight and m.fits:
         return (
-            f"\n  tight: the weights take {m.weights.total / m.usable:.0%} of the usable memory, so the estimated "
-            "reservations\n  move the KV budget by a large share; the server's start-up log (--startup-log) gives it exactly"
+            f"tight: the weights take {m.weights.total / m.usable:.0%} of the usable memory, so the estimated "
+            f"reservations move the KV budget by a large share; {give} gives it exactly"
         )
     return ""
 
@@ -84,7 +86,11 @@ def format_estimate(e: Estimate) -> str:
         f"  activations {m.activations / GiB:.2f}   CUDA graphs {m.cuda_graphs / GiB:.2f}   runtime {m.runtime_overhead / GiB:.2f}\n"
         f"  KV budget {m.kv_budget / GiB:8.2f}   = {m.kv_tokens_per_gpu:,.0f} tokens "
         f"({m.kv_bytes_per_token_per_gpu:,.0f} B/token/GPU; {m.kv_bytes_per_token:,.0f} B/token whole model)"
-        + _memory_note(m)
+        + (
+            "\n" + textwrap.fill(memory_note(m), 100, initial_indent="  ", subsequent_indent="  ")
+            if memory_note(m)
+            else ""
+        )
     )
     bars = "concurrency each limit allows (all replicas; bars to scale):\n" + text_bars(e.limits, e.bottleneck)
     r = e.ranges
