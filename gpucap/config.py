@@ -36,7 +36,7 @@ from gpucap.catalog.gpus import GPU, get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.catalog.models import ModelSpec
 from gpucap.catalog.vision import VisionEncoder
-from gpucap.types import ENGINES, FRONT_ENDS, LENGTHS, STATISTICS
+from gpucap.types import ENGINES, FRONT_ENDS, LENGTHS, MOE_BACKENDS, SAMPLERS, STATISTICS
 from gpucap.units import GiB
 
 MAX_ROUTING_SKEW = 3.0  # a Zipf exponent past which one expert takes nearly every token
@@ -90,12 +90,20 @@ class EngineConfig:
     overlap_host: bool | None = None
     front_end: str = "http"
     eplb: bool = False  # an expert-parallel load balancer (--enable-eplb): gpucap.physics.routing.ep_imbalance
+    # how vLLM's sampler runs at its profiling run (SAMPLERS): "logits" for the V2 model runner,
+    # "in-place" or "sort" for the V1 runner's top-k/top-p (gpucap.physics.memory.sampler_bytes_per_gpu)
+    sampler: str = "logits"
+    moe_backend: str = "auto"  # vLLM --moe-backend (MOE_BACKENDS): the MXFP4 experts' padding follows it
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine {self.engine!r}; use one of {', '.join(ENGINES)}")
         if self.front_end not in FRONT_ENDS:
             raise ValueError(f"unknown front end {self.front_end!r}; use one of {', '.join(FRONT_ENDS)}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {self.sampler!r}; use one of {', '.join(SAMPLERS)}")
+        if self.moe_backend not in MOE_BACKENDS:
+            raise ValueError(f"unknown moe_backend {self.moe_backend!r}; use one of {', '.join(MOE_BACKENDS)}")
         if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         for name in ("runtime_overhead_bytes", "kv_cache_memory_bytes", "nccl_bytes"):
@@ -114,8 +122,9 @@ class EngineConfig:
     def resolve(self, gpu: GPU) -> EngineConfig:
         """Fill ``None`` knobs with the engine's defaults for ``gpu``.
 
-        vLLM (``EngineArgs.get_batch_defaults``, v0.10+): API server on GPUs with >= 70 GiB that
-        are not A100: 1024 sequences, 8192 batched tokens; otherwise 256 and 2048.
+        vLLM (``EngineArgs.get_batch_defaults``): API server on GPUs with >= 160 GiB (B200, MI300X;
+        v0.31 and v0.33, not v0.21): 1024 sequences, 16384 batched tokens; on GPUs with >= 70 GiB
+        that are not A100 (v0.10+): 1024 and 8192; otherwise 256 and 2048.
         gpu_memory_utilization 0.92 (``vllm/config/cache.py`` since v0.20, which also counts the
         CUDA-graph estimate in the budget; 0.9 before), block 16.
         SGLang (``server_args.py``): chunked_prefill_size 8192 on >= 60 GB GPUs (4096 / 2048 on
@@ -135,7 +144,8 @@ class EngineConfig:
         big = gpu.memory_bytes >= 70 * GiB
         if self.engine == "vllm":
             a100 = gpu.key.upper().startswith("A100")
-            seqs, tokens = (1024, 8192) if big and not a100 else (256, 2048)
+            huge = gpu.memory_bytes >= 160 * GiB
+            seqs, tokens = (1024, 16384) if huge else (1024, 8192) if big and not a100 else (256, 2048)
             util, block, runtime, nccl = VLLM_UTILIZATION, 16, VLLM_NON_TORCH_BYTES, VLLM_NCCL_BYTES
         elif self.engine == "sglang":
             seqs, util, block, runtime, nccl = 1024, 0.88, 1, RUNTIME_OVERHEAD_BYTES, 0.0

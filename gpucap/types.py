@@ -16,6 +16,18 @@ ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "trtllm")
 FrontEndKind = Literal["http", "offline"]
 FRONT_ENDS: tuple[FrontEndKind, ...] = ("http", "offline")
 
+# How vLLM's sampler runs at its profiling run, which sets the memory it reserves for it:
+# "logits" (the V2 model runner, today's default: logits only), "in-place" (the V1 runner with
+# FlashInfer's sampler or the Triton top-k/top-p of v0.17+) or "sort" (the V1 runner with
+# PyTorch's sort: v0.14-v0.16 by default, v0.10-v0.11 without FlashInfer). gpucap.physics.memory.
+SamplerKind = Literal["logits", "in-place", "sort"]
+SAMPLERS: tuple[SamplerKind, ...] = ("logits", "in-place", "sort")
+
+# vLLM's --moe-backend, of the choices that set how MXFP4 experts are stored
+# (gpucap.physics.memory.mxfp4_expert_padding): "auto" is the kernel vLLM picks for the GPU.
+MoeBackend = Literal["auto", "marlin", "triton", "flashinfer_trtllm"]
+MOE_BACKENDS: tuple[MoeBackend, ...] = ("auto", "marlin", "triton", "flashinfer_trtllm")
+
 # Request lengths of the load: "varied" (desynchronized traffic: the steady state of
 # gpucap.physics.batching.closed_loop) or "fixed" (a load test with one length for all, whose
 # closed loop runs in waves: gpucap.physics.waves.wave_loop).

@@ -34,6 +34,22 @@ def test_mxfp4_experts_are_stored_padded_to_the_kernel_tiles():
     assert mxfp4_expert_padding(hw.spec, Layout(), get_gpu("H100-SXM-80GB")) == 1.0  # 2880 is a multiple of 64
 
 
+def test_moe_backend_sets_the_mxfp4_padding():
+    """vLLM 0.10.1 ran gpt-oss-120b's experts through Marlin on an H100 (vllm-project/vllm#23278 logs
+    'Weight-only FP4 compression will be used leveraging the Marlin kernel'): I 2880 rounds up to
+    2944 (128s) and H 2880 to 3072 (256s); vLLM 0.32's default there (Triton) pads neither."""
+    hw = hardware("openai/gpt-oss-120b", "H100-SXM-80GB")
+    assert mxfp4_expert_padding(hw.spec, hw.layout, hw.gpu, "marlin") == pytest.approx(2944 * 3072 / 2880**2)
+    assert mxfp4_expert_padding(hw.spec, hw.layout, hw.gpu, "triton") == 1.0
+    # "Model loading took 65.9651 GiB" (case 12)
+    w = weight_bytes_per_gpu(hw.spec, "mxfp4", hw.layout, hw.gpu, "marlin").total / GiB
+    assert w == pytest.approx(65.9651, rel=0.01)
+    # on Blackwell, Triton stores them unpadded where "auto" picks FlashInfer's TRTLLM-gen tiles
+    b200 = get_gpu("B200-180GB")
+    assert mxfp4_expert_padding(hw.spec, hw.layout, b200, "triton") == 1.0
+    assert mxfp4_expert_padding(hw.spec, hw.layout, b200) == pytest.approx(2944 * 3072 / 2880**2)
+
+
 def test_kv_per_token_matches_the_engines_token_count():
     # case 28: Qwen3-32B at tp 2, "Available KV cache memory: 8.22 GiB", "GPU KV cache size: 67,296 tokens".
     # 64 layers x 2 x (8 KV heads / 2) x 128 x 2 bytes = 131,072 bytes per token per GPU

@@ -113,3 +113,31 @@ def test_a_start_up_that_did_not_fit_is_named(tmp_path: Path, capsys: pytest.Cap
     rc = main([*QWEN32_ARGS, "--startup-log", str(log)])
     err = capsys.readouterr().err
     assert rc == 2 and "oss.log" in err and "-2.14 GiB" in err and "Traceback" not in err
+
+
+def test_the_log_shows_the_sampler_and_the_moe_kernel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # vLLM 0.27.1's V2 model runner logs from model_runner.py (QWEN32_TP2, case 28); V1 from
+    # gpu_model_runner.py, which alone says nothing of its sampler
+    assert parse_startup_log(QWEN32_TP2).sampler == "logits"
+    v1 = "[gpu_model_runner.py:2007] Model loading took 65.9651 GiB and 12.799889 seconds"
+    assert parse_startup_log(v1).sampler is None
+    # vllm-project/vllm#23278 (0.10.1, gpt-oss-120b on one H100): the Marlin warning; cases 31-32
+    # (0.10.2): the sampler's fallback to PyTorch's sort
+    log = tmp_path / "oss.log"
+    log.write_text(
+        "[topk_topp_sampler.py:69] FlashInfer is not available. Falling back to the PyTorch-native "
+        "implementation of top-p & top-k sampling. For the best performance, please install FlashInfer.\n"
+        "[marlin_utils_fp4.py:196] Your GPU does not have native support for FP4 computation but FP4 "
+        "quantization is being used. Weight-only FP4 compression will be used leveraging the Marlin kernel.\n"
+        f"{v1}\n[gpu_worker.py:276] Available KV cache memory: 2.0 GiB\n"
+    )
+    got = read_startup_log(log)
+    assert (got.sampler, got.moe_backend) == ("sort", "marlin")
+    args = ["estimate", "--model", "openai/gpt-oss-120b", "--gpu", "H100-SXM-80GB", "--input-len", "1000"]
+    assert main([*args, "--output-len", "200", "--startup-log", str(log)]) == 0
+    out = capsys.readouterr().out
+    # weights with Marlin's padding (logged 65.97); the sort over 1,024 x 201,088 logits at 38 B: 7.29
+    assert "65.97 / 65.82" in out and "not logged / 7.29" in out
+    # a setting given on the command line wins over the log's
+    assert main([*args, "--output-len", "200", "--startup-log", str(log), "--sampler", "logits"]) == 0
+    assert "not logged / 7.29" not in capsys.readouterr().out

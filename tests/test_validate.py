@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from gpucap.calibration.accuracy import error_summary
-from gpucap.calibration.cases import row_front_end, row_overlap_host
+from gpucap.calibration.cases import row_front_end, row_overlap_host, row_sampler
 from gpucap.calibration.validate import prepare_cases, read_cases, validate
 
 
@@ -51,6 +51,25 @@ def test_front_end_and_host_overlap_come_from_the_row() -> None:
     assert row_overlap_host(pd.Series({"engine_version": "v0.11.0"}), "vllm") is False
     assert row_overlap_host(pd.Series({"engine_version": "0.16.1"}), "vllm") is True
     assert row_overlap_host(pd.Series({"engine_version": "v0.11.0", "overlap_host": "true"}), "vllm") is True
+
+
+def test_sampler_follows_the_rows_vllm_version() -> None:
+    """vLLM's sampler at its profiling run, by version (each read from that release's sources):
+    FlashInfer's by default to 0.11.0, PyTorch's sort from 0.11.1 (FlashInfer opt-in), Triton's
+    top-k/top-p from 0.17, the V2 runner's logits for dense models from 0.22 and for all from 0.29."""
+
+    def at(version: str, moe: bool = False, **extra: str) -> str:
+        return row_sampler(pd.Series({"engine_version": version, **extra}), "vllm", moe)
+
+    assert [at("v0.10.2"), at("v0.11.0"), at("0.11.1"), at("0.14.1"), at("0.17.0"), at("0.21.0")] == [
+        "in-place", "in-place", "sort", "sort", "in-place", "in-place",
+    ]  # fmt: skip
+    assert [at("0.22.0"), at("0.27.1", moe=True), at("0.29.0", moe=True), at("0.32.0")] == [
+        "logits", "in-place", "logits", "logits",
+    ]  # fmt: skip
+    assert at("v0.11.0", sampler="sort") == "sort"  # a stated column wins
+    assert row_sampler(pd.Series({}), "vllm", False) == "logits"  # no version: today's default
+    assert row_sampler(pd.Series({"engine_version": "0.4.3"}), "sglang", False) == "logits"
 
 
 def test_missing_required_column_is_named(tmp_path) -> None:

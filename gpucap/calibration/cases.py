@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gpucap.catalog.gpus import scaled
-from gpucap.config import VLLM_UTILIZATION_BEFORE_0_20, Hardware
+from gpucap.config import VLLM_UTILIZATION_BEFORE_0_20, EngineConfig, Hardware
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import Load
 
@@ -79,13 +79,36 @@ def row_overlap_host(row: pd.Series, engine: str) -> bool | None:
     return None if version is None else version >= (0, 12)
 
 
-def vllm_version(row: pd.Series) -> tuple[int, int] | None:
-    """(major, minor) of the row's ``engine_version`` ("v0.11.0" -> (0, 11)); None when unreadable."""
-    parts = cell_text(row, "engine_version").strip().lower().lstrip("v").split(".")
+def vllm_version(row: pd.Series, parts: int = 2) -> tuple[int, ...] | None:
+    """The first ``parts`` numbers of the row's ``engine_version`` ("v0.11.0" -> (0, 11), or
+    (0, 11, 0) with ``parts=3``; a missing patch number reads 0); None when unreadable."""
+    text = cell_text(row, "engine_version").strip().lower().lstrip("v").split(".")
     try:
-        return int(parts[0]), int(parts[1])
+        numbers = [int(text[0]), int(text[1])] + [int("".join(c for c in t if c.isdigit()) or 0) for t in text[2:]]
     except (IndexError, ValueError):
         return None
+    return tuple((numbers + [0] * parts)[:parts])
+
+
+def row_sampler(row: pd.Series, engine: str, moe: bool) -> str:
+    """How the row's vLLM sampled at its profiling run (``EngineConfig.sampler``): the ``sampler``
+    column when given; else by the row's vLLM version, as its sources read: the V1 model runner
+    up to 0.21, with FlashInfer's sampler on by default up to 0.11.0 ("in-place", taking FlashInfer
+    installed), PyTorch's sort from 0.11.1 (FlashInfer opt-in) and the Triton top-k/top-p from
+    0.17 ("in-place"); the V2 runner ("logits") for dense models from 0.22 (0.22-0.24 for a list of
+    architectures, all dense ones from 0.25) and for every model from 0.29, MoE models keeping V1
+    before that. Other engines and unreadable versions: the current default."""
+    given = cell_text(row, "sampler").strip().lower()
+    if given:
+        return given
+    version = vllm_version(row, parts=3)
+    if engine != "vllm" or version is None:
+        return EngineConfig().sampler
+    if version <= (0, 11, 0) or (0, 17, 0) <= version < (0, 22, 0):
+        return "in-place"
+    if version < (0, 17, 0):
+        return "sort"
+    return "in-place" if moe and version < (0, 29, 0) else "logits"
 
 
 def row_utilization(row: pd.Series, engine: str) -> float | None:

@@ -15,7 +15,8 @@ With tensor parallelism every worker logs its own lines; vLLM sizes the KV cache
 worker's budget, so the smallest KV figure and the largest weight figure are kept.
 
 ``estimate --startup-log`` reads a log, gives gpucap the logged KV budget (as vLLM's
-``--kv-cache-memory`` would) and prints each term against gpucap's.
+``--kv-cache-memory`` would) and prints each term against gpucap's, with the sampler and MoE
+kernel the log shows (model runner, FlashInfer and Marlin lines) unless they are given.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpucap.physics.memory import MemoryBreakdown
 from gpucap.units import GiB
@@ -51,6 +53,17 @@ _PATTERNS: tuple[tuple[str, str, str], ...] = (
     ("consumed_gib", rf"Actual usage is {_NUM} ?GiB for consumed memory", "max"),
 )
 
+# (field, pattern, value): settings a log shows by its lines; the first pattern found wins. The V2
+# model runner logs from ``model_runner.py`` (V1: ``gpu_model_runner.py``) and samples its dummy
+# requests without top-k or top-p, whatever sampler it has (EngineConfig.sampler).
+_SETTINGS: tuple[tuple[str, str, str], ...] = (
+    ("sampler", r"Using V2 Model Runner|[\[/]model_runner\.py:\d+\]", "logits"),
+    ("sampler", r"FlashInfer is not available\. Falling back to the PyTorch-native implementation", "sort"),
+    ("sampler", r"Using FlashInfer for top-p & top-k sampling", "in-place"),
+    ("moe_backend", r"leveraging the Marlin kernel|Using Marlin backend", "marlin"),
+    ("moe_backend", r"\[mxfp4\.py:\d+\] Using Triton backend", "triton"),
+)
+
 
 @dataclass(frozen=True)
 class StartupMemory:
@@ -66,6 +79,8 @@ class StartupMemory:
     non_torch_gib: float | None = None
     graphs_gib: float | None = None
     consumed_gib: float | None = None  # weights and non-torch memory together (vLLM 0.27+)
+    sampler: str | None = None  # how its sampler ran at start-up, where the log shows it (_SETTINGS)
+    moe_backend: str | None = None  # the MXFP4 MoE kernel the log names
 
     @property
     def non_torch(self) -> float | None:
@@ -89,7 +104,7 @@ def parse_startup_log(text: str, source: str = "<text>") -> StartupMemory:
     """The memory figures in a vLLM start-up log's text (``StartupMemory``); raises ValueError,
     naming ``source``, when it holds neither the weights nor the KV cache lines."""
     text = re.sub(r"[ \t]+", " ", text)
-    found: dict[str, float] = {}
+    found: dict[str, Any] = {}  # StartupMemory field -> the figure the log gives
     for name, pattern, keep in _PATTERNS:
         for match in re.finditer(pattern, text):
             raw = match.group(match.lastindex or 1) if name == "total_gib" else match.group(1)
@@ -105,7 +120,11 @@ def parse_startup_log(text: str, source: str = "<text>") -> StartupMemory:
             "'Available KV cache memory: ... GiB'); pass the log of a vLLM start-up, from its first "
             "line to 'Application startup complete'"
         )
-    return StartupMemory(source=source, **found)
+    settings: dict[str, Any] = {}
+    for name, pattern, setting in _SETTINGS:
+        if name not in settings and re.search(pattern, text):
+            settings[name] = setting
+    return StartupMemory(source=source, **found, **settings)
 
 
 def read_startup_log(path: str | Path) -> StartupMemory:

@@ -14,6 +14,7 @@ every row (the fast path calibration fits with).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from gpucap.calibration.cases import (
     row_front_end,
     row_lengths,
     row_overlap_host,
+    row_sampler,
     row_stats,
     row_utilization,
     testbed_keys,
@@ -87,8 +89,8 @@ def read_cases(path: str | Path) -> pd.DataFrame:
 def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     """Hardware for one case row, the number of replicas, and the assumptions made. Optional
     columns max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
-    enforce_eager, overlap_host and front_end set the engine's knobs (its defaults otherwise;
-    ``row_front_end``, ``row_overlap_host``)."""
+    enforce_eager, overlap_host, front_end and sampler set the engine's knobs (its defaults otherwise;
+    ``row_front_end``, ``row_overlap_host``, ``row_sampler``)."""
     notes: list[str] = []
     num_gpus = cell_int(row, "num_gpus", 1)
     pp = cell_int(row, "pp", 1)
@@ -126,6 +128,9 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     )
     hw = hardware(
         str(row["model"]), gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=wd, kv_dtype=kv, engine=eng
+    )
+    hw = dataclasses.replace(
+        hw, engine=dataclasses.replace(hw.engine, sampler=row_sampler(row, engine, hw.spec.is_moe))
     )
     per = hw.layout.gpus_per_replica
     if num_gpus % per:

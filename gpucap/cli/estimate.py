@@ -15,7 +15,7 @@ from gpucap.config import SLO, Deployment, EngineConfig, OperatingPoint, Workloa
 from gpucap.estimate import estimate_for
 from gpucap.physics.speculative import Speculative, acceptance_length
 from gpucap.report.text import estimate_to_dict, format_estimate
-from gpucap.types import ENGINES, LENGTHS
+from gpucap.types import ENGINES, LENGTHS, MOE_BACKENDS, SAMPLERS
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM, GiB
 
 
@@ -105,6 +105,21 @@ def add_parser(sub: Any) -> None:
         "--startup-log", default=None, help="a vLLM start-up log: its KV budget is used, each term compared"
     )
     e.add_argument(
+        "--sampler",
+        default=None,
+        choices=list(SAMPLERS),
+        help="vLLM's sampler at start-up: logits (V2 runner, the default), in-place (V1 runner), "
+        "sort (V1 with PyTorch's sort: 0.11.1-0.16, or 0.10-0.11.0 without FlashInfer); "
+        "default: what --startup-log shows, else logits",
+    )
+    e.add_argument(
+        "--moe-backend",
+        default=None,
+        choices=list(MOE_BACKENDS),
+        help="as vLLM's option; sets how MXFP4 experts are padded (default: what --startup-log "
+        "names, else auto, the GPU's kernel)",
+    )
+    e.add_argument(
         "--enable-eplb", action="store_true", help="an expert-parallel load balancer evens the GPUs' expert loads"
     )
     e.add_argument(
@@ -162,6 +177,8 @@ def deployment(a: argparse.Namespace, logged: StartupMemory | None = None) -> De
         block_size=a.block_size,
         cuda_graphs=not a.no_cuda_graphs,
         eplb=a.enable_eplb,
+        sampler=a.sampler or (logged and logged.sampler) or EngineConfig.sampler,
+        moe_backend=a.moe_backend or (logged and logged.moe_backend) or EngineConfig.moe_backend,
     )
     return Deployment(
         a.model,

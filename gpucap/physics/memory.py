@@ -34,11 +34,21 @@ ArrayLike = float | npt.NDArray[np.float64]
 # vLLM and TensorRT-LLM keep the DeepSeek-V3.2 indexer's keys in fp8 with one fp32 scale per
 # 128 values: 128 + 4 bytes per token per layer (vLLM ``DeepseekV32IndexerCache``).
 INDEXER_SCALE_BYTES = 4.0
-# Bytes per logit alive at the peak of vLLM's sampler profiling (``GPUModelRunner._dummy_sampler_run``,
-# v0.21+, whose second call warms the PyTorch-native path): the model-dtype logits (2), their fp32
-# copy (``Sampler.forward``, 4), fp32 probabilities (``softmax``, 4) and fp32 exponential noise
+# Bytes per logit alive at the peak of vLLM's sampler profiling (``_dummy_sampler_run``), by how the
+# sampler runs there (``EngineConfig.sampler``).
+# "logits" (the V2 model runner, vLLM's default where it supports the model from v0.24 at the
+# latest, v0.21 and earlier opt-in; it logs "model_runner.py"): its dummy requests keep the
+# default top-k and top-p (vocabulary, 1.0: ``SamplingStates``) and need no logits processing, so
+# only the logits in the model's dtype are held while the Gumbel kernel samples them.
+LOGITS_ONLY_BYTES_PER_LOGIT = 2.0
+# "in-place" (the V1 model runner, "gpu_model_runner.py", with FlashInfer's sampler or the Triton
+# top-k/top-p of v0.17+; v0.21+ warms both): the model-dtype logits (2), their fp32 copy
+# (``Sampler.forward``, 4), fp32 probabilities (``softmax``, 4) and fp32 exponential noise
 # (``random_sample``, 4); temperature, top-k and top-p work in place.
 SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0 + 4.0 + 4.0
+SORT_SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0 + (4.0 + 8.0) + 8.0 + (4.0 + 8.0)
+SORT_FEW_ROWS = 128  # PyTorch's segment count below which it sorts the whole batch at once
+SORT_FEW_ROWS_EXTRA_BYTES = 8.0
 OTHER_LOGIT_BYTES = 4.0  # fp32 logits, where SGLang and TensorRT-LLM reserve for sampling
 # Weights above this share of the usable memory leave a KV budget that the reservations' error
 # can move by a large part: where published start-ups show gpucap furthest off (data/memory)
@@ -66,21 +76,27 @@ def _round_up(x: float, to: int) -> float:
     return float(math.ceil(x / to) * to)
 
 
-def mxfp4_expert_padding(spec: ModelSpec, layout: Layout, gpu: GPU | None) -> float:
+def mxfp4_expert_padding(spec: ModelSpec, layout: Layout, gpu: GPU | None, moe_backend: str = "auto") -> float:
     """Factor by which vLLM's MXFP4 expert kernels pad the expert matrices: both are
     ``hidden x intermediate`` per GPU, stored at their padded sizes ``H' x I' / (H x I)``.
 
     vLLM 0.32 ``mxfp4_round_up_hidden_size_and_intermediate_size`` (``fused_moe/oracle/mxfp4.py``),
-    by the backend each GPU gets: Marlin on GPUs without fp8 (Ampere): I to 128, H to 256;
-    FlashInfer TRTLLM-gen on Blackwell (fp4 cores): I to 128, H to 256; Triton on Hopper: I to 64;
-    ROCm: both to 256. ``I`` is the intermediate width each GPU holds of an expert (split over
-    ``tp x attn_dp / ep``). gpt-oss (H 2880, I 2880) on 4 A100s: 768 x 3072 / (720 x 2880) = 1.138.
+    by the backend: Marlin (``moe_backend="marlin"``; "auto" on GPUs without fp8, Ampere) and
+    FlashInfer TRTLLM-gen ("flashinfer_trtllm"; "auto" on Blackwell, with fp4 cores): I to 128, H
+    to 256; Triton ("triton"; "auto" on Hopper): I to 64; ROCm, whichever backend: both to 256.
+    ``I`` is the intermediate width each GPU holds of an expert (split over ``tp x attn_dp / ep``).
+    gpt-oss (H 2880, I 2880) on 4 A100s: 768 x 3072 / (720 x 2880) = 1.138; on one H100 with
+    Marlin (vLLM 0.10.1 chose it there): 2944 x 3072 / 2880^2 = 1.090.
     """
     if gpu is None or not spec.is_moe:
         return 1.0
     h, i = float(spec.hidden_size), spec.moe_intermediate_size / max(layout.stage_gpus // layout.ep, 1)
     if gpu.is_amd:
         to_i, to_h = 256, 256
+    elif moe_backend in ("marlin", "flashinfer_trtllm"):
+        to_i, to_h = 128, 256
+    elif moe_backend == "triton":
+        to_i, to_h = 64, 1
     elif not gpu.flops_per_s.get("fp8") or gpu.flops_per_s.get("fp4"):
         to_i, to_h = 128, 256
     else:
@@ -88,7 +104,9 @@ def mxfp4_expert_padding(spec: ModelSpec, layout: Layout, gpu: GPU | None) -> fl
     return _round_up(i, to_i) * _round_up(h, to_h) / (i * h)
 
 
-def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout, gpu: GPU | None = None) -> WeightBytes:
+def weight_bytes_per_gpu(
+    spec: ModelSpec, weight_dtype: str, layout: Layout, gpu: GPU | None = None, moe_backend: str = "auto"
+) -> WeightBytes:
     """Bytes of weights on the most loaded GPU.
 
     ``bytes = sum over tensors of params x bytes_per_param(format) / shards``. Attention and dense
@@ -96,9 +114,10 @@ def weight_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, layout: Layout, gpu
     embeddings and lm_head are vocabulary-parallel over ``tp`` and stay 16-bit (quantized
     checkpoints keep them in bf16), routed experts are split over the ``tp x attn_dp`` GPUs of a
     stage, layers over ``pp`` (the first/last stage also holds the embedding/lm_head). MXFP4
-    experts are stored padded to the kernel's tiles on ``gpu`` (``mxfp4_expert_padding``).
+    experts are stored padded to the tiles of the ``moe_backend`` kernel on ``gpu``
+    (``mxfp4_expert_padding``).
     """
-    padding = mxfp4_expert_padding(spec, layout, gpu) if weight_dtype == "mxfp4" else 1.0
+    padding = mxfp4_expert_padding(spec, layout, gpu, moe_backend) if weight_dtype == "mxfp4" else 1.0
     return _weight_bytes(spec, weight_dtype, layout, padding)
 
 
@@ -192,29 +211,56 @@ def state_bytes_per_request_per_gpu(spec: ModelSpec, layout: Layout, copies: int
     return copies * per_layer * spec.num_linear_layers / (layout.tp * layout.pp)
 
 
+def fused_moe_workspace_elements_per_token(spec: ModelSpec, layout: Layout) -> float:
+    """Elements vLLM's fused-MoE kernel allocates per token of the batch: ``top_k x (max(N, H) + N / 2)``.
+
+    ``fused_experts_impl`` (vLLM 0.32 ``fused_moe/fused_moe.py``) allocates ``cache13``, ``M x top_k x
+    max(N, K)`` (the gate-and-up output, reused for the down output) and ``intermediate_cache2``,
+    ``M x top_k x N / 2`` (the activation's output), with ``N = 2 x`` the intermediate width each
+    GPU holds of an expert (split over ``tp x attn_dp / ep``) and ``K = H`` the hidden size. Qwen3-235B
+    (H 4096, I 1536, top 8) at tp 4: 8 x (4096 + 384) = 35,840.
+    """
+    n = 2.0 * spec.moe_intermediate_size / max(layout.stage_gpus // layout.ep, 1)
+    return spec.experts_per_token * (max(n, float(spec.hidden_size)) + n / 2)
+
+
 def forward_activation_bytes_per_gpu(spec: ModelSpec, layout: Layout, engine: EngineConfig) -> float:
     """Peak activations of one forward pass over ``T = max_num_batched_tokens`` tokens.
 
     ``T x (4 x hidden + 2 x mlp_width / tp) x 2 bytes`` (residual, normed input, attention output
     and the gated MLP's two halves; ``mlp_width`` is the dense MLP's or ``top_k x`` the experts').
+    Under vLLM a mixture of experts' layers take their fused-MoE workspace instead
+    (``fused_moe_workspace_elements_per_token``), the dense layers' MLP where it is wider.
     An approximation of what vLLM's profiler measures for ``_dummy_run(max_num_tokens)``.
     """
     tokens = float(engine.max_num_batched_tokens or 0)
+    if engine.engine == "vllm" and spec.is_moe:
+        dense = 2 * spec.intermediate_size / layout.tp if spec.num_dense_layers else 0.0
+        mlp_elements = max(dense, fused_moe_workspace_elements_per_token(spec, layout))
+        return tokens * (4 * spec.hidden_size + mlp_elements) * ACTIVATION_BYTES
     mlp = max(spec.intermediate_size, spec.experts_per_token * spec.moe_intermediate_size)
     return tokens * (4 * spec.hidden_size + 2 * mlp / layout.tp) * ACTIVATION_BYTES
 
 
 def sampler_bytes_per_gpu(spec: ModelSpec, engine: EngineConfig) -> float:
-    """Peak of the sampler's profiling run: ``min(max_num_seqs, max_num_batched_tokens) x vocab x
-    SAMPLER_BYTES_PER_LOGIT``.
+    """Peak of the sampler's profiling run: ``rows x vocab x bytes per logit``, with
+    ``rows = min(max_num_seqs, max_num_batched_tokens)``.
 
     One sampled row per request of the dummy batch (``_dummy_run`` splits the tokens over
     ``min(max_num_seqs, tokens)`` requests), each row the whole vocabulary on every GPU: vLLM
     all-gathers the logits under tensor parallelism (``LogitsProcessor._gather_logits``,
-    ``Platform.use_all_gather`` is true).
+    ``Platform.use_all_gather`` is true). Bytes per logit by ``engine.sampler``:
+    ``LOGITS_ONLY_BYTES_PER_LOGIT`` (2, "logits"), ``SAMPLER_BYTES_PER_LOGIT`` (14, "in-place") or
+    ``SORT_SAMPLER_BYTES_PER_LOGIT`` (38, "sort"; 46 below ``SORT_FEW_ROWS`` rows).
     """
     rows = min(float(engine.max_num_seqs or 0), float(engine.max_num_batched_tokens or 0))
-    return rows * spec.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    if engine.sampler == "sort":
+        per_logit = SORT_SAMPLER_BYTES_PER_LOGIT + (SORT_FEW_ROWS_EXTRA_BYTES if rows < SORT_FEW_ROWS else 0.0)
+    elif engine.sampler == "in-place":
+        per_logit = SAMPLER_BYTES_PER_LOGIT
+    else:
+        per_logit = LOGITS_ONLY_BYTES_PER_LOGIT
+    return rows * spec.vocab_size * per_logit
 
 
 def activation_bytes_per_gpu(spec: ModelSpec, layout: Layout, engine: EngineConfig) -> float:
@@ -335,7 +381,7 @@ def memory_breakdown(
     """
     engine = engine.resolve(gpu)
     util = float(engine.gpu_memory_utilization or 0.9)
-    weights = weight_bytes_per_gpu(spec, weight_dtype, layout, gpu)
+    weights = weight_bytes_per_gpu(spec, weight_dtype, layout, gpu, engine.moe_backend)
     act = activation_bytes_per_gpu(spec, layout, engine)
     kv_tok, kv_tok_gpu = kv_bytes_per_token(spec, kv_dtype), kv_bytes_per_token_per_gpu(spec, kv_dtype, layout)
     cache = 0.0

@@ -241,7 +241,7 @@ def _weight_bytes(hw: Hardware, slot: SlotTokens) -> Array:
     hidden x 2`` bytes of activations (``ACTIVATION_HIDDEN_PASSES``)."""
     spec, lay = hw.spec, hw.layout
     pp, tokens = lay.pp, slot.tokens
-    w = weight_bytes_per_gpu(spec, hw.weight_dtype, lay, hw.gpu)
+    w = weight_bytes_per_gpu(spec, hw.weight_dtype, lay, hw.gpu, hw.engine.moe_backend)
     lm_head_bytes = w.embeddings / (1 if spec.tie_embeddings or pp > 1 else 2)
     touched = experts_touched(spec, tokens) if spec.is_moe else np.zeros_like(tokens)
     weights = w.attention + w.dense_mlp + lm_head_bytes + w.experts * touched

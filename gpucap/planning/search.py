@@ -282,7 +282,10 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
         "comm_share": load.comm_share,
         "cost_per_hour": cost,
         "cost_per_million_output_tokens": cost / (load.output_tps * 3600) * 1e6,
-        "weights_GiB_per_gpu": weight_bytes_per_gpu(ask.spec, cand.weight_dtype, hw.layout, hw.gpu).total / GiB,
+        "weights_GiB_per_gpu": weight_bytes_per_gpu(
+            ask.spec, cand.weight_dtype, hw.layout, hw.gpu, hw.engine.moe_backend
+        ).total
+        / GiB,
     }
 
 
