@@ -9,6 +9,9 @@ version. gpucap is run with the same knobs and the logged total (else the catalo
 CUDA runtime's), and with what that version charges to the KV budget
 (``data/memory/README.md``):
 
+- the sampler's top-k/top-p as the row's ``sampler`` column says it ran ("sort" or "in-place",
+  with its basis: the log's own line where it has one), and the MoE kernel its log names
+  (``moe_backend``, which sets how MXFP4 experts are padded);
 - the CUDA-graph reservation only from vLLM 0.20, which estimates the graphs and subtracts them;
 - the non-torch memory: vLLM V0 and V1 up to 0.9.0 take their snapshot before the CUDA context
   and the distributed environment exist, so both are charged (gpucap's ``RUNTIME_OVERHEAD_BYTES``,
@@ -65,6 +68,8 @@ def predict(row: pd.Series) -> MemoryBreakdown:
         # the context and NCCL charged whole as SGLang's and TensorRT-LLM's runtime; else vLLM's defaults
         runtime_overhead_bytes=RUNTIME_OVERHEAD_BYTES if charges_context(row) else None,
         nccl_bytes=0.0 if charges_context(row) else None,
+        sampler=str(row["sampler"]),
+        moe_backend=str(row["moe_backend"]),
     )
     hw = hardware(
         str(row["model"]), str(row["gpu"]), tp=int(row["tp"]), weight_dtype=str(row["weight_dtype"]), engine=engine
