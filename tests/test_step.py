@@ -116,3 +116,21 @@ def test_experts_touched_by_hand() -> None:
     # one token: 8 / 128 = 6.25%; 56 tokens: 1 - (120/128)^56 = 1 - 0.9375^56 = 1 - 0.02694 = 97.31%
     assert float(experts_touched(spec, 1)) == pytest.approx(0.0625)
     assert float(experts_touched(spec, 56)) == pytest.approx(0.97306, abs=1e-5)
+
+
+def test_mxfp4_matmuls_run_at_the_activations_rate() -> None:
+    """gpt-oss's MXFP4 experts are multiplied by bf16 activations in vLLM on every GPU (0.32's
+    gpt-oss backend priority puts MXFP4 x BF16 first) and by MXFP8 activations in TensorRT-LLM on
+    Blackwell (examples/models/core/gpt_oss/README.md), bf16 on Hopper."""
+    from gpucap.physics.step import matmul_format
+
+    def fmt(gpu: str, engine: str) -> str:
+        return matmul_format(hardware("openai/gpt-oss-120b", gpu, engine=EngineConfig(engine=engine)))
+
+    assert hardware("openai/gpt-oss-120b", "B200-180GB").weight_dtype == "mxfp4"  # the checkpoint's format
+    assert [fmt("B200-180GB", "vllm"), fmt("B200-180GB", "trtllm"), fmt("H100-SXM-80GB", "trtllm")] == [
+        "bf16", "fp8", "bf16",
+    ]  # fmt: skip
+    assert fmt("MI355X-288GB", "trtllm") == "bf16" and fmt("A100-SXM-80GB", "vllm") == "bf16"
+    # other formats run at their own rate
+    assert matmul_format(hardware("Qwen/Qwen3-8B", "B200-180GB", weight_dtype="nvfp4")) == "fp4"

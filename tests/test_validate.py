@@ -72,6 +72,18 @@ def test_sampler_follows_the_rows_vllm_version() -> None:
     assert row_sampler(pd.Series({"engine_version": "0.4.3"}), "sglang", False) == "logits"
 
 
+def test_an_mxfp4_checkpoint_keeps_its_format_under_a_precision_label() -> None:
+    """TensorRT-LLM's perf tables label a configuration "(FP8)" or "(FP4)"; gpt-oss's MoE weights
+    stay MXFP4 whatever the label (its checkpoint is published so), a Llama's label is kept."""
+    from gpucap.calibration.validate import case_hardware
+
+    row = {"gpu": "H100-SXM-80GB", "num_gpus": 1, "tp": 1, "engine": "trtllm", "kv_cache_dtype": "auto"}
+    hw, _, notes = case_hardware(pd.Series({**row, "model": "openai/gpt-oss-20b", "weight_dtype": "fp8"}))
+    assert hw.weight_dtype == "mxfp4" and "precision label fp8" in notes[0]
+    hw, _, notes = case_hardware(pd.Series({**row, "model": "meta-llama/Llama-3.1-8B", "weight_dtype": "fp8"}))
+    assert hw.weight_dtype == "fp8" and notes == []
+
+
 def test_missing_required_column_is_named(tmp_path) -> None:
     path = tmp_path / "cases.csv"
     pd.DataFrame({"model": ["Qwen/Qwen3-8B"], "gpu": ["H100-SXM-80GB"]}).to_csv(path, index=False)

@@ -36,6 +36,7 @@ from gpucap.calibration.cases import (
     row_utilization,
     testbed_keys,
 )
+from gpucap.catalog.lookup import load_model
 from gpucap.config import EngineConfig, Hardware, hardware, split_of
 from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import LoadPoint, closed_loop, open_loop
@@ -64,6 +65,11 @@ LOAD_MODES = ("saturation", "fixed-concurrency", "poisson", "static-batch", "sin
 # Engines in the measurements that run one of the modelled engines underneath.
 ENGINE_ALIASES = {"nim": "trtllm", "other": "vllm", "tensorrt-llm": "trtllm", "trt-llm": "trtllm"}
 BLACKWELL_PREFIXES = ("B200", "GB200", "B300", "GB300", "RTX-PRO-6000")
+# Precision labels a results table gives a whole configuration ("H100 TP1 (FP8)", "B200 (FP4)"). For
+# an MXFP4 checkpoint (gpt-oss) they do not say the weights were re-quantized: its MoE weights stay
+# MXFP4 in every engine (TensorRT-LLM examples/models/core/gpt_oss: "the weights are pre-quantized
+# to mxfp4"), so the checkpoint's format is kept.
+PRECISION_LABELS = ("fp8", "nvfp4", "fp4")
 METRICS = ("output_tok_s", "ttft_ms", "tpot_ms")  # what calibration fits
 ALL_METRICS = METRICS + ("itl_ms",)  # what validation reports (ITL where a row gives it)
 METHODS = ("simulate", "closed-form")
@@ -108,6 +114,9 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     if not isinstance(wd, str) or not wd:
         wd = None  # the checkpoint's own format (gpucap.config.hardware)
         notes.append("weight dtype not stated: taken as the checkpoint's format")
+    elif wd in PRECISION_LABELS and load_model(str(row["model"])).checkpoint_dtype == "mxfp4":
+        notes.append(f"weights taken as the MXFP4 checkpoint's, not the row's precision label {wd}")
+        wd = "mxfp4"
     kv = str(row.get("kv_cache_dtype") or "auto")
     gpu = str(row["gpu"])
     if kv == "fp8-on-blackwell":

@@ -78,16 +78,17 @@ class GPU:
     def peak_flops_per_s(self, fmt: str) -> float:
         """Dense peak for a compute format, falling back to the next wider format the chip has
         (fp4 -> fp8 -> bf16): a chip without fp4 tensor cores runs an fp4 model's matmuls in fp8
-        or bf16 after dequantizing. MXFP4 checkpoints (gpt-oss) run as weight-only W4A16 where
-        there are no fp4 tensor cores: the weights are upcast and multiplied by bf16 activations
-        (Marlin on Ampere, Triton ``matmul_ogs`` on Hopper; vLLM's GPT-OSS recipe), so at the bf16
-        rate, not fp8's. On AMD GPUs vLLM runs MXFP4 checkpoints as W4A16 even where the chip has
-        fp4 matrix cores (MI355X): every ROCm MoE backend maps to ``mxfp4_w4a16_moe_quant_config``
-        (vllm ``fused_moe/oracle/mxfp4.py`` @ 001eda31); native fp4 x fp4 is for Quark OCP-MX
-        checkpoints only, so MXFP4 on AMD takes the bf16 rate."""
+        or bf16 after dequantizing. "mxfp4" is the weight-only W4A16 rate, bf16's, on every chip:
+        MXFP4 checkpoints (gpt-oss) are upcast and multiplied by bf16 activations (Marlin on
+        Ampere, Triton ``matmul_ogs`` on Hopper, FlashInfer's MXFP4 x BF16 first on Blackwell in
+        vLLM 0.32; on AMD every ROCm MoE backend maps to ``mxfp4_w4a16_moe_quant_config``, vllm
+        ``fused_moe/oracle/mxfp4.py`` @ 001eda31, even where the chip has fp4 matrix cores, as
+        native fp4 x fp4 is for Quark OCP-MX checkpoints only). Which format an engine's MXFP4
+        matmuls run in on a given chip is ``gpucap.physics.step.matmul_format``.
+        """
         chains = {
             "fp4": ("fp4", "fp8", "bf16"),
-            "mxfp4": ("bf16",) if self.is_amd else ("fp4", "bf16"),
+            "mxfp4": ("bf16",),
             "fp8": ("fp8", "bf16"),
             "int8": ("int8", "bf16"),
         }

@@ -49,6 +49,24 @@ Array = npt.NDArray[np.float64]
 ACTIVATION_HIDDEN_PASSES = 10
 
 
+def matmul_format(hw: Hardware) -> str:
+    """The tensor-core format the linear layers run in: the weights' (``COMPUTE_FORMAT``), except
+    for MXFP4 experts, which the engines multiply by wider activations.
+
+    TensorRT-LLM: MXFP8 activations on Blackwell (its ``TRTLLM`` and ``CUTLASS`` MoE backends,
+    ``examples/models/core/gpt_oss/README.md``), so the fp8 rate there (a mixed fp8 x fp4 MMA
+    runs at the fp8 rate); bf16 activations on Hopper (``TRITON``). vLLM 0.32 picks a bf16-activation
+    backend first on every GPU (``_get_priority_backends_for_gpt_oss``: FlashInfer TRTLLM MXFP4 x BF16
+    on Blackwell, Triton ``matmul_ogs`` on Hopper, Marlin on Ampere, W4A16 on ROCm); SGLang is taken
+    to run them as vLLM does (not checked). So the bf16 rate, unless TensorRT-LLM runs on fp4
+    tensor cores."""
+    if hw.weight_dtype == "mxfp4":
+        if hw.engine.engine == "trtllm" and not hw.gpu.is_amd and hw.gpu.flops_per_s.get("fp4"):
+            return "fp8"
+        return "bf16"
+    return COMPUTE_FORMAT[hw.weight_dtype]
+
+
 def _zeros() -> Array:
     return np.zeros(())
 
@@ -446,7 +464,7 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     hundreds of sequences)."""
     gpu = hw.gpu
     bw = gpu.hbm_bytes_per_s * coef.u_hbm
-    peak_format = gpu.peak_flops_per_s(COMPUTE_FORMAT[hw.weight_dtype]) * coef.u_compute
+    peak_format = gpu.peak_flops_per_s(matmul_format(hw)) * coef.u_compute
     peak_bf16 = gpu.peak_flops_per_s("bf16") * coef.u_compute
     extra: Array | float = 0.0
     if work.encoder_bytes.any() or work.draft_bytes.any():
