@@ -19,7 +19,7 @@ FRONT_ENDS: tuple[FrontEndKind, ...] = ("http", "offline")
 # How vLLM's sampler runs at its profiling run, which sets the memory it reserves for it:
 # "logits" (the V2 model runner, today's default: logits only), "in-place" (the V1 runner with
 # FlashInfer's sampler or the Triton top-k/top-p of v0.17+) or "sort" (the V1 runner with
-# PyTorch's sort: v0.14-v0.16 by default, v0.10-v0.11 without FlashInfer). gpucap.physics.memory.
+# PyTorch's sort: v0.11.1-v0.16 by default, v0.10-v0.11.0 without FlashInfer). gpucap.physics.memory.
 SamplerKind = Literal["logits", "in-place", "sort"]
 SAMPLERS: tuple[SamplerKind, ...] = ("logits", "in-place", "sort")
 

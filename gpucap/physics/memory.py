@@ -36,16 +36,24 @@ ArrayLike = float | npt.NDArray[np.float64]
 INDEXER_SCALE_BYTES = 4.0
 # Bytes per logit alive at the peak of vLLM's sampler profiling (``_dummy_sampler_run``), by how the
 # sampler runs there (``EngineConfig.sampler``).
-# "logits" (the V2 model runner, vLLM's default where it supports the model from v0.24 at the
-# latest, v0.21 and earlier opt-in; it logs "model_runner.py"): its dummy requests keep the
-# default top-k and top-p (vocabulary, 1.0: ``SamplingStates``) and need no logits processing, so
-# only the logits in the model's dtype are held while the Gumbel kernel samples them.
+# "logits" (the V2 model runner, which logs "model_runner.py": vLLM's default for dense models from
+# v0.22, a list of architectures until v0.24, and for every model it supports from v0.29): its
+# dummy requests keep the default top-k and top-p (vocabulary, 1.0: ``SamplingStates``) and need
+# no logits processing, so only the logits in the model's dtype are held while the Gumbel kernel
+# samples them.
 LOGITS_ONLY_BYTES_PER_LOGIT = 2.0
 # "in-place" (the V1 model runner, "gpu_model_runner.py", with FlashInfer's sampler or the Triton
 # top-k/top-p of v0.17+; v0.21+ warms both): the model-dtype logits (2), their fp32 copy
 # (``Sampler.forward``, 4), fp32 probabilities (``softmax``, 4) and fp32 exponential noise
 # (``random_sample``, 4); temperature, top-k and top-p work in place.
 SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0 + 4.0 + 4.0
+# "sort" (the V1 runner with PyTorch's ``apply_top_k_top_p``: v0.11.1-v0.16 by default, v0.10-v0.11.0
+# without FlashInfer): at ``logits.sort()`` the model-dtype logits (2) and their fp32 copy (4) are
+# alive with the sorted values (4) and int64 indices (8), PyTorch's int64 reverse indices
+# (``segmented_sort_pairs``, ATen/native/cuda/SortStable.cu, 8) and CUB's alternate key and value
+# buffers (``DeviceSegmentedRadixSort::SortPairs`` may not overwrite its input: 4 + 8). Below 128
+# rows PyTorch sorts by ``segmented_sort_pairs_by_full_sort``: two int2 index-and-segment arrays
+# (16) instead of the reverse indices (8).
 SORT_SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0 + (4.0 + 8.0) + 8.0 + (4.0 + 8.0)
 SORT_FEW_ROWS = 128  # PyTorch's segment count below which it sorts the whole batch at once
 SORT_FEW_ROWS_EXTRA_BYTES = 8.0

@@ -269,6 +269,7 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
     _, total_replicas = replicas_needed(ask.rate if per_rate else ask.target.value, load.capacity, ask.headroom)
     total_gpus = total_replicas * cand.gpus_per_replica
     cost = total_gpus * price
+    weights = weight_bytes_per_gpu(ask.spec, cand.weight_dtype, hw.layout, hw.gpu, hw.engine.moe_backend)
     return {
         **cand.describe(),
         "replicas": total_replicas,
@@ -282,10 +283,7 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
         "comm_share": load.comm_share,
         "cost_per_hour": cost,
         "cost_per_million_output_tokens": cost / (load.output_tps * 3600) * 1e6,
-        "weights_GiB_per_gpu": weight_bytes_per_gpu(
-            ask.spec, cand.weight_dtype, hw.layout, hw.gpu, hw.engine.moe_backend
-        ).total
-        / GiB,
+        "weights_GiB_per_gpu": weights.total / GiB,
     }
 
 
