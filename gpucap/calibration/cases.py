@@ -103,7 +103,7 @@ def row_sampler(row: pd.Series, engine: str, moe: bool) -> str:
         return given
     version = vllm_version(row, parts=3)
     if engine != "vllm" or version is None:
-        return EngineConfig().sampler
+        return EngineConfig.sampler
     if version <= (0, 11, 0) or (0, 17, 0) <= version < (0, 22, 0):
         return "in-place"
     if version < (0, 17, 0):

@@ -14,7 +14,6 @@ every row (the fast path calibration fits with).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -110,11 +109,12 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     if convention:
         tp = split.tp
         notes.append(convention)
+    spec = load_model(str(row["model"]))
     wd: str | None = row.get("weight_dtype")
     if not isinstance(wd, str) or not wd:
         wd = None  # the checkpoint's own format (gpucap.config.hardware)
         notes.append("weight dtype not stated: taken as the checkpoint's format")
-    elif wd in PRECISION_LABELS and load_model(str(row["model"])).checkpoint_dtype == "mxfp4":
+    elif wd in PRECISION_LABELS and spec.checkpoint_dtype == "mxfp4":
         notes.append(f"weights taken as the MXFP4 checkpoint's, not the row's precision label {wd}")
         wd = "mxfp4"
     kv = str(row.get("kv_cache_dtype") or "auto")
@@ -134,12 +134,10 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
         cuda_graphs=not eager,
         overlap_host=row_overlap_host(row, engine),
         front_end=row_front_end(row),
+        sampler=row_sampler(row, engine, spec.is_moe),
     )
     hw = hardware(
         str(row["model"]), gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=wd, kv_dtype=kv, engine=eng
-    )
-    hw = dataclasses.replace(
-        hw, engine=dataclasses.replace(hw.engine, sampler=row_sampler(row, engine, hw.spec.is_moe))
     )
     per = hw.layout.gpus_per_replica
     if num_gpus % per:

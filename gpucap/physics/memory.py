@@ -84,6 +84,12 @@ def _round_up(x: float, to: int) -> float:
     return float(math.ceil(x / to) * to)
 
 
+def expert_width_per_gpu(spec: ModelSpec, layout: Layout) -> float:
+    """The intermediate width each GPU holds of a routed expert: ``moe_intermediate_size`` split
+    over the ``tp x attn_dp / ep`` GPUs that share each expert (whole under expert parallelism)."""
+    return spec.moe_intermediate_size / max(layout.stage_gpus // layout.ep, 1)
+
+
 def mxfp4_expert_padding(spec: ModelSpec, layout: Layout, gpu: GPU | None, moe_backend: str = "auto") -> float:
     """Factor by which vLLM's MXFP4 expert kernels pad the expert matrices: both are
     ``hidden x intermediate`` per GPU, stored at their padded sizes ``H' x I' / (H x I)``.
@@ -92,13 +98,12 @@ def mxfp4_expert_padding(spec: ModelSpec, layout: Layout, gpu: GPU | None, moe_b
     by the backend: Marlin (``moe_backend="marlin"``; "auto" on GPUs without fp8, Ampere) and
     FlashInfer TRTLLM-gen ("flashinfer_trtllm"; "auto" on Blackwell, with fp4 cores): I to 128, H
     to 256; Triton ("triton"; "auto" on Hopper): I to 64; ROCm, whichever backend: both to 256.
-    ``I`` is the intermediate width each GPU holds of an expert (split over ``tp x attn_dp / ep``).
-    gpt-oss (H 2880, I 2880) on 4 A100s: 768 x 3072 / (720 x 2880) = 1.138; on one H100 with
+    ``I`` is ``expert_width_per_gpu``. gpt-oss (H 2880, I 2880) on 4 A100s: 768 x 3072 / (720 x 2880) = 1.138; on one H100 with
     Marlin (vLLM 0.10.1 chose it there): 2944 x 3072 / 2880^2 = 1.090.
     """
     if gpu is None or not spec.is_moe:
         return 1.0
-    h, i = float(spec.hidden_size), spec.moe_intermediate_size / max(layout.stage_gpus // layout.ep, 1)
+    h, i = float(spec.hidden_size), expert_width_per_gpu(spec, layout)
     if gpu.is_amd:
         to_i, to_h = 256, 256
     elif moe_backend in ("marlin", "flashinfer_trtllm"):
@@ -224,11 +229,11 @@ def fused_moe_workspace_elements_per_token(spec: ModelSpec, layout: Layout) -> f
 
     ``fused_experts_impl`` (vLLM 0.32 ``fused_moe/fused_moe.py``) allocates ``cache13``, ``M x top_k x
     max(N, K)`` (the gate-and-up output, reused for the down output) and ``intermediate_cache2``,
-    ``M x top_k x N / 2`` (the activation's output), with ``N = 2 x`` the intermediate width each
-    GPU holds of an expert (split over ``tp x attn_dp / ep``) and ``K = H`` the hidden size. Qwen3-235B
+    ``M x top_k x N / 2`` (the activation's output), with ``N = 2 x expert_width_per_gpu`` and
+    ``K = H`` the hidden size. Qwen3-235B
     (H 4096, I 1536, top 8) at tp 4: 8 x (4096 + 384) = 35,840.
     """
-    n = 2.0 * spec.moe_intermediate_size / max(layout.stage_gpus // layout.ep, 1)
+    n = 2.0 * expert_width_per_gpu(spec, layout)
     return spec.experts_per_token * (max(n, float(spec.hidden_size)) + n / 2)
 
 
