@@ -69,6 +69,8 @@ class GPU:
     source: str = ""
     tdp_w: float = 0.0  # board power, W (0 when the catalog row gives none)
     vendor: str = ""  # "NVIDIA", "AMD", ... (the catalog's vendor column)
+    exp_per_s: float = 0.0  # softmax exponentials the special-function units give a second (0: not given)
+    mxfp4_bf16_share: float = 0.0  # measured ceiling of a bf16 x MXFP4 MoE GEMM, share of bf16 peak (0: none)
 
     @property
     def is_amd(self) -> bool:
@@ -104,8 +106,8 @@ SPEED_PARTS = ("compute", "all")
 def scaled(gpu: GPU, speed: float, part: str = "compute") -> GPU:
     """``gpu`` with its rates times ``speed``: a testbed that runs the same kernels ``speed`` times
     as fast as the datasheet and the default efficiencies say. ``part="compute"`` scales the
-    tensor-core FLOP/s only (clocks held down by a power cap slow compute-bound kernels and leave
-    memory-bound ones as they are); ``"all"`` also memory and link bandwidth. Host times are not
+    tensor-core FLOP/s and the special-function units' exponentials only (clocks held down by a
+    power cap slow compute-bound kernels and leave memory-bound ones as they are); ``"all"`` also memory and link bandwidth. Host times are not
     scaled."""
     if not (math.isfinite(speed) and speed > 0):
         raise ValueError(f"speed must be a positive number, got {speed!r}")
@@ -115,6 +117,7 @@ def scaled(gpu: GPU, speed: float, part: str = "compute") -> GPU:
     return dataclasses.replace(
         gpu,
         flops_per_s={k: v * speed for k, v in gpu.flops_per_s.items()},
+        exp_per_s=gpu.exp_per_s * speed,
         hbm_bytes_per_s=gpu.hbm_bytes_per_s * bw,
         link_bytes_per_s=gpu.link_bytes_per_s * bw,
     )
@@ -164,7 +167,28 @@ def _gpu_from_row(row: dict[str, str], where: str) -> GPU:
         source=(row.get("source") or "").strip(),
         tdp_w=_num(row, "tdp_W", where),
         vendor=(row.get("vendor") or "").strip(),
+        exp_per_s=exp_per_s(row, where),
+        mxfp4_bf16_share=_share(row, "mxfp4_bf16_peak_share", where),
     )
+
+
+def exp_per_s(row: dict[str, str], where: str) -> float:
+    """Exponentials per second of the special-function units, the ceiling of a softmax:
+    ``SMs x boost clock x exp2 results per clock per SM`` (columns ``sm_count``,
+    ``sm_clock_MHz``, ``exp2_per_clock_per_sm``; 0 unless all three are given). The CUDA C++
+    Programming Guide's table of arithmetic-instruction throughput gives 16 base-2 exponentials per
+    clock per SM on compute capabilities 8.x to 10.0; Blackwell Ultra doubles it."""
+    sms = _num(row, "sm_count", where)
+    clock_hz = _num(row, "sm_clock_MHz", where) * 1e6
+    return sms * clock_hz * _num(row, "exp2_per_clock_per_sm", where)
+
+
+def _share(row: dict[str, str], col: str, where: str) -> float:
+    """An optional share in (0, 1]; empty reads as 0 (not given)."""
+    value = _num(row, col, where)
+    if value > 1:
+        raise ValueError(f"{where}: column {col!r} = {value:g} is a share of the peak; give a number in (0, 1]")
+    return value
 
 
 def _link_domain(row: dict[str, str], where: str) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from gpucap.catalog.gpus import GPU
 from gpucap.catalog.models import ModelSpec
 from gpucap.config import Hardware, Images
 from gpucap.physics.attention import (  # prefill_pairs_per_layer re-exported: callers import it from here
@@ -85,6 +86,8 @@ class StepWork:
     link_bytes_s: Array  # link transfer time at full per-direction bandwidth
     link_latency_s: Array  # sum of per-collective latencies (alpha)
     sequences: Array  # running sequences one scheduler handles (batch / attn_dp)
+    mixed_input_flop: Array = field(default_factory=_zeros)  # of linear_flop: MXFP4 weights x bf16 activations
+    softmax_excess_flop: Array = field(default_factory=_zeros)  # bf16 FLOP the softmax's exponentials add
     encoder_flop: Array = field(default_factory=_zeros)  # vision encoder, bf16
     encoder_bytes: Array = field(default_factory=_zeros)  # encoder weights and activations
     draft_linear_flop: Array = field(default_factory=_zeros)  # drafter matmuls, weight format's rate
@@ -144,14 +147,20 @@ def step_work(
     drafter's work is ``speculative_draft_work``. ``images`` (of size ``image``) are encoded in
     the step: ``encoder_work``. All of it stays affine in decode tokens, prompt tokens, prefill
     pairs and images, which the closed-loop solver relies on (``gpucap.physics.steady``).
-    The parts: ``_linear_flop``, ``_attention_flop``, ``_weight_bytes``, ``_kv_bytes``, ``_link_s``.
+    The parts: ``_linear_parts``, ``_attention_flop``, ``_weight_bytes``, ``_kv_bytes``, ``_link_s``;
+    of the linear FLOP, the experts' where their weights are MXFP4 against bf16 activations
+    (``mixed_input_experts``); beside the attention FLOP, what the softmax's exponentials add
+    (``_softmax_excess_flop``).
     """
     slot = _slot_tokens(hw, decode_tokens, prefill_tokens, prefill_pairs, speculative)
     attended = attended_tokens_per_layer(hw.spec, decode_context)
     link_s, lat_s = _link_s(hw, slot)
     zero = np.zeros_like(slot.tokens)
+    dense, experts, lm_head = _linear_parts(hw, slot)
     work = StepWork(
-        linear_flop=np.asarray(_linear_flop(hw, slot), dtype=float),
+        linear_flop=np.asarray(dense + experts + lm_head, dtype=float),
+        mixed_input_flop=np.asarray(experts + zero if mixed_input_experts(hw) else zero, dtype=float),
+        softmax_excess_flop=np.asarray(_softmax_excess_flop(hw, slot, attended) + zero, dtype=float),
         attention_flop=np.asarray(_attention_flop(hw, slot, attended, decode_context), dtype=float),
         weight_bytes=np.asarray(_weight_bytes(hw, slot), dtype=float),
         kv_bytes=np.asarray(_kv_bytes(hw, slot, attended, decode_context), dtype=float),
@@ -205,13 +214,14 @@ def _slot_tokens(
     return SlotTokens(sequences=b, decode_tokens=v, prompt_pairs=pairs_prefill, tokens=v + p)
 
 
-def _linear_flop(hw: Hardware, slot: SlotTokens) -> Array:
-    """Matmul FLOP against weights in one stage slot on one GPU, with T tokens, v of them sampled:
+def _linear_parts(hw: Hardware, slot: SlotTokens) -> tuple[Array, Array, Array]:
+    """Matmul FLOP against weights in one stage slot on one GPU, with T tokens, v of them sampled,
+    in three parts (their sum is ``StepWork.linear_flop``):
 
-    ``2 x dense params / pp x T / (tp x attn_dp)`` (attention, dense MLPs, shared experts,
-    routers) ``+ 2 x expert params x k x MoE layers / pp x T / stage GPUs x ep_imbalance(ep)``
-    (the busiest GPU of the expert-parallel group sets the step, ``gpucap.physics.routing``)
-    ``+ 2 x hidden x vocab x v / (tp x attn_dp)`` (the lm_head)."""
+    dense ``2 x dense params / pp x T / (tp x attn_dp)`` (attention, dense MLPs, shared experts,
+    routers); experts ``2 x expert params x k x MoE layers / pp x T / stage GPUs x ep_imbalance(ep)``
+    (the busiest GPU of the expert-parallel group sets the step, ``gpucap.physics.routing``);
+    lm_head ``2 x hidden x vocab x v / (tp x attn_dp)``."""
     spec, lay = hw.spec, hw.layout
     pp, group = lay.pp, lay.tp * lay.attn_dp
     tokens, v = slot.tokens, slot.decode_tokens
@@ -220,7 +230,45 @@ def _linear_flop(hw: Hardware, slot: SlotTokens) -> Array:
     busiest = ep_imbalance(lay.ep, hw.engine.eplb)  # the busiest GPU of the expert-parallel group sets the step
     expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus * busiest
     lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * v / group
-    return dense_flop + expert_flop + lm_head_flop
+    return dense_flop, expert_flop, lm_head_flop
+
+
+def mixed_input_experts(hw: Hardware) -> bool:
+    """Whether the routed experts' matmuls take MXFP4 weights against bf16 activations
+    (``matmul_format`` gives bf16 for an MXFP4 checkpoint): such a kernel converts every weight
+    to bf16 in registers before the tensor cores take it, and those instructions compete with the
+    multiplies for issue slots (the GPU's ``mxfp4_bf16_share``, ``step_terms``). Only a MoE's
+    experts are MXFP4 in the checkpoints that use it (gpt-oss: attention and router in bf16)."""
+    return hw.weight_dtype == "mxfp4" and hw.spec.is_moe and matmul_format(hw) == "bf16"
+
+
+def _softmax_excess_flop(hw: Hardware, slot: SlotTokens, attended: Array) -> Array:
+    """bf16 FLOP-equivalent by which a step's softmax exponentials outlast the tensor cores'
+    QK^T and AV work, in one stage slot on one GPU.
+
+    Every (query, key) pair of every head takes one exponential on the special-function units
+    (``GPU.exp_per_s``) while the tensor cores do ``attention_flop_per_pair / heads`` FLOP for it
+    (``4 x head_dim`` for GQA). At ``R = bf16 peak / exp_per_s`` FLOP per exponential the
+    exponentials bind whenever ``R`` exceeds the FLOP per pair and head (FlashAttention-3 and -4
+    schedule around exactly this; Blackwell Ultra doubles the exponential rate for it):
+
+    ``attention layers / pp / (tp x attn_dp) x heads x sum over decode and prefill of
+    pairs x max(0, R - FLOP per pair and head)``
+
+    with ``v x attended`` decode pairs and the prefill pairs. It stays affine in the work (a
+    constant per kind of pair). Zero where the catalog gives no exponential rate, and for the
+    linear layers of a hybrid and DeepSeek-V3.2's indexer (no softmax); a vision encoder's
+    attention is not counted."""
+    spec, lay, gpu = hw.spec, hw.layout, hw.gpu
+    zero = np.zeros_like(slot.tokens)
+    if not gpu.exp_per_s or not spec.num_heads:
+        return zero
+    flop_per_exp = gpu.peak_flops_per_s("bf16") / gpu.exp_per_s
+    group = lay.tp * lay.attn_dp
+    heads_layers = spec.num_heads * spec.num_kv_layers / lay.pp / group
+    decode = max(0.0, flop_per_exp - attention_flop_per_pair(spec, decode=True) / spec.num_heads)
+    prefill = max(0.0, flop_per_exp - attention_flop_per_pair(spec, decode=False) / spec.num_heads)
+    return heads_layers * (slot.decode_tokens * attended * decode + slot.prompt_pairs * prefill) + zero
 
 
 def _attention_flop(hw: Hardware, slot: SlotTokens, attended: Array, decode_context: ArrayLike) -> Array:
@@ -428,7 +476,7 @@ def speculative_draft_work(
     return _only(
         zero,
         draft_linear_flop=total("linear_flop"),
-        draft_attention_flop=total("attention_flop"),
+        draft_attention_flop=total("attention_flop") + total("softmax_excess_flop"),
         draft_bytes=total("weight_bytes") + total("kv_bytes"),
         link_bytes_s=total("link_bytes_s"),
         link_latency_s=total("link_latency_s"),
@@ -442,10 +490,11 @@ GEMM_COMPUTE, GEMM_MEMORY, ATTN_COMPUTE, ATTN_MEMORY, COMM, OVERHEAD = range(6)
 
 def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     """The six parts of a step, stacked on a new first axis (rows named above), each affine in
-    the work: matmul compute ``linear FLOP / (peak_format x u_compute)``, matmul memory
-    ``weight bytes / (hbm x u_hbm)``, attention compute ``attention FLOP / (peak_bf16 x
-    u_compute)``, attention memory ``KV bytes / (hbm x u_hbm)``, link ``(1 - overlap) x (alpha +
-    link bytes / (link x u_link))`` (these per pipeline stage), and the host's scheduling time
+    the work: matmul compute ``linear FLOP / (peak_format x u_compute)`` (the MXFP4 x bf16
+    experts' share at ``_mixed_input_rate`` instead), matmul memory ``weight bytes / (hbm x
+    u_hbm)``, attention compute ``(attention FLOP + softmax excess) / (peak_bf16 x u_compute)``,
+    attention memory ``KV bytes / (hbm x u_hbm)``, link ``(1 - overlap) x (alpha + link bytes /
+    (link x u_link))`` (these per pipeline stage), and the host's scheduling time
     ``t_overhead`` (which an engine may run beside the GPU: ``combine``).
 
     Kernels have a floor the rooflines miss: ``t_layer`` per layer per step (back-to-back kernels
@@ -476,12 +525,23 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     per_layer = coef.t_layer_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER)
     floor = (per_layer * hw.spec.num_layers + coef.t_seq_s * work.sequences) / pp  # per stage slot
     extra = extra + floor
-    gemm_c = work.linear_flop / peak_format + extra
-    attn_c = work.attention_flop / peak_bf16
+    mixed = work.mixed_input_flop
+    gemm_c = (work.linear_flop - mixed) / peak_format + mixed / _mixed_input_rate(gpu, coef) + extra
+    attn_c = (work.attention_flop + work.softmax_excess_flop) / peak_bf16
     comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
     host = coef.t_overhead_s + 0.0 * work.sequences
     gemm_m = work.weight_bytes / bw + extra
     return np.stack(np.broadcast_arrays(gemm_c, gemm_m, attn_c, work.kv_bytes / bw, comm, host))
+
+
+def _mixed_input_rate(gpu: GPU, coef: Coefficients) -> float:
+    """FLOP/s of the MXFP4-weight x bf16-activation matmuls (``mixed_input_experts``): bf16 peak x
+    ``min(u_compute, mxfp4_bf16_share)``. The share is a measured ceiling where the catalog has one
+    (H100: a Marlin W4A16 MoE GEMM at 16,384-token prefill chunks ran at 25.7% of bf16 peak,
+    issue-bound on its dequantizing instructions: sgl-project/sglang#38884), so ``u_compute``
+    only counts below it."""
+    share = min(coef.u_compute, gpu.mxfp4_bf16_share) if gpu.mxfp4_bf16_share else coef.u_compute
+    return gpu.peak_flops_per_s("bf16") * share
 
 
 def combine(hw: Hardware, terms: Array) -> StepTime:
