@@ -107,8 +107,8 @@ def scaled(gpu: GPU, speed: float, part: str = "compute") -> GPU:
     """``gpu`` with its rates times ``speed``: a testbed that runs the same kernels ``speed`` times
     as fast as the datasheet and the default efficiencies say. ``part="compute"`` scales the
     tensor-core FLOP/s and the special-function units' exponentials only (clocks held down by a
-    power cap slow compute-bound kernels and leave memory-bound ones as they are); ``"all"`` also memory and link bandwidth. Host times are not
-    scaled."""
+    power cap slow compute-bound kernels and leave memory-bound ones as they are); ``"all"`` also
+    memory and link bandwidth. Host times are not scaled."""
     if not (math.isfinite(speed) and speed > 0):
         raise ValueError(f"speed must be a positive number, got {speed!r}")
     if part not in SPEED_PARTS:
@@ -174,10 +174,11 @@ def _gpu_from_row(row: dict[str, str], where: str) -> GPU:
 
 def exp_per_s(row: dict[str, str], where: str) -> float:
     """Exponentials per second of the special-function units, the ceiling of a softmax:
-    ``SMs x boost clock x exp2 results per clock per SM`` (columns ``sm_count``,
-    ``sm_clock_MHz``, ``exp2_per_clock_per_sm``; 0 unless all three are given). The CUDA C++
-    Programming Guide's table of arithmetic-instruction throughput gives 16 base-2 exponentials per
-    clock per SM on compute capabilities 8.x to 10.0; Blackwell Ultra doubles it."""
+    ``SMs x SM clock x exp2 results per clock per SM`` (columns ``sm_count``, ``sm_clock_MHz``: the
+    clock the datasheet's tensor peak is computed at, ``exp2_per_clock_per_sm``; 0 unless all three
+    are given). The CUDA C++ Programming Guide's table of arithmetic-instruction throughput gives 16
+    base-2 exponentials per clock per SM on compute capabilities 8.0 to 9.0, FlashAttention-4 the
+    same on 10.0; Blackwell Ultra doubles it (NVIDIA)."""
     sms = _num(row, "sm_count", where)
     clock_hz = _num(row, "sm_clock_MHz", where) * 1e6
     return sms * clock_hz * _num(row, "exp2_per_clock_per_sm", where)
