@@ -44,6 +44,7 @@ from gpucap.physics.concurrency import (
 from gpucap.physics.memory import MemoryBreakdown, batch_slots, memory_limit
 from gpucap.physics.runs import saturation_run
 from gpucap.physics.speculative import Speculative
+from gpucap.physics.step import mixed_input_experts, softmax_slowdown
 
 COMM_SHARE_WARNING = 0.5  # seed 1's rule of thumb
 MAX_SEARCH_CONCURRENCY = 1 << 16  # per replica
@@ -290,8 +291,9 @@ def _notes(
     speculative: Speculative | None, image_tokens: float, why: str,
 ) -> list[str]:  # fmt: skip
     """What the answer assumed that the user should know: the checkpoint's format, why not even
-    one request meets the SLOs (``why``), a tp beyond one link domain, the images' and the prefix
-    cache's share, the drafter."""
+    one request meets the SLOs (``why``), a kernel limit that applies (the MXFP4 x bf16 experts'
+    measured ceiling, the softmax's exponentials: ``gpucap.physics.step``), a tp beyond one link
+    domain, the images' and the prefix cache's share, the drafter."""
     notes = []
     if deployment.weight_dtype is None and hw.weight_dtype != "bf16":
         notes.append(
@@ -300,6 +302,19 @@ def _notes(
         )
     if why:
         notes.append(why)
+    if mixed_input_experts(hw) and hw.gpu.mxfp4_bf16_share:
+        notes.append(
+            f"the MXFP4 experts are multiplied by bf16 activations: on {hw.gpu.key} such a MoE GEMM runs at no more "
+            f"than {hw.gpu.mxfp4_bf16_share:.1%} of bf16 peak (measured, issue-bound on converting the weights; "
+            "the GPU catalog's mxfp4_bf16_peak_share)"
+        )
+    slowdown = softmax_slowdown(hw)
+    if slowdown > 1.0 + 1e-3:
+        notes.append(
+            f"prompt attention is bound by the softmax's exponentials on {hw.gpu.key}: heads of {hw.spec.head_dim} "
+            f"do fewer tensor FLOP per (query, key) pair than the GPU does per exponential, so attention compute "
+            f"takes {slowdown:.2f}x its tensor-core time"
+        )
     domain = hw.gpu.max_tp_on_link
     if hw.layout.tp > domain:
         notes.append(

@@ -7,10 +7,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import gpucap
 from gpucap.catalog.gpus import get_gpu, read_gpu_file
 from gpucap.config import EngineConfig, hardware
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.step import ATTN_COMPUTE, GEMM_COMPUTE, prefill_pairs_per_layer, step_terms, step_work
+from gpucap.physics.step import (
+    ATTN_COMPUTE,
+    GEMM_COMPUTE,
+    prefill_pairs_per_layer,
+    softmax_slowdown,
+    step_terms,
+    step_work,
+)
 
 IDEAL = Coefficients(
     u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0
@@ -131,3 +139,19 @@ def test_dense_models_carry_no_mixed_input_flop() -> None:
     hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
     work = step_work(hw, decode_tokens=np.array([1.0, 512.0]), decode_context=100.0)
     assert np.all(work.mixed_input_flop == 0.0)
+
+
+def test_softmax_slowdown_by_hand() -> None:
+    # gpt-oss: 512 bf16 FLOP per exponential on B200 over 4 x 64 = 256 per pair and head: 2.
+    assert softmax_slowdown(hardware("openai/gpt-oss-20b", "B200-180GB")) == pytest.approx(2.0, rel=1e-3)
+    assert softmax_slowdown(hardware("meta-llama/Llama-3.1-8B", "B200-180GB")) == 1.0  # 512 / 512
+    assert softmax_slowdown(hardware("openai/gpt-oss-20b", "A100-SXM-80GB")) == 1.0  # 128 / 256
+
+
+def test_the_estimate_says_which_limit_applies() -> None:
+    b200 = gpucap.estimate("openai/gpt-oss-20b", "B200-180GB", 1, engine="trtllm", input_len=8000, output_len=1000)
+    assert any("softmax's exponentials" in n and "2.00x" in n for n in b200.notes)
+    h100 = gpucap.estimate("openai/gpt-oss-20b", "H100-SXM-80GB", 1, input_len=2000, output_len=200)
+    assert any("25.7% of bf16 peak" in n for n in h100.notes)
+    llama = gpucap.estimate("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", 1, input_len=2000, output_len=200)
+    assert not any("exponentials" in n or "MXFP4" in n for n in llama.notes)

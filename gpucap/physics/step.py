@@ -259,16 +259,30 @@ def _softmax_excess_flop(hw: Hardware, slot: SlotTokens, attended: Array) -> Arr
     constant per kind of pair). Zero where the catalog gives no exponential rate, and for the
     linear layers of a hybrid and DeepSeek-V3.2's indexer (no softmax); a vision encoder's
     attention is not counted."""
-    spec, lay, gpu = hw.spec, hw.layout, hw.gpu
+    spec, lay = hw.spec, hw.layout
     zero = np.zeros_like(slot.tokens)
-    if not gpu.exp_per_s or not spec.num_heads:
+    if not spec.num_heads:
         return zero
-    flop_per_exp = gpu.peak_flops_per_s("bf16") / gpu.exp_per_s
     group = lay.tp * lay.attn_dp
     heads_layers = spec.num_heads * spec.num_kv_layers / lay.pp / group
-    decode = max(0.0, flop_per_exp - attention_flop_per_pair(spec, decode=True) / spec.num_heads)
-    prefill = max(0.0, flop_per_exp - attention_flop_per_pair(spec, decode=False) / spec.num_heads)
-    return heads_layers * (slot.decode_tokens * attended * decode + slot.prompt_pairs * prefill) + zero
+
+    def excess(decode: bool) -> float:  # FLOP per pair and head the exponential adds
+        tensor = attention_flop_per_pair(spec, decode=decode) / spec.num_heads
+        return tensor * (softmax_slowdown(hw, decode=decode) - 1.0)
+
+    return heads_layers * (slot.decode_tokens * attended * excess(True) + slot.prompt_pairs * excess(False)) + zero
+
+
+def softmax_slowdown(hw: Hardware, decode: bool = False) -> float:
+    """How many times its tensor-core time attention compute takes when the softmax's exponentials
+    bind: ``max(1, R / (FLOP per pair and head))`` with ``R = bf16 peak / exp_per_s`` bf16 FLOP per
+    exponential (``_softmax_excess_flop``); 1 where the catalog gives no exponential rate. gpt-oss
+    (heads of 64, 256 FLOP per pair) on a B200 (512): 2."""
+    gpu, spec = hw.gpu, hw.spec
+    if not gpu.exp_per_s or not spec.num_heads:
+        return 1.0
+    flop_per_exp = gpu.peak_flops_per_s("bf16") / gpu.exp_per_s
+    return max(1.0, flop_per_exp / (attention_flop_per_pair(spec, decode=decode) / spec.num_heads))
 
 
 def _attention_flop(hw: Hardware, slot: SlotTokens, attended: Array, decode_context: ArrayLike) -> Array:
