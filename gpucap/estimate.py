@@ -44,7 +44,7 @@ from gpucap.physics.concurrency import (
 from gpucap.physics.memory import MemoryBreakdown, batch_slots, memory_limit
 from gpucap.physics.runs import saturation_run
 from gpucap.physics.speculative import Speculative
-from gpucap.physics.step import mixed_input_experts, softmax_slowdown
+from gpucap.physics.step import matmul_format, mxfp4_expert_share, softmax_slowdown
 
 COMM_SHARE_WARNING = 0.5  # seed 1's rule of thumb
 MAX_SEARCH_CONCURRENCY = 1 << 16  # per replica
@@ -291,7 +291,7 @@ def _notes(
     speculative: Speculative | None, image_tokens: float, why: str,
 ) -> list[str]:  # fmt: skip
     """What the answer assumed that the user should know: the checkpoint's format, why not even
-    one request meets the SLOs (``why``), a kernel limit that applies (the MXFP4 x bf16 experts'
+    one request meets the SLOs (``why``), a kernel limit that applies (the MXFP4 experts'
     measured ceiling, the softmax's exponentials: ``gpucap.physics.step``), a tp beyond one link
     domain, the images' and the prefix cache's share, the drafter."""
     notes = []
@@ -302,11 +302,13 @@ def _notes(
         )
     if why:
         notes.append(why)
-    if mixed_input_experts(hw) and hw.gpu.mxfp4_bf16_share:
+    share = mxfp4_expert_share(hw)
+    if share:
+        bf16 = matmul_format(hw) == "bf16"
         notes.append(
-            f"the MXFP4 experts are multiplied by bf16 activations: on {hw.gpu.key} such a MoE GEMM runs at no more "
-            f"than {hw.gpu.mxfp4_bf16_share:.1%} of bf16 peak (measured, issue-bound on converting the weights; "
-            "the GPU catalog's mxfp4_bf16_peak_share)"
+            f"the MXFP4 experts are multiplied by {'bf16' if bf16 else 'MXFP8'} activations: on {hw.gpu.key} such a "
+            f"MoE GEMM runs at no more than {share:.1%} of {'bf16' if bf16 else 'fp8'} peak (measured; the GPU "
+            f"catalog's {'mxfp4_bf16_peak_share' if bf16 else 'mxfp4_mxfp8_peak_share'})"
         )
     slowdown = softmax_slowdown(hw)
     if slowdown > 1.0 + 1e-3:

@@ -123,16 +123,52 @@ def test_mxfp4_experts_on_hopper_run_at_the_measured_share() -> None:
     )
 
 
-def test_no_ceiling_for_fp8_activations_or_where_none_was_measured() -> None:
-    # TensorRT-LLM on B200 multiplies MXFP8 activations by the MXFP4 experts (fp8 rate, no
-    # conversion to bf16); vLLM on B200 converts, but no share is in the catalog for B200.
+def test_mxfp8_experts_on_blackwell_run_at_the_measured_share() -> None:
+    # TensorRT-LLM on B200 multiplies MXFP8 activations by the MXFP4 experts, at no more than 25.5%
+    # of the fp8 peak (4.5e15): flashinfer#1475's fused MoE took 0.453 ms for 512 tokens and 0.578
+    # ms for 1024 on a B200 locked at 1500 MHz, and 512 x 226.5 MFLOP (gpt-oss-120b's experts
+    # padded to 3072) in those 0.125 ms is 928 TFLOP/s of 4.5e15 x 1500 / 1856 = 3.637e15.
+    assert 512 * 226.5e6 / 0.125e-3 / (4.5e15 * 1500 / 1856) == pytest.approx(0.255, abs=0.001)
+    assert get_gpu("B200-180GB").mxfp4_fp8_share == 0.255
+    # The experts are multiplied at their padded sizes (intermediate 2880 -> 2944, to 128; hidden
+    # 2880 -> 3072, to 256), and the attention projections, which gpt-oss leaves in bf16, at the
+    # bf16 rate: 2.25e15 FLOP/s on a B200.
     half = dataclasses.replace(IDEAL, u_compute=0.5)
     hw = hardware("openai/gpt-oss-20b", "B200-180GB", engine=EngineConfig(engine="trtllm"))
-    work = step_work(hw, decode_tokens=0.0, decode_context=0.0, prefill_tokens=8192.0, prefill_pairs=0.0)
-    assert float(work.mixed_input_flop) == 0.0
-    assert _gemm_compute_s("B200-180GB", "trtllm", half) == pytest.approx(float(work.linear_flop) / (4.5e15 * 0.5))
+    padding = 2944 * 3072 / (2880 * 2880)
+    experts = OSS20_EXPERT_FLOP_PER_TOKEN * padding * 8192
+    attention = 2 * hw.spec.attention_params * 8192
+    other_dense = 2 * (hw.spec.dense_params - hw.spec.attention_params) * 8192
+    expected = experts / (4.5e15 * 0.255) + other_dense / (4.5e15 * 0.5) + attention / (2.25e15 * 0.5)
+    assert _gemm_compute_s("B200-180GB", "trtllm", half) == pytest.approx(expected, rel=1e-9)
+    # Below the ceiling u_compute alone counts.
+    low = dataclasses.replace(IDEAL, u_compute=0.2)
+    expected_low = (experts + other_dense) / (4.5e15 * 0.2) + attention / (2.25e15 * 0.2)
+    assert _gemm_compute_s("B200-180GB", "trtllm", low) == pytest.approx(expected_low, rel=1e-9)
+
+
+def test_no_ceiling_where_none_was_measured() -> None:
+    # vLLM on B200 converts the experts to bf16 (FlashInfer's MXFP4 x BF16 first), but no bf16
+    # share was measured on a B200: everything at u_compute of the bf16 peak.
+    half = dataclasses.replace(IDEAL, u_compute=0.5)
+    hw = hardware("openai/gpt-oss-20b", "B200-180GB")
+    experts = OSS20_EXPERT_FLOP_PER_TOKEN * 2944 * 3072 / (2880 * 2880) * 8192
+    dense = 2 * hw.spec.dense_params * 8192
     vllm = _gemm_compute_s("B200-180GB", "vllm", half)
-    assert vllm == pytest.approx(float(work.linear_flop) / (2.25e15 * 0.5), rel=1e-9)
+    assert vllm == pytest.approx((experts + dense) / (2.25e15 * 0.5), rel=1e-9)
+
+
+def test_lm_head_stays_at_the_bf16_rate() -> None:
+    # Llama-3.1-8B in fp8 on an H100: 512 decoding tokens, no prompt. The lm_head's weights stay
+    # bf16 (2 x 4096 x 128,256 FLOP a sampled token, at 989.5e12 FLOP/s); the other linear layers
+    # are fp8 (1979e12). Its attention projections are quantized, so they take the fp8 rate.
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", weight_dtype="fp8")
+    work = step_work(hw, decode_tokens=512.0, decode_context=0.0)
+    lm_head = 2 * 4096 * 128256 * 512
+    assert float(work.bf16_weight_flop) == pytest.approx(lm_head, rel=1e-12)
+    body = float(work.linear_flop) - lm_head
+    expected = body / 1979e12 + lm_head / 989.5e12
+    assert float(step_terms(hw, work, IDEAL)[GEMM_COMPUTE]) == pytest.approx(expected, rel=1e-9)
 
 
 def test_dense_models_carry_no_mixed_input_flop() -> None:
@@ -153,5 +189,6 @@ def test_the_estimate_says_which_limit_applies() -> None:
     assert any("softmax's exponentials" in n and "2.00x" in n for n in b200.notes)
     h100 = gpucap.estimate("openai/gpt-oss-20b", "H100-SXM-80GB", 1, input_len=2000, output_len=200)
     assert any("25.7% of bf16 peak" in n for n in h100.notes)
+    assert any("25.5% of fp8 peak" in n and "MXFP8" in n for n in b200.notes)
     llama = gpucap.estimate("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", 1, input_len=2000, output_len=200)
     assert not any("exponentials" in n or "MXFP4" in n for n in llama.notes)

@@ -71,6 +71,7 @@ class GPU:
     vendor: str = ""  # "NVIDIA", "AMD", ... (the catalog's vendor column)
     exp_per_s: float = 0.0  # softmax exponentials the special-function units give a second (0: not given)
     mxfp4_bf16_share: float = 0.0  # measured ceiling of a bf16 x MXFP4 MoE GEMM, share of bf16 peak (0: none)
+    mxfp4_fp8_share: float = 0.0  # measured ceiling of an MXFP8 x MXFP4 MoE GEMM, share of fp8 peak (0: none)
 
     @property
     def is_amd(self) -> bool:
@@ -169,6 +170,7 @@ def _gpu_from_row(row: dict[str, str], where: str) -> GPU:
         vendor=(row.get("vendor") or "").strip(),
         exp_per_s=exp_per_s(row, where),
         mxfp4_bf16_share=_share(row, "mxfp4_bf16_peak_share", where),
+        mxfp4_fp8_share=_share(row, "mxfp4_mxfp8_peak_share", where),
     )
 
 

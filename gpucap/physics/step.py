@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from gpucap.catalog.gpus import GPU
 from gpucap.catalog.models import ModelSpec
 from gpucap.config import Hardware, Images
 from gpucap.physics.attention import (  # prefill_pairs_per_layer re-exported: callers import it from here
@@ -33,6 +32,7 @@ from gpucap.physics.coefficients import EAGER_LAUNCH_S_PER_LAYER, Coefficients
 from gpucap.physics.memory import (
     ArrayLike,
     kv_bytes_per_token_per_gpu,
+    mxfp4_expert_padding,
     serves_images,
     state_bytes_per_request_per_gpu,
     weight_bytes_per_gpu,
@@ -86,11 +86,13 @@ class StepWork:
     link_bytes_s: Array  # link transfer time at full per-direction bandwidth
     link_latency_s: Array  # sum of per-collective latencies (alpha)
     sequences: Array  # running sequences one scheduler handles (batch / attn_dp)
-    mixed_input_flop: Array = field(default_factory=_zeros)  # of linear_flop: MXFP4 weights x bf16 activations
+    mixed_input_flop: Array = field(default_factory=_zeros)  # of linear_flop: MXFP4 experts x wider activations
+    bf16_weight_flop: Array = field(default_factory=_zeros)  # of linear_flop: weights kept 16-bit, at bf16 rate
     softmax_excess_flop: Array = field(default_factory=_zeros)  # bf16 FLOP the softmax's exponentials add
     encoder_flop: Array = field(default_factory=_zeros)  # vision encoder, bf16
     encoder_bytes: Array = field(default_factory=_zeros)  # encoder weights and activations
     draft_linear_flop: Array = field(default_factory=_zeros)  # drafter matmuls, weight format's rate
+    draft_bf16_weight_flop: Array = field(default_factory=_zeros)  # of those: weights kept 16-bit
     draft_attention_flop: Array = field(default_factory=_zeros)
     draft_bytes: Array = field(default_factory=_zeros)  # drafter weights, KV and activations
 
@@ -160,6 +162,7 @@ def step_work(
     work = StepWork(
         linear_flop=np.asarray(dense + experts + lm_head, dtype=float),
         mixed_input_flop=np.asarray(experts + zero if mixed_input_experts(hw) else zero, dtype=float),
+        bf16_weight_flop=np.asarray(_bf16_weight_flop(hw, slot, lm_head) + zero, dtype=float),
         softmax_excess_flop=np.asarray(_softmax_excess_flop(hw, slot, attended) + zero, dtype=float),
         attention_flop=np.asarray(_attention_flop(hw, slot, attended, decode_context), dtype=float),
         weight_bytes=np.asarray(_weight_bytes(hw, slot), dtype=float),
@@ -219,27 +222,54 @@ def _linear_parts(hw: Hardware, slot: SlotTokens) -> tuple[Array, Array, Array]:
     in three parts (their sum is ``StepWork.linear_flop``):
 
     dense ``2 x dense params / pp x T / (tp x attn_dp)`` (attention, dense MLPs, shared experts,
-    routers); experts ``2 x expert params x k x MoE layers / pp x T / stage GPUs x ep_imbalance(ep)``
-    (the busiest GPU of the expert-parallel group sets the step, ``gpucap.physics.routing``);
-    lm_head ``2 x hidden x vocab x v / (tp x attn_dp)``."""
+    routers); experts ``2 x expert params x k x MoE layers / pp x T / stage GPUs x ep_imbalance(ep)
+    x padding`` (the busiest GPU of the expert-parallel group sets the step,
+    ``gpucap.physics.routing``; MXFP4 experts are multiplied at the padded sizes they are stored
+    at, ``mxfp4_expert_padding``); lm_head ``2 x hidden x vocab x v / (tp x attn_dp)``."""
     spec, lay = hw.spec, hw.layout
     pp, group = lay.pp, lay.tp * lay.attn_dp
     tokens, v = slot.tokens, slot.decode_tokens
     moe_layers = spec.num_moe_layers / pp
     dense_flop = 2 * spec.dense_params / pp * tokens / group
     busiest = ep_imbalance(lay.ep, hw.engine.eplb)  # the busiest GPU of the expert-parallel group sets the step
-    expert_flop = 2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus * busiest
+    padding = mxfp4_expert_padding(spec, lay, hw.gpu, hw.engine.moe_backend) if hw.weight_dtype == "mxfp4" else 1.0
+    expert_flop = (
+        2 * spec.expert_params * spec.experts_per_token * moe_layers * tokens / lay.stage_gpus * busiest * padding
+    )
     lm_head_flop = 2 * spec.hidden_size * spec.vocab_size * v / group
     return dense_flop, expert_flop, lm_head_flop
 
 
+def _bf16_weight_flop(hw: Hardware, slot: SlotTokens, lm_head_flop: Array) -> Array:
+    """Of the linear FLOP, the matmuls whose weights stay 16-bit whatever the checkpoint's format,
+    run at the bf16 rate (``step_terms``): the lm_head (quantized checkpoints keep it in bf16,
+    ``weight_bytes_per_gpu``), plus the attention projections where the checkpoint's
+    quantization config leaves them unquantized (``ModelSpec.unquantized_modules``; gpt-oss lists
+    ``self_attn`` in ``modules_to_not_convert``): ``2 x attention params / pp x T / (tp x
+    attn_dp)``."""
+    spec, lay = hw.spec, hw.layout
+    flop = lm_head_flop
+    if "attention" in spec.unquantized_modules:
+        flop = flop + 2 * spec.attention_params / lay.pp * slot.tokens / (lay.tp * lay.attn_dp)
+    return np.asarray(flop, dtype=float)
+
+
 def mixed_input_experts(hw: Hardware) -> bool:
-    """Whether the routed experts' matmuls take MXFP4 weights against bf16 activations
-    (``matmul_format`` gives bf16 for an MXFP4 checkpoint): such a kernel converts every weight
-    to bf16 in registers before the tensor cores take it, and those instructions compete with the
-    multiplies for issue slots (the GPU's ``mxfp4_bf16_share``, ``step_terms``). Only a MoE's
-    experts are MXFP4 in the checkpoints that use it (gpt-oss: attention and router in bf16)."""
-    return hw.weight_dtype == "mxfp4" and hw.spec.is_moe and matmul_format(hw) == "bf16"
+    """Whether the routed experts' matmuls take MXFP4 weights against wider activations, in the
+    format ``matmul_format`` gives: bf16 (the kernel converts every weight to bf16 in registers
+    before the tensor cores take it) or, TensorRT-LLM on Blackwell, MXFP8 (block-scaled fp8 x fp4
+    on the tensor cores). Their rate is ``_mixed_input_rate``. Only a MoE's experts are MXFP4 in
+    the checkpoints that use it (gpt-oss: attention and router in bf16)."""
+    return hw.weight_dtype == "mxfp4" and hw.spec.is_moe
+
+
+def mxfp4_expert_share(hw: Hardware) -> float:
+    """The measured ceiling of ``hw``'s MXFP4 expert GEMMs as a share of the peak of the format
+    they run in (``matmul_format``): the GPU's ``mxfp4_bf16_share`` for bf16 activations,
+    ``mxfp4_fp8_share`` for MXFP8; 0 where none was measured (or the experts are not MXFP4)."""
+    if not mixed_input_experts(hw):
+        return 0.0
+    return hw.gpu.mxfp4_bf16_share if matmul_format(hw) == "bf16" else hw.gpu.mxfp4_fp8_share
 
 
 def _softmax_excess_flop(hw: Hardware, slot: SlotTokens, attended: Array) -> Array:
@@ -490,6 +520,7 @@ def speculative_draft_work(
     return _only(
         zero,
         draft_linear_flop=total("linear_flop"),
+        draft_bf16_weight_flop=total("bf16_weight_flop"),
         draft_attention_flop=total("attention_flop") + total("softmax_excess_flop"),
         draft_bytes=total("weight_bytes") + total("kv_bytes"),
         link_bytes_s=total("link_bytes_s"),
@@ -533,14 +564,18 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     extra: Array | float = 0.0
     if work.encoder_bytes.any() or work.draft_bytes.any():
         extra = np.maximum(work.encoder_flop / peak_bf16, work.encoder_bytes / bw) + (
-            work.draft_linear_flop / peak_format + work.draft_attention_flop / peak_bf16 + work.draft_bytes / bw
+            (work.draft_linear_flop - work.draft_bf16_weight_flop) / peak_format
+            + work.draft_bf16_weight_flop / peak_bf16
+            + work.draft_attention_flop / peak_bf16
+            + work.draft_bytes / bw
         )
     pp = hw.layout.pp
     per_layer = coef.t_layer_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER)
     floor = (per_layer * hw.spec.num_layers + coef.t_seq_s * work.sequences) / pp  # per stage slot
     extra = extra + floor
-    mixed = work.mixed_input_flop
-    gemm_c = (work.linear_flop - mixed) / peak_format + mixed / _mixed_input_rate(gpu, coef) + extra
+    mixed, wide = work.mixed_input_flop, work.bf16_weight_flop
+    gemm_c = (work.linear_flop - mixed - wide) / peak_format + wide / peak_bf16 + mixed / _mixed_input_rate(hw, coef)
+    gemm_c = gemm_c + extra
     attn_c = (work.attention_flop + work.softmax_excess_flop) / peak_bf16
     comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
     host = coef.t_overhead_s + 0.0 * work.sequences
@@ -548,14 +583,23 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     return np.stack(np.broadcast_arrays(gemm_c, gemm_m, attn_c, work.kv_bytes / bw, comm, host))
 
 
-def _mixed_input_rate(gpu: GPU, coef: Coefficients) -> float:
-    """FLOP/s of the MXFP4-weight x bf16-activation matmuls (``mixed_input_experts``): bf16 peak x
-    ``min(u_compute, mxfp4_bf16_share)``. The share is a measured ceiling where the catalog has one
-    (H100: a Marlin W4A16 MoE GEMM at 16,384-token prefill chunks ran at 25.7% of bf16 peak,
-    issue-bound on its dequantizing instructions: sgl-project/sglang#38884), so ``u_compute``
-    only counts below it."""
-    share = min(coef.u_compute, gpu.mxfp4_bf16_share) if gpu.mxfp4_bf16_share else coef.u_compute
-    return gpu.peak_flops_per_s("bf16") * share
+def _mixed_input_rate(hw: Hardware, coef: Coefficients) -> float:
+    """FLOP/s of the MXFP4 expert matmuls (``mixed_input_experts``): the peak of their format
+    (``matmul_format``) x ``min(u_compute, share)``, with ``share`` the measured ceiling where the
+    catalog has one (``mxfp4_expert_share``), so ``u_compute`` only counts below it:
+
+    - bf16 activations, H100: a Marlin W4A16 MoE GEMM at 16,384-token prefill chunks ran at 25.7%
+      of bf16 peak, issue-bound on its dequantizing instructions (sgl-project/sglang#38884);
+    - MXFP8 activations, B200: TensorRT-LLM's trtllm-gen fused MoE for gpt-oss-120b's shape took
+      0.125 ms more for 1024 tokens than for 512 on a B200 locked at 1500 MHz
+      (flashinfer-ai/flashinfer#1475): 512 x 226.5 MFLOP in 0.125 ms is 928 TFLOP/s, 25.5% of the
+      fp8 peak at that clock (4.5 PFLOP/s x 1500 / 1856 MHz). All experts are read at both sizes,
+      so the difference is the multiplies' cost. The shape is that benchmark script's default;
+      TensorRT-LLM's CUTLASS MoE backend, which its performance overview runs gpt-oss with, is
+      taken to reach the same (no measurement of it was found)."""
+    fmt = matmul_format(hw)
+    share = mxfp4_expert_share(hw)
+    return hw.gpu.peak_flops_per_s(fmt) * (min(coef.u_compute, share) if share else coef.u_compute)
 
 
 def combine(hw: Hardware, terms: Array) -> StepTime:

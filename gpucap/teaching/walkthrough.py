@@ -218,7 +218,9 @@ def split_step(hw: Hardware, work: StepWork, coef: Coefficients) -> dict[str, St
     communication and overhead, so only compare the compute and memory terms."""
     zero = np.zeros_like(np.asarray(work.linear_flop, dtype=float))
     matmuls = dataclasses.replace(work, attention_flop=zero, softmax_excess_flop=zero, kv_bytes=zero)
-    attention = dataclasses.replace(work, linear_flop=zero, mixed_input_flop=zero, weight_bytes=zero)
+    attention = dataclasses.replace(
+        work, linear_flop=zero, mixed_input_flop=zero, bf16_weight_flop=zero, weight_bytes=zero
+    )
     no_floor = dataclasses.replace(coef, t_layer_s=0.0, t_seq_s=0.0)
     graphs = dataclasses.replace(hw, engine=dataclasses.replace(hw.engine, cuda_graphs=True))
     return {"matmuls": step_time(hw, matmuls, coef), "attention": step_time(graphs, attention, no_floor)}
