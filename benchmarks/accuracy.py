@@ -1,11 +1,13 @@
 """Accuracy of gpucap on published serving measurements.
 
-    python benchmarks/accuracy.py [CASES.csv] [--out-dir benchmarks/out]
+    python benchmarks/accuracy.py [CASES.csv] [--out-dir benchmarks/out] [--corrections FILE | --no-corrections]
 
 Runs the estimator on every row (the same predictions as ``gpucap validate``), prints the error
 tables by metric, engine, GPU, model size and load mode, compares throughput with seed 1's
 formula (2 x params FLOP per token at 35% of peak), and writes the per-row table as CSV and a
 measured-vs-predicted plot. Never overwrites: each run writes files stamped with the time.
+The public set is read with the project's sourced fixes (``data/measured-corrections.csv``,
+``gpucap.calibration.corrections``) unless ``--no-corrections``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pandas as pd  # noqa: E402
 from gpucap.calibration.accuracy import abs_error, error_summary, source_speeds
 from gpucap.calibration.analysis import size_bucket
 from gpucap.calibration.calibrate import calibrate
+from gpucap.calibration.corrections import PROJECT_CORRECTIONS, apply_corrections, read_corrections
 from gpucap.calibration.validate import read_cases, validate
 from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.lookup import load_model
@@ -80,9 +83,20 @@ def main() -> None:
         action="store_true",
         help="also fit u_compute and u_hbm without each source (closed forms) and predict it (simulation)",
     )
+    ap.add_argument(
+        "--corrections",
+        default=None,
+        help=f"sourced fixes to apply (default for the public set: {PROJECT_CORRECTIONS.name})",
+    )
+    ap.add_argument("--no-corrections", action="store_true", help="take every row as the cases file has it")
     args = ap.parse_args()
 
     cases = read_cases(args.cases)
+    public = Path(args.cases).resolve() == DEFAULT_CASES.resolve()
+    fixes = args.corrections or (PROJECT_CORRECTIONS if public else None)
+    if fixes and not args.no_corrections:
+        cases = apply_corrections(cases, read_corrections(fixes), where=str(fixes))
+        print(f"{fixes}: {int((cases['corrected'] != '').sum())} rows corrected")
     t0 = time.perf_counter()
     result = validate(cases)
     seconds = time.perf_counter() - t0

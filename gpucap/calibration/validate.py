@@ -361,7 +361,7 @@ def compare(
         pred.loc[ok] = predict_prepared(prepared, coef, method).to_numpy()
     keep = [
         k
-        for k in ("case_id", "source_id", "model", "gpu", "engine", "num_gpus", "load_mode", "isl", "osl")
+        for k in ("case_id", "source_id", "model", "gpu", "engine", "num_gpus", "load_mode", "isl", "osl", "corrected")
         if k in cases.columns
     ]
     result = cases[keep].reset_index(drop=True).copy()

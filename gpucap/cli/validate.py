@@ -14,6 +14,12 @@ def add_parser(sub: Any) -> None:
     v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
     v.add_argument("cases", help="CSV in the schema of measured-public.csv")
     v.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
+    v.add_argument(
+        "--corrections",
+        default=None,
+        help="CSV of sourced fixes to apply first (case_id, column, value, stated, source, reason; "
+        "the project's own for the public set: data/measured-corrections.csv)",
+    )
     v.add_argument("--json", action="store_true", help="one object per row")
     v.add_argument("--out", default=None, help="also write the per-row table as CSV here (never overwrites)")
     v.add_argument(
@@ -28,13 +34,17 @@ def run(a: argparse.Namespace) -> int:
     import pandas as pd
 
     from gpucap.calibration.accuracy import error_summary
+    from gpucap.calibration.corrections import apply_corrections, read_corrections
     from gpucap.calibration.validate import read_cases, validate
 
     out = Path(a.out) if a.out else None
     if out is not None and out.exists():
         raise ValueError(f"{out} exists; choose another --out (results are never overwritten)")
     add_gpu_file(a)
-    result = validate(read_cases(a.cases), method=a.method)
+    cases = read_cases(a.cases)
+    if a.corrections:
+        cases = apply_corrections(cases, read_corrections(a.corrections), where=a.corrections)
+    result = validate(cases, method=a.method)
     if out is not None:
         result.to_csv(out, index=False)
     if a.json:

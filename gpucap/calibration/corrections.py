@@ -1,0 +1,84 @@
+"""Sourced fixes to a cases table: where a row's cell disagrees with its own source, a corrections
+file gives the value the source prints, and ``apply_corrections`` puts it in a copy of the table.
+
+A corrections file is a CSV with one fix per row: ``case_id``, ``column``, ``value`` (the
+corrected cell), ``stated`` (the cell as the cases file has it: a fix whose ``stated`` no longer
+matches is refused, so fixes never land on another version of the file), ``source`` and
+``reason`` (where the value is printed, and why the stated one is wrong). The project's own,
+``data/measured-corrections.csv``, gives the mean output of GPUStack's random-length runs: their
+``vllm bench serve`` commands set no ``--ignore-eos``, so requests stopped at the end of a sequence
+and the run's "Total generated tokens" over its requests falls short of the ``osl`` asked for
+(gpt-oss's 4,000/200 runs made 105-134 tokens a request).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from gpucap.catalog.gpus import DATA_DIR
+
+CORRECTION_COLUMNS = ("case_id", "column", "value", "stated", "source", "reason")
+PROJECT_CORRECTIONS = DATA_DIR / "measured-corrections.csv"
+
+
+def read_corrections(path: str | Path) -> pd.DataFrame:
+    """Read a corrections CSV (``CORRECTION_COLUMNS``, every cell filled), as text."""
+    path = Path(path)
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise ValueError(f"corrections file {path} does not exist") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(f"corrections file {path} is not a readable CSV ({exc})") from None
+    missing = [c for c in CORRECTION_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"corrections file {path} lacks columns: {', '.join(missing)}")
+    for i, row in df.iterrows():
+        empty = [c for c in CORRECTION_COLUMNS if not str(row[c]).strip()]
+        if empty:
+            raise ValueError(f"corrections file {path}, row {int(str(i)) + 2}: {', '.join(empty)} empty")
+    return df
+
+
+def _same(cell: object, stated: str) -> bool:
+    """Whether a cases cell equals the text a correction states (numbers compared as numbers)."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return stated == ""
+    try:
+        return math.isclose(float(str(cell)), float(stated), rel_tol=1e-9)
+    except ValueError:
+        return str(cell) == stated
+
+
+def apply_corrections(cases: pd.DataFrame, corrections: pd.DataFrame, where: str = "corrections") -> pd.DataFrame:
+    """A copy of ``cases`` with each correction's ``value`` in its (``case_id``, ``column``) cell,
+    and a ``corrected`` column naming what changed on each row ("osl 200 -> 104.62"). A case or
+    column the table lacks, or a cell that no longer reads ``stated``, is an error naming the
+    correction (``where``: the file) and what the cell holds."""
+    out = cases.copy()
+    index = {str(c): i for i, c in zip(out.index, out["case_id"], strict=True)}
+    changed: dict[object, list[str]] = {}
+    for n, fix in enumerate(corrections.itertuples(index=False), start=2):
+        case, col, value, stated = str(fix.case_id), str(fix.column), str(fix.value), str(fix.stated)
+        if case not in index:
+            raise ValueError(f"{where}, row {n}: case {case!r} is not in the cases table")
+        if col not in out.columns:
+            raise ValueError(f"{where}, row {n}: the cases table has no column {col!r}")
+        i = index[case]
+        if not _same(out.at[i, col], stated):
+            raise ValueError(
+                f"{where}, row {n}: {case} {col} reads {out.at[i, col]}, not the stated {stated}; "
+                "the corrections were made for another version of the cases file"
+            )
+        numeric = pd.api.types.is_numeric_dtype(out[col])
+        try:
+            new: object = float(value) if numeric else value
+        except ValueError:
+            raise ValueError(f"{where}, row {n}: value {value!r} for {col} is not a number") from None
+        out.at[i, col] = new
+        changed.setdefault(i, []).append(f"{col} {stated} -> {value}")
+    out["corrected"] = ["; ".join(changed.get(i, [])) for i in out.index]
+    return out
