@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,22 @@ from gpucap.queueing.loads import Load
 # Prompts of a closed-loop or single-request row that does not say how many it sent.
 DEFAULT_PROMPTS_PER_SLOT = 8
 SINGLE_REQUEST_PROMPTS = 8
+
+
+def read_table(path: Path, what: str, required: tuple[str, ...], **read_csv: Any) -> pd.DataFrame:
+    """A CSV the user names, read by ``pandas.read_csv(**read_csv)``: a missing file, one that is not
+    a CSV, or a missing ``required`` column is a ValueError naming the file (``what`` says which
+    kind: "cases file", "corrections file")."""
+    try:
+        df = pd.read_csv(path, **read_csv)
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path} does not exist") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what} {path} is not a readable CSV ({exc})") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} {path} lacks required columns: {', '.join(missing)}")
+    return df
 
 
 def cell_number(row: pd.Series, col: str, default: float | None = None) -> float | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gpucap.calibration.cases import read_table
 from gpucap.catalog.gpus import DATA_DIR
 
 CORRECTION_COLUMNS = ("case_id", "column", "value", "stated", "source", "reason")
@@ -27,15 +28,7 @@ PROJECT_CORRECTIONS = DATA_DIR / "measured-corrections.csv"
 def read_corrections(path: str | Path) -> pd.DataFrame:
     """Read a corrections CSV (``CORRECTION_COLUMNS``, every cell filled), as text."""
     path = Path(path)
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise ValueError(f"corrections file {path} does not exist") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ValueError(f"corrections file {path} is not a readable CSV ({exc})") from None
-    missing = [c for c in CORRECTION_COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"corrections file {path} lacks columns: {', '.join(missing)}")
+    df = read_table(path, "corrections file", CORRECTION_COLUMNS, dtype=str, keep_default_na=False)
     for i, row in df.iterrows():
         empty = [c for c in CORRECTION_COLUMNS if not str(row[c]).strip()]
         if empty:

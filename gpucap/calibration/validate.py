@@ -27,6 +27,7 @@ from gpucap.calibration.cases import (
     bench_load,
     cell_int,
     cell_number,
+    read_table,
     row_front_end,
     row_lengths,
     row_overlap_host,
@@ -76,16 +77,7 @@ METHODS = ("simulate", "closed-form")
 
 def read_cases(path: str | Path) -> pd.DataFrame:
     """Read a cases CSV; a missing required column is an error naming it."""
-    path = Path(path)
-    try:
-        df = pd.read_csv(path)
-    except FileNotFoundError:
-        raise ValueError(f"cases file {path} does not exist") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cases file {path} is not a readable CSV ({exc})") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"cases file {path} lacks required columns: {', '.join(missing)}")
+    df = read_table(Path(path), "cases file", REQUIRED_COLUMNS)
     if "case_id" not in df.columns:
         df.insert(0, "case_id", [f"row{i + 2}" for i in range(len(df))])
     return df
