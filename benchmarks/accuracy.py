@@ -27,7 +27,7 @@ import pandas as pd  # noqa: E402
 from gpucap.calibration.accuracy import abs_error, error_summary, source_speeds
 from gpucap.calibration.analysis import size_bucket
 from gpucap.calibration.calibrate import calibrate
-from gpucap.calibration.corrections import PROJECT_CORRECTIONS, apply_corrections, read_corrections
+from gpucap.calibration.corrections import PROJECT_CORRECTIONS, read_public
 from gpucap.calibration.validate import read_cases, validate
 from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.lookup import load_model
@@ -91,12 +91,10 @@ def main() -> None:
     ap.add_argument("--no-corrections", action="store_true", help="take every row as the cases file has it")
     args = ap.parse_args()
 
-    cases = read_cases(args.cases)
-    public = Path(args.cases).resolve() == DEFAULT_CASES.resolve()
-    fixes = args.corrections or (PROJECT_CORRECTIONS if public else None)
-    if fixes and not args.no_corrections:
-        cases = apply_corrections(cases, read_corrections(fixes), where=str(fixes))
-        print(f"{fixes}: {int((cases['corrected'] != '').sum())} rows corrected")
+    if args.no_corrections:
+        cases = read_cases(args.cases)
+    else:
+        cases = read_public(args.cases, DEFAULT_CASES, args.corrections)
     t0 = time.perf_counter()
     result = validate(cases)
     seconds = time.perf_counter() - t0

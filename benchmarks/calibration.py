@@ -18,7 +18,8 @@ import pandas as pd
 
 from gpucap.calibration.analysis import leave_one_model_out, lomo_summary
 from gpucap.calibration.calibrate import DEFAULT_FREE, calibrate
-from gpucap.calibration.validate import ENGINE_ALIASES, read_cases
+from gpucap.calibration.corrections import read_public
+from gpucap.calibration.validate import ENGINE_ALIASES
 
 COLS = ["median_abs_err_default", "median_abs_err_in_sample", "median_abs_err_held_out"]
 DEFAULT_CASES = Path(__file__).resolve().parents[2] / "shared" / "data" / "measured-public.csv"
@@ -30,7 +31,7 @@ def main() -> None:
     ap.add_argument("--free", default=",".join(DEFAULT_FREE))
     args = ap.parse_args()
     free = tuple(n.strip() for n in args.free.split(",") if n.strip())
-    cases = read_cases(args.cases)
+    cases = read_public(args.cases, DEFAULT_CASES)  # with the project's sourced corrections
     engine = cases["engine"].astype(str).str.lower().map(lambda e: ENGINE_ALIASES.get(e, e))
     pd.set_option("display.width", 200)
     fmt = "{:.1%}".format

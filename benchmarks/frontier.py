@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpucap.calibration.validate import case_hardware, read_cases
+from gpucap.calibration.corrections import read_public
+from gpucap.calibration.validate import case_hardware
 from gpucap.config import Workload
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.interactivity import option_points
@@ -32,7 +33,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="?", default=str(DEFAULT_CASES))
     args = ap.parse_args()
-    cases = read_cases(args.cases)
+    cases = read_public(args.cases, DEFAULT_CASES)  # with the project's sourced corrections
     sweeps = cases[cases["load_mode"] == "fixed-concurrency"].fillna({"weight_dtype": "bf16"})
     errors: dict[str, list[float]] = {"per GPU": [], "per user": []}
     print("| sweep | in flight | tok/s/GPU measured / gpucap | tok/s/user measured / gpucap | per user is |")

@@ -67,7 +67,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpucap.calibration.validate import METRICS, read_cases, validate
+from gpucap.calibration.corrections import read_public
+from gpucap.calibration.validate import METRICS, validate
 from gpucap.catalog.gpus import get_gpu
 from gpucap.config import EngineConfig
 
@@ -326,7 +327,7 @@ def main() -> int:
     if args.setup:
         return setup(venv)
 
-    cases = read_cases(args.cases)
+    cases = read_public(args.cases, DEFAULT_CASES)  # with the project's sourced corrections
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         try:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpucap.calibration.corrections import PROJECT_CORRECTIONS, apply_corrections, read_corrections
+from gpucap.calibration.corrections import PROJECT_CORRECTIONS, apply_corrections, read_corrections, read_public
 from gpucap.calibration.validate import read_cases
 
 
@@ -55,3 +55,11 @@ def test_the_projects_fixes_fit_the_public_set(shared_cases: Path) -> None:
     row = fixed.set_index("case_id").loc["m560"]
     assert row["osl"] == pytest.approx(52309 / 500, abs=0.005)  # to two decimals
     assert (fixed["corrected"] != "").sum() == len(fixes)
+
+
+def test_the_public_set_is_read_with_the_projects_fixes(shared_cases: Path, tmp_path: Path) -> None:
+    fixed = read_public(shared_cases, shared_cases)
+    assert (fixed["corrected"] != "").sum() == len(read_corrections(PROJECT_CORRECTIONS))
+    own = tmp_path / "mine.csv"  # a file of one's own gets no fixes unless it names some
+    own.write_bytes(shared_cases.read_bytes())
+    assert "corrected" not in read_public(own, shared_cases).columns

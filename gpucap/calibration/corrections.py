@@ -75,3 +75,18 @@ def apply_corrections(cases: pd.DataFrame, corrections: pd.DataFrame, where: str
         changed.setdefault(i, []).append(f"{col} {stated} -> {value}")
     out["corrected"] = ["; ".join(changed.get(i, [])) for i in out.index]
     return out
+
+
+def read_public(path: str | Path, public: Path, corrections: str | Path | None = None) -> pd.DataFrame:
+    """The cases of ``path`` with sourced fixes applied: the file ``corrections`` names, else the
+    project's own (``PROJECT_CORRECTIONS``) when ``path`` is the public set ``public``, else none.
+    What the benchmark scripts read; a message says how many rows were corrected."""
+    from gpucap.calibration.validate import read_cases
+
+    cases = read_cases(path)
+    fixes = corrections or (PROJECT_CORRECTIONS if Path(path).resolve() == public.resolve() else None)
+    if not fixes:
+        return cases
+    cases = apply_corrections(cases, read_corrections(fixes), where=str(fixes))
+    print(f"{fixes}: {int((cases['corrected'] != '').sum())} rows corrected")
+    return cases
