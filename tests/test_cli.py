@@ -363,6 +363,23 @@ def test_validate_text(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
     assert "Traceback" not in out + err
 
 
+def test_validate_with_corrections(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cases = write_cases(tmp_path / "cases.csv", CASE_ROWS)
+    fixes = tmp_path / "fixes.csv"
+    fixes.write_text(
+        "case_id,column,value,stated,source,reason\nb,gpu,H100-SXM-80GB,NOPE-GPU-1GB,the run's log,a typo\n"
+    )
+    rc, out, err = cli(capsys, "validate", str(cases), "--corrections", str(fixes))
+    assert rc == 0, err
+    assert "3 of 3 rows predicted" in out
+    stale = tmp_path / "stale.csv"
+    stale.write_text("case_id,column,value,stated,source,reason\na,osl,900,2000,the run's log,a typo\n")
+    rc, out, err = cli(capsys, "validate", str(cases), "--corrections", str(stale))
+    assert rc != 0
+    assert "stale.csv, row 2: a osl reads 1000, not the stated 2000" in err
+    assert "Traceback" not in out + err
+
+
 def test_validate_json_error_row(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     cases = write_cases(tmp_path / "cases.csv", CASE_ROWS)
     rc, out, err = cli(capsys, "validate", str(cases), "--json")
