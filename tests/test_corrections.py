@@ -10,7 +10,7 @@ from gpucap.calibration.validate import read_cases
 
 
 def _cases() -> pd.DataFrame:
-    return pd.DataFrame({"case_id": ["a", "b"], "osl": [200.0, 100.0], "engine": ["vllm", "vllm"]})
+    return pd.DataFrame({"case_id": ["a", "b", "c", "c"], "osl": [200.0, 100.0, 200.0, 200.0], "engine": ["vllm"] * 4})
 
 
 def _fixes(tmp_path: Path, *rows: str) -> pd.DataFrame:
@@ -24,7 +24,7 @@ def test_a_fix_lands_on_a_copy_and_says_what_changed(tmp_path: Path) -> None:
     fixed = apply_corrections(cases, _fixes(tmp_path, "a,osl,104.62,200,printout,mean of the run"))
     assert fixed.loc[0, "osl"] == 104.62
     assert fixed.loc[1, "osl"] == 100.0
-    assert list(fixed["corrected"]) == ["osl 200 -> 104.62", ""]
+    assert list(fixed["corrected"]) == ["osl 200 -> 104.62", "", "", ""]
     assert cases.loc[0, "osl"] == 200.0  # the caller's table is untouched
 
 
@@ -35,11 +35,18 @@ def test_a_fix_lands_on_a_copy_and_says_what_changed(tmp_path: Path) -> None:
         ("a,isl,104.62,200,s,r", "no column 'isl'"),
         ("a,osl,104.62,300,s,r", "a osl reads 200.0, not the stated 300"),
         ("a,osl,many,200,s,r", "value 'many' for osl is not a number"),
+        ("c,osl,104.62,200,s,r", "case 'c' is on several rows"),
     ],
 )
 def test_a_fix_that_does_not_fit_is_refused(tmp_path: Path, row: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         apply_corrections(_cases(), _fixes(tmp_path, row), where="fixes.csv")
+
+
+def test_a_whole_number_column_takes_a_mean(tmp_path: Path) -> None:
+    cases = pd.DataFrame({"case_id": ["a"], "osl": [200], "engine": ["vllm"]})
+    fixed = apply_corrections(cases, _fixes(tmp_path, "a,osl,104.62,200,printout,mean of the run"))
+    assert fixed.loc[0, "osl"] == 104.62
 
 
 def test_a_fix_without_its_source_is_refused(tmp_path: Path) -> None:

@@ -52,12 +52,17 @@ def apply_corrections(cases: pd.DataFrame, corrections: pd.DataFrame, where: str
     column the table lacks, or a cell that no longer reads ``stated``, is an error naming the
     correction (``where``: the file) and what the cell holds."""
     out = cases.copy()
-    index = {str(c): i for i, c in zip(out.index, out["case_id"], strict=True)}
+    ids = out["case_id"].astype(str)
+    index = {c: i for i, c in zip(out.index, ids, strict=True)}
     changed: dict[object, list[str]] = {}
     for n, fix in enumerate(corrections.itertuples(index=False), start=2):
         case, col, value, stated = str(fix.case_id), str(fix.column), str(fix.value), str(fix.stated)
         if case not in index:
             raise ValueError(f"{where}, row {n}: case {case!r} is not in the cases table")
+        if (ids == case).sum() > 1:
+            raise ValueError(
+                f"{where}, row {n}: case {case!r} is on several rows of the cases table; give each its own id"
+            )
         if col not in out.columns:
             raise ValueError(f"{where}, row {n}: the cases table has no column {col!r}")
         i = index[case]
@@ -71,6 +76,8 @@ def apply_corrections(cases: pd.DataFrame, corrections: pd.DataFrame, where: str
             new: object = float(value) if numeric else value
         except ValueError:
             raise ValueError(f"{where}, row {n}: value {value!r} for {col} is not a number") from None
+        if numeric and not pd.api.types.is_float_dtype(out[col]):
+            out[col] = out[col].astype(float)  # a whole-number column takes a mean like 104.62
         out.at[i, col] = new
         changed.setdefault(i, []).append(f"{col} {stated} -> {value}")
     out["corrected"] = ["; ".join(changed.get(i, [])) for i in out.index]
