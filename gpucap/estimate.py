@@ -41,7 +41,13 @@ from gpucap.physics.concurrency import (
     resource_limits,
     slo_limit,
 )
-from gpucap.physics.memory import MemoryBreakdown, batch_slots, memory_limit
+from gpucap.physics.memory import (
+    MemoryBreakdown,
+    batch_slots,
+    charged_held_tokens_per_layer,
+    held_tokens_per_layer,
+    memory_limit,
+)
 from gpucap.physics.runs import saturation_run
 from gpucap.physics.speculative import Speculative
 from gpucap.physics.step import matmul_format, mxfp4_expert_share, softmax_slowdown
@@ -292,7 +298,8 @@ def _notes(
 ) -> list[str]:  # fmt: skip
     """What the answer assumed that the user should know: the checkpoint's format, why not even
     one request meets the SLOs (``why``), a kernel limit that applies (the MXFP4 experts'
-    measured ceiling, the softmax's exponentials: ``gpucap.physics.step``), a tp beyond one link
+    measured ceiling, the softmax's exponentials: ``gpucap.physics.step``), an engine charging
+    windowed layers more KV than they hold (``charged_held_tokens_per_layer``), a tp beyond one link
     domain, the images' and the prefix cache's share, the drafter."""
     notes = []
     if deployment.weight_dtype is None and hw.weight_dtype != "bf16":
@@ -309,6 +316,15 @@ def _notes(
             f"the MXFP4 experts are multiplied by {'bf16' if bf16 else 'MXFP8'} activations: on {hw.gpu.key} such a "
             f"MoE GEMM runs at no more than {share:.1%} of {'bf16' if bf16 else 'fp8'} peak (measured; the GPU "
             f"catalog's {'mxfp4_bf16_peak_share' if bf16 else 'mxfp4_mxfp8_peak_share'})"
+        )
+    context = wl.input_len + wl.output_len
+    held = float(held_tokens_per_layer(hw.spec, context))
+    charged = float(charged_held_tokens_per_layer(hw.spec, context, engine=hw.engine.engine))
+    if charged > 1.01 * held:
+        notes.append(
+            "TensorRT-LLM gives each attention window size an equal share of the KV memory, so a "
+            f"{context:.0f}-token request takes {charged / held:.2f}x the KV its windowed layers hold "
+            "(its default; TRTLLM_WINDOW_SIZE_SHARES changes it)"
         )
     slowdown = softmax_slowdown(hw)
     if slowdown > 1.0 + 1e-3:

@@ -199,6 +199,33 @@ def held_tokens_per_layer(spec: ModelSpec, context_tokens: ArrayLike, block_size
     return total / max(spec.num_kv_layers, 1)
 
 
+def charged_held_tokens_per_layer(
+    spec: ModelSpec, context_tokens: ArrayLike, block_size: int = 1, engine: str = ""
+) -> ArrayLike:
+    """What a request takes from the KV budget, in the units of ``held_tokens_per_layer`` (which
+    it is, except under TensorRT-LLM).
+
+    TensorRT-LLM 1.2 splits the KV memory into equal shares, one per window size, whatever the
+    windows (``calculateMaxNumBlocks`` in ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``:
+    "we are first allocating identical number of blocks for all layers";
+    ``TRTLLM_WINDOW_SIZE_SHARES`` overrides it), so the window group that fills its share first
+    sets the requests held: ``max over groups g of G x n_g x held_g / N`` with ``G`` window sizes,
+    ``n_g`` layers of size ``g``, ``N`` attention layers. gpt-oss (18 layers of 128 tokens, 18 full)
+    is charged its whole context on every layer. Llama 4's chunks are not window sizes of the KV
+    manager (its chunked attention is a mask on context requests,
+    ``docs/source/features/long-sequence.md``), and what it keeps of them is not documented, so
+    they keep the charge every engine gets."""
+    if engine != "trtllm" or spec.family in ("llama4", "llama4_text"):
+        return held_tokens_per_layer(spec, context_tokens, block_size)
+    ctx = np.asarray(context_tokens, dtype=float)
+    groups = {window: count for window, count in window_counts(spec).items() if window != 0}  # 0: no KV
+    worst = np.zeros_like(ctx)
+    for window, count in groups.items():
+        held = ctx if window is None else np.minimum(ctx, window)
+        worst = np.maximum(worst, len(groups) * count * np.ceil(held / block_size) * block_size)
+    return worst / max(spec.num_kv_layers, 1)
+
+
 @lru_cache(maxsize=256)
 def window_counts(spec: ModelSpec) -> dict[int | None, int]:
     counts: dict[int | None, int] = {}
@@ -446,11 +473,13 @@ def memory_breakdown(
     )
 
 
-def charged_tokens_per_layer(spec: ModelSpec, layout: Layout, kv_dtype: str, context_tokens: ArrayLike) -> ArrayLike:
-    """``held_tokens_per_layer`` plus a hybrid's state per request in tokens of KV it displaces
-    (``state bytes / kv bytes per token per GPU``): what one request takes from the KV budget,
-    in the units of ``kv_bytes_per_token``."""
-    held = held_tokens_per_layer(spec, context_tokens)
+def charged_tokens_per_layer(
+    spec: ModelSpec, layout: Layout, kv_dtype: str, context_tokens: ArrayLike, engine: str = ""
+) -> ArrayLike:
+    """``charged_held_tokens_per_layer`` (the engine's charge for the windows) plus a hybrid's
+    state per request in tokens of KV it displaces (``state bytes / kv bytes per token per GPU``):
+    what one request takes from the KV budget, in the units of ``kv_bytes_per_token``."""
+    held = charged_held_tokens_per_layer(spec, context_tokens, engine=engine)
     state = state_bytes_per_request_per_gpu(spec, layout)
     if not state:
         return held
@@ -458,15 +487,21 @@ def charged_tokens_per_layer(spec: ModelSpec, layout: Layout, kv_dtype: str, con
 
 
 def concurrency_by_memory(
-    mem: MemoryBreakdown, spec: ModelSpec, layout: Layout, context_tokens: ArrayLike, block_size: int = 1
+    mem: MemoryBreakdown,
+    spec: ModelSpec,
+    layout: Layout,
+    context_tokens: ArrayLike,
+    block_size: int = 1,
+    engine: str = "",
 ) -> ArrayLike:
     """Requests one replica can hold: ``attn_dp x kv_budget / (held tokens x kv bytes/token/GPU
-    + state bytes)`` (the state: a hybrid's linear layers, ``state_bytes_per_request_per_gpu``).
+    + state bytes)`` (the state: a hybrid's linear layers, ``state_bytes_per_request_per_gpu``;
+    the held tokens as ``engine`` charges them, ``charged_held_tokens_per_layer``).
 
     ``context_tokens`` is the length each request is charged: the maximum (input + output, safe)
     or the average over its life (input + output / 2); the caller chooses and says which.
     """
-    held = held_tokens_per_layer(spec, context_tokens, block_size)
+    held = charged_held_tokens_per_layer(spec, context_tokens, block_size, engine)
     per_request = held * mem.kv_bytes_per_token_per_gpu + mem.state_bytes_per_request
     return np.floor(layout.attn_dp * max(mem.kv_budget, 0.0) / per_request)
 
@@ -538,10 +573,11 @@ def memory_limit(
     block = int(hw.engine.block_size or 1)
     counted = mem
     if shared_tokens:
-        one_copy = float(held_tokens_per_layer(hw.spec, shared_tokens, block)) * mem.kv_bytes_per_token_per_gpu
-        counted = dataclasses.replace(mem, kv_budget=mem.kv_budget - one_copy)
+        engine = hw.engine.engine
+        one_copy = charged_held_tokens_per_layer(hw.spec, shared_tokens, block, engine)
+        counted = dataclasses.replace(mem, kv_budget=mem.kv_budget - float(one_copy) * mem.kv_bytes_per_token_per_gpu)
     charged = context_tokens - shared_by * shared_tokens
-    limit = float(concurrency_by_memory(counted, hw.spec, hw.layout, charged, block))
+    limit = float(concurrency_by_memory(counted, hw.spec, hw.layout, charged, block, hw.engine.engine))
     return mem, limit
 
 

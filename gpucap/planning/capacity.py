@@ -192,7 +192,7 @@ def simulated(
     (``gpucap.queueing.simulate``), with lengths drawn from the distributions: a check of the queueing
     model's answer for a plan, which schedules whole prompt chunks as an engine does."""
     rng = np.random.default_rng(seed)
-    held = float(charged_tokens_per_layer(hw.spec, hw.layout, hw.kv_dtype, inp.mean + out.mean))
+    held = float(charged_tokens_per_layer(hw.spec, hw.layout, hw.kv_dtype, inp.mean + out.mean, hw.engine.engine))
     # a sliding window holds fewer tokens than a request has: the simulation charges whole
     # requests, so its capacity is scaled by the tokens held per token of context
     kv_capacity_tokens *= (inp.mean + out.mean) / max(held, 1.0)

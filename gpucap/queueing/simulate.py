@@ -77,7 +77,7 @@ def kv_capacity_tokens(hw: Hardware, context_tokens: float) -> float:
     if not mem.fits:
         raise ValueError(f"{hw.spec.name} leaves no KV cache on {hw.gpu.key} at this split")
     full = hw.layout.attn_dp * mem.kv_budget / mem.kv_bytes_per_token_per_gpu
-    held = float(charged_tokens_per_layer(hw.spec, hw.layout, hw.kv_dtype, context_tokens))
+    held = float(charged_tokens_per_layer(hw.spec, hw.layout, hw.kv_dtype, context_tokens, hw.engine.engine))
     return float(full * context_tokens / max(held, 1.0))
 
 
