@@ -39,7 +39,7 @@ def read_corrections(path: str | Path) -> pd.DataFrame:
 def _same(cell: object, stated: str) -> bool:
     """Whether a cases cell equals the text a correction states (numbers compared as numbers)."""
     if cell is None or (isinstance(cell, float) and math.isnan(cell)):
-        return stated == ""
+        return False  # an empty cell matches no stated value (read_corrections refuses empty ones)
     try:
         return math.isclose(float(str(cell)), float(stated), rel_tol=1e-9)
     except ValueError:

@@ -205,13 +205,14 @@ def charged_held_tokens_per_layer(
     """What a request takes from the KV budget, in the units of ``held_tokens_per_layer`` (which
     it is, except under TensorRT-LLM).
 
-    TensorRT-LLM 1.2 splits the KV memory into equal shares, one per window size, whatever the
+    TensorRT-LLM splits the KV memory into equal shares, one per window size, whatever the
     windows (``calculateMaxNumBlocks`` in ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``:
     "we are first allocating identical number of blocks for all layers";
-    ``TRTLLM_WINDOW_SIZE_SHARES`` overrides it), so the window group that fills its share first
-    sets the requests held: ``max over groups g of G x n_g x held_g / N`` with ``G`` window sizes,
-    ``n_g`` layers of size ``g``, ``N`` attention layers. gpt-oss (18 layers of 128 tokens, 18 full)
-    is charged its whole context on every layer. Llama 4's chunks are not window sizes of the KV
+    ``TRTLLM_WINDOW_SIZE_SHARES`` overrides it, and is in 1.2.1's source; earlier versions split in
+    proportion to window x layers, as gpucap charges every other engine), so the window group
+    that fills its share first sets the requests held: ``max over groups g of G x n_g x held_g /
+    N`` with ``G`` window sizes, ``n_g`` layers of size ``g``, ``N`` attention layers. gpt-oss (18
+    layers of 128 tokens, 18 full) is charged its whole context on every layer. Llama 4's chunks are not window sizes of the KV
     manager (its chunked attention is a mask on context requests,
     ``docs/source/features/long-sequence.md``), and what it keeps of them is not documented, so
     they keep the charge every engine gets."""

@@ -55,9 +55,9 @@ def matmul_format(hw: Hardware) -> str:
     for MXFP4 experts, which the engines multiply by wider activations.
 
     TensorRT-LLM: MXFP8 activations on Blackwell (its ``TRTLLM`` and ``CUTLASS`` MoE backends,
-    ``examples/models/core/gpt_oss/README.md``), so the fp8 rate there (taken as such: the
-    datasheet's fp4 rate is for fp4 on both operands, and no measurement here separates a mixed
-    fp8 x fp4 product from fp8's); bf16 activations on Hopper (``TRITON``). vLLM 0.32 picks a bf16-activation
+    ``examples/models/core/gpt_oss/README.md``), so the fp8 peak there (the datasheet's fp4 rate
+    is for fp4 on both operands), capped for the experts by the kernel's measured share of it
+    (``_mixed_input_rate``); bf16 activations on Hopper (``TRITON``). vLLM 0.32 picks a bf16-activation
     backend first on every GPU (``_get_priority_backends_for_gpt_oss``: FlashInfer TRTLLM MXFP4 x BF16
     on Blackwell, Triton ``matmul_ogs`` on Hopper, Marlin on Ampere, W4A16 on ROCm); SGLang is taken
     to run them as vLLM does (not checked). So the bf16 rate, unless TensorRT-LLM runs on fp4
