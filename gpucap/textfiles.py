@@ -25,3 +25,24 @@ def read_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
         raise ValueError(f"{what} {path} is not UTF-8 text (a binary file?)") from None
     except OSError as exc:
         raise ValueError(f"{what} {path} cannot be read ({exc.strerror or exc})") from None
+
+
+def read_text_gz(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
+    """``read_text``, or for a ``.gz`` file its decompressed text, also at most ``max_bytes`` (a
+    small file that inflates past it is refused, not read into memory)."""
+    import gzip
+
+    path = Path(path)
+    if path.suffix != ".gz" or not path.is_file():
+        return read_text(path, what, max_bytes)  # a missing or irregular file: read_text says so
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"{what} {path} is not a readable gzip file ({exc})") from None
+    if len(data) > max_bytes:
+        raise ValueError(f"{what} {path} inflates to more than {max_bytes:,} bytes, more than such a file holds")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {path} is not UTF-8 text once decompressed") from None

@@ -8,6 +8,7 @@ here with the file, the line and the two layers named.
     estimate                      the estimator (gpucap.estimate)
     report                        text and figures of results
     planning, calibration         fleets and plans; measured runs, fits, errors
+    telemetry                     what a running engine reports: /metrics scrapes, its step log
     queueing                      latency under load: analytic queue, step-level simulation
     physics                       memory, step time, batching
     config                        Deployment, Workload, SLO, Layout, EngineConfig, Hardware
@@ -33,14 +34,15 @@ RANK = {
     "config": 2,
     "physics": 3,
     "queueing": 4,
-    "planning": 5,
-    "calibration": 5,
-    "report": 6,
-    "estimate": 7,
-    "teaching": 8,
-    "app": 9,
-    "cli": 9,
-    "top": 10,
+    "telemetry": 5,
+    "planning": 6,
+    "calibration": 6,
+    "report": 7,
+    "estimate": 8,
+    "teaching": 9,
+    "app": 10,
+    "cli": 10,
+    "top": 11,
 }
 
 
