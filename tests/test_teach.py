@@ -160,10 +160,17 @@ def test_split_step_separates_the_kernels(hw8) -> None:
 def test_crossover() -> None:
     z = np.zeros(3)
     st = StepTime(
-        compute_s=np.array([1.0, 2.0, 3.0]), memory_s=np.array([2.5, 2.5, 2.5]), comm_s=z, overhead_s=z, total_s=z
+        compute_s=np.array([1.0, 2.0, 3.0]),
+        memory_s=np.array([2.5, 2.5, 2.5]),
+        comm_s=z,
+        overhead_s=z,
+        total_s=z,
+        device_s=z,
     )
     assert teach.crossover([1, 2, 3], st) == 3
-    never = StepTime(compute_s=np.array([1.0, 2.0, 3.0]), memory_s=np.full(3, 9.0), comm_s=z, overhead_s=z, total_s=z)
+    never = StepTime(
+        compute_s=np.array([1.0, 2.0, 3.0]), memory_s=np.full(3, 9.0), comm_s=z, overhead_s=z, total_s=z, device_s=z
+    )
     assert teach.crossover([1, 2, 3], never) is None
 
 

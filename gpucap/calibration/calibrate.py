@@ -198,7 +198,7 @@ def _least_squares(
     """``scipy.optimize.least_squares`` of ``residuals`` from ``start`` (clipped into the free
     coefficients' physical bounds) within those bounds; and the residuals at the start."""
     base = start.as_dict()
-    lower, upper = _bounds(free)
+    lower, upper = coefficient_bounds(free)
     x0 = np.clip([base[n] for n in free], lower, upper)
     r0 = residuals(x0)
     sol = least_squares(
@@ -214,17 +214,17 @@ def _least_squares(
     return sol, r0
 
 
-def _bounds(free: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+def coefficient_bounds(free: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """The physical (lower, upper) bounds of the free coefficients."""
     lower = np.array([COEFFICIENT_INFO[n].lower for n in free])
     upper = np.array([COEFFICIENT_INFO[n].upper for n in free])
     return lower, upper
 
 
-def _uncertainty(sol: OptimizeResult, free: tuple[str, ...]) -> Uncertainty:
+def uncertainty(sol: OptimizeResult, free: tuple[str, ...]) -> Uncertainty:
     """Covariance ``inv(J^T J) x s^2``, ``s^2 = sum(r^2) / (m - n)``, its standard errors and
     correlations, and the coefficients within 1e-4 of their range of a bound or undetermined."""
-    lower, upper = _bounds(free)
+    lower, upper = coefficient_bounds(free)
     m, n = sol.fun.size, len(free)
     s2 = float(sol.fun @ sol.fun) / max(m - n, 1)
     cov = np.linalg.pinv(sol.jac.T @ sol.jac) * s2
@@ -330,7 +330,7 @@ def calibrate(
 
     residuals = _residual_function(data, sweeps, start, free, targets, slo, method)
     sol, r0 = _least_squares(residuals, start, free, loss)
-    fit = _uncertainty(sol, free)
+    fit = uncertainty(sol, free)
     provenance = _provenance(cases, data, sweeps, targets=targets, slo=slo, method=method, loss=loss, sources=sources)
 
     fitted = _with_values(start, free, sol.x)

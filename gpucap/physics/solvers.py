@@ -13,6 +13,7 @@ and a decoding sequence wait for, and ``front_end_s`` gives the front end's shar
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -148,7 +149,7 @@ def _separated(only: StepTime, pre: StepTime, avg: StepTime, share: Array) -> St
         a, b, c = (getattr(s, field) for s in (only, pre, avg))
         return np.where(share < 1.0, (1.0 - share) * a + share * b, c)
 
-    return StepTime(**{f: mix(f) for f in ("compute_s", "memory_s", "comm_s", "overhead_s", "total_s")})
+    return StepTime(**{f.name: mix(f.name) for f in dataclasses.fields(StepTime)})
 
 
 @dataclass(frozen=True)

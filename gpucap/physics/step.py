@@ -99,13 +99,16 @@ class StepWork:
 
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds of one engine step, by part. ``total_s`` is what a running sequence waits per token."""
+    """Seconds of one engine step, by part. ``total_s`` is what a running sequence waits per token;
+    ``device_s`` the GPU's share of it (the kernels and the link, without the host's
+    ``overhead_s``): what vLLM's step log times (``gpucap.telemetry.steplog``)."""
 
     compute_s: Array
     memory_s: Array
     comm_s: Array
     overhead_s: Array
     total_s: Array
+    device_s: Array
 
     @property
     def comm_share(self) -> Array:
@@ -619,6 +622,7 @@ def combine(hw: Hardware, terms: Array) -> StepTime:
         comm_s=pp * comm,
         overhead_s=host,
         total_s=total,
+        device_s=gpu,
     )
 
 
