@@ -4,7 +4,8 @@ changed since the last one.
 The history is a JSON-lines file (a folder holds it as ``calibration-history.jsonl``). Each line
 is one fit: when, gpucap's version, the engines and versions of the runs, every coefficient with
 its standard error and whether it was free, the input files and their hashes, the SLOs and the
-limits table (measured, fitted and its interval per sweep), and the flags. Lines are only ever
+limits table (measured, fitted and its interval per sweep), the flags, and what it was fitted to
+(``source``: "load test", or "telemetry" with the ``window_span`` of the scrapes, unix seconds). Lines are only ever
 appended; a file that does not read is never written to.
 """
 
@@ -72,6 +73,8 @@ def append_history(fit: FitResult, path: str | Path, *, label: str = "") -> Path
         "flags": data["flags"],
         "inputs": prov.get("inputs", []),
         "rows_used": prov.get("rows_used"),
+        "source": prov.get("source", "load test"),
+        "window_span": prov.get("window_span"),
     }
     with target.open("a", encoding="utf-8") as f:
         f.write(json.dumps(entry) + "\n")

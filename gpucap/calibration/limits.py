@@ -250,3 +250,23 @@ def predicted_limits(sweeps: list[Sweep], coef: Coefficients | None, slo: Slo) -
         out.append(_limit(s, ttft[k : k + n], tpot[k : k + n], coef, slo))
         k += n
     return np.array(out)
+
+
+def deployment_sweep(row: pd.Series, slo: Slo, top: float) -> Sweep:
+    """A deployment that was not load-tested (``row``: the cases schema with its model, hardware,
+    engine and lengths) as a closed-loop sweep from 1 to ``top`` requests in flight, so that its
+    SLO-limited concurrency can be predicted like a measured sweep's (``predicted_limits``,
+    ``gpucap.calibration.fitlimits.limit_table``); its measured limit is "not measured"."""
+    row = row.copy()
+    row["load_mode"] = "fixed-concurrency"
+    loads = np.array([1.0, max(float(top), 2.0)])
+    grid, values = _grid(row, "concurrency", loads, slo.stat)
+    return Sweep(
+        label=_label(row, "concurrency"),
+        x="concurrency",
+        positions=(),
+        loads=tuple(float(v) for v in loads),
+        measured=MeasuredLimit(None, "not measured", "", None, None),
+        grid=grid,
+        grid_loads=tuple(float(v) for v in values),
+    )

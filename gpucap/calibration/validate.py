@@ -45,6 +45,7 @@ from gpucap.physics.memory import batch_slots, memory_limit
 from gpucap.physics.runs import saturation_run, static_batch
 from gpucap.physics.waves import wave_loop
 from gpucap.queueing.simulate import run_benchmark
+from gpucap.units import GiB
 
 REQUIRED_COLUMNS = (
     "model",
@@ -86,6 +87,7 @@ def read_cases(path: str | Path) -> pd.DataFrame:
 def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     """Hardware for one case row, the number of replicas, and the assumptions made. Optional
     columns max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
+    kv_cache_memory_gib (vLLM's --kv-cache-memory, or the CPU server's VLLM_CPU_KVCACHE_SPACE),
     enforce_eager, overlap_host, front_end and sampler set the engine's knobs (its defaults otherwise;
     ``row_front_end``, ``row_overlap_host``, ``row_sampler``)."""
     notes: list[str] = []
@@ -127,6 +129,7 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
         overlap_host=row_overlap_host(row, engine),
         front_end=row_front_end(row),
         sampler=row_sampler(row, engine, spec.is_moe),
+        kv_cache_memory_bytes=kv_gib * GiB if (kv_gib := cell_number(row, "kv_cache_memory_gib")) else None,
     )
     hw = hardware(
         str(row["model"]), gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=wd, kv_dtype=kv, engine=eng
