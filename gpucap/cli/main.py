@@ -1,4 +1,5 @@
-"""Command line: ``gpucap estimate | plan | frontier | simulate | validate | calibrate | errors | gpus | models``.
+"""Command line: ``gpucap estimate | plan | frontier | simulate | validate | calibrate | errors | telemetry | gpus |
+models``.
 
 One module per command (``gpucap.cli.<command>``: its options and what it runs); this one
 builds the parser and turns errors into one line each: bad input exits 2, a model that does not
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from gpucap.cli import calibrate, catalog, errors, estimate, frontier, plan, simulate, validate
+from gpucap.cli import calibrate, catalog, errors, estimate, frontier, plan, simulate, telemetry, validate
 from gpucap.errors import DoesNotFit, UnknownName
 from gpucap.version import __version__
 
@@ -24,6 +25,7 @@ COMMANDS = {
     "validate": (validate.add_parser, validate.run),
     "calibrate": (calibrate.add_parser, calibrate.run),
     "errors": (errors.add_parser, errors.run),
+    "telemetry": (telemetry.add_parser, telemetry.run),
     "gpus": (None, catalog.run_gpus),
     "models": (None, catalog.run_models),
 }
