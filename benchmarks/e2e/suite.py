@@ -19,7 +19,9 @@ free: those of `make e2e`, ``fit.FREE``); every cell is then predicted by simula
 benchmark run with those coefficients, untouched. The script prints and writes
 (``table-<time>.md``, ``cells-<time>.csv`` in the run folder) the error per cell and statistic: throughput, TTFT and TPOT mean
 and p99, measured / predicted. Everything lands in ``<out>/suite-<YYYYmmdd-HHMMSS>/``; the servers
-are always stopped.
+are always stopped. Each server logs every engine step (``--enable-logging-iteration-details``, in
+``server-<knobs>.log``) and its ``/metrics`` is scraped every 2 s into ``metrics-<knobs>/``
+(``gpucap.telemetry``): the engine's own view of the same load tests.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -52,6 +55,7 @@ from gpucap.calibration.loadtests import cases_from_runs  # noqa: E402
 from gpucap.calibration.results import read_results  # noqa: E402
 from gpucap.physics.coefficients import Coefficients  # noqa: E402
 from gpucap.queueing.simulate import run_benchmark  # noqa: E402
+from gpucap.telemetry.scrape import scrape_to_folder  # noqa: E402
 
 KEY = "CPU-E2E"
 NAME = "tiny-llama"
@@ -120,9 +124,24 @@ class VllmServer:
             "--port", str(self.port), "--dtype", "float32", "--max-model-len", "2048",
             "--max-num-seqs", str(server.max_num_seqs), "--max-num-batched-tokens", str(server.max_num_batched_tokens),
             "--block-size", "128", "--enforce-eager", "--no-enable-prefix-caching", "--seed", "0",
+            "--enable-logging-iteration-details",
         ]  # fmt: skip
         self.log = log.open("x")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.stopping = threading.Event()
+
+    def scrape(self, folder: Path, every_s: float = 2.0) -> threading.Thread:
+        """Sample the server's /metrics into ``folder`` until it stops (``gpucap.telemetry.scrape``)."""
+
+        def run() -> None:
+            scrape_to_folder(
+                f"http://127.0.0.1:{self.port}/metrics", folder, every_s=every_s, for_s=24 * 3600.0,
+                stop=self.stopping.is_set, on_error=lambda msg: None,
+            )  # fmt: skip
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
 
     def wait_ready(self, timeout_s: float = 600.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -139,6 +158,7 @@ class VllmServer:
         raise SystemExit(f"suite: error: the server was not ready within {timeout_s:.0f} s; see {self.log.name}")
 
     def stop(self) -> None:
+        self.stopping.set()
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -270,6 +290,7 @@ def main() -> None:
             srv = VllmServer(args.venv, model, server, run / f"server-{server.name}.log")
             try:
                 srv.wait_ready()
+                srv.scrape(run / f"metrics-{server.name}")
                 say(f"server {server.name} ready on port {srv.port}")
                 for cell in (c for c in wanted if c.server == server):
                     say(f"cell {cell.name}")
