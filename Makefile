@@ -8,7 +8,7 @@ APP_PORT ?= 8866
 CHROMIUM ?= /usr/bin/chromium
 
 .DEFAULT_GOAL := help
-.PHONY: help venv lab app app-planner test lint typecheck unit notebooks browser chromium accuracy speed peers golden e2e e2e-suite clean
+.PHONY: help venv lab app app-planner test lint typecheck unit notebooks browser chromium accuracy speed peers golden e2e e2e-suite e2e-telemetry clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -70,6 +70,9 @@ e2e: $(STAMP) ## real vLLM on this CPU: load test, calibrate on the measured CPU
 
 e2e-suite: $(STAMP) ## real vLLM on this CPU in every load mode: fit once, predict the rest (~25 min; not in test)
 	PYTHON=$(PYTHON) $(BIN)/python benchmarks/e2e/suite.py
+
+e2e-telemetry: $(STAMP) ## real vLLM on this CPU: refit from its /metrics and step log alone, check against its load test (~8 min; not in test)
+	PYTHON=$(PYTHON) $(BIN)/python benchmarks/e2e/telemetry.py
 
 speed: $(STAMP) ## gpucap's own speed: configurations/s, planner search, widget update, fit time
 	$(BIN)/python benchmarks/speed.py

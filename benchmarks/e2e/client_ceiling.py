@@ -5,8 +5,10 @@ ceiling, measured against a server that streams instantly.
         [--output-len 256] [--prompts-per-level 1024] [--client-core 1 --server-core 0]
 
 The server (``serve``, aiohttp, in this file) answers ``/v1/completions`` as vLLM's OpenAI server
-streams: one server-sent event per token, then a usage chunk and ``[DONE]``, each stream yielding
-to the others between tokens and never waiting for a model. ``vllm bench serve`` (random prompts
+streams: one server-sent event per token, then a usage chunk and ``[DONE]``, never waiting for a
+model: each stream yields to the others between tokens (``--step-ms 0``: chunks arrive at the
+client many to a read), or every stream writes one chunk per step of a common clock
+(``--step-ms S``: one chunk per stream per step, as an engine streams them). ``vllm bench serve`` (random prompts
 of 16 tokens, ``--ignore-eos``) runs against it level by level, pinned to its own core with the
 server on another, so whatever limits the measured tokens/s is the client's own per-chunk work.
 Printed per level: the client's output tokens/s, its mean TPOT and median ITL, its CPU time per
@@ -34,9 +36,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def serve(port: int) -> None:
-    """The instant server: every request streams its ``max_tokens`` chunks at once."""
+def serve(port: int, step_s: float) -> None:
+    """The instant server: every request streams its ``max_tokens`` chunks at once (``step_s`` 0),
+    or one chunk a step, every stream on the same clock as an engine's steps (``step_s`` > 0)."""
     from aiohttp import web
+
+    tick = {"event": asyncio.Event()}
+
+    async def clock() -> None:
+        while True:
+            await asyncio.sleep(step_s)
+            tick["event"].set()
+            tick["event"] = asyncio.Event()
+
+    async def start_clock(app: web.Application) -> None:
+        if step_s > 0:
+            app["clock"] = asyncio.create_task(clock())
 
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -48,7 +63,10 @@ def serve(port: int) -> None:
             done = "length" if k == n - 1 else None
             chunk = dict(head, choices=[{"index": 0, "text": " a", "logprobs": None, "finish_reason": done}])
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            await asyncio.sleep(0)  # let the other streams write theirs
+            if step_s > 0:
+                await tick["event"].wait()  # the next step
+            else:
+                await asyncio.sleep(0)  # let the other streams write theirs
         usage = dict(head, choices=[], usage={"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n})
         await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
         await resp.write_eof()
@@ -56,6 +74,7 @@ def serve(port: int) -> None:
 
     app = web.Application(client_max_size=1 << 24)
     app.router.add_post("/v1/completions", completions)
+    app.on_startup.append(start_clock)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
@@ -89,6 +108,9 @@ def bench(vllm: str, port: int, model: str, concurrency: int, prompts: int, outp
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)  # the server process itself
+    ap.add_argument(
+        "--step-ms", type=float, default=0.0, help="one chunk per stream every this many ms (0: as fast as possible)"
+    )
     ap.add_argument("--concurrency", default="64,256,1024")
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--prompts-per-level", type=int, default=1024)
@@ -98,11 +120,22 @@ def main() -> None:
     ap.add_argument("--model", default=str(HERE / "model"), help="tokenizer folder (make_model.py's model)")
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve)
+        serve(args.serve, args.step_ms / 1e3)
         return
     port = free_port()
     server = subprocess.Popen(
-        ["taskset", "-c", str(args.server_core), sys.executable, __file__, "--serve", str(port)], start_new_session=True
+        [
+            "taskset",
+            "-c",
+            str(args.server_core),
+            sys.executable,
+            __file__,
+            "--serve",
+            str(port),
+            "--step-ms",
+            str(args.step_ms),
+        ],
+        start_new_session=True,
     )
     try:
         for _ in range(100):

@@ -54,6 +54,13 @@ SKIP = {".pytorch.json": "vLLM's PyTorch-benchmark copy of the result next to it
 # Files a results folder may carry beside the runs: the config.json of the model they served (named
 # by a relative path in the metadata or manifest) and a GPU file for hardware no catalog has.
 SKIP_NAMES = {"config.json": "a model's config.json, not a result", "gpus.csv": "a GPU file, not a result"}
+# Text files a load-test folder often carries beside the runs, told apart by how they begin.
+TEXT_NOT_RESULTS = {
+    "# HELP ": "a Prometheus /metrics scrape, not a result: read it with `gpucap telemetry`",
+    "# TYPE ": "a Prometheus /metrics scrape, not a result: read it with `gpucap telemetry`",
+    "# scraped at ": "a Prometheus /metrics scrape, not a result: read it with `gpucap telemetry`",
+    "HTTP/1.": "an HTTP response's headers, not a result",
+}
 MAX_RESULT_BYTES = 1 << 29  # a result file larger than this (512 MiB; ~7x that once parsed) is not read
 
 
@@ -153,9 +160,19 @@ def _files(item: Path) -> tuple[list[Path], list[Path], list[tuple[str, str]]]:
     skipped = [(str(f), SKIP[n]) for f in files for n in SKIP if f.name.endswith(n)]
     skipped += [(str(f), SKIP_NAMES[f.name]) for f in files if f.name in SKIP_NAMES]
     files = [f for f in files if not any(f.name.endswith(n) for n in SKIP) and f.name not in SKIP_NAMES]
+    text = [(f, _text_kind(f)) for f in files if f.suffix.lower() == ".txt"]
+    skipped += [(str(f), kind) for f, kind in text if kind]
+    files = [f for f in files if f not in {t for t, kind in text if kind}]
     if not files:
         raise ValueError(f"{item}: no result files ({', '.join(SUFFIXES)}) in this folder")
     return files, manifests, skipped
+
+
+def _text_kind(file: Path) -> str:
+    """Why the text file ``file`` is not a result (``TEXT_NOT_RESULTS``, by how it begins), or ""."""
+    with file.open("rb") as fh:
+        head = fh.read(64).decode("utf-8", "replace").lstrip("\ufeff")
+    return next((why for start, why in TEXT_NOT_RESULTS.items() if head.startswith(start)), "")
 
 
 def _file_fields(

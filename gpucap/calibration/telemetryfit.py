@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
+from scipy.optimize import OptimizeResult, least_squares
 
-from gpucap.calibration.calibrate import coefficient_bounds, uncertainty
+from gpucap.calibration.calibrate import Uncertainty, coefficient_bounds, uncertainty
 from gpucap.calibration.cases import PreparedCase
 from gpucap.calibration.fitchecks import metric_changes, sanity_flags, worse_flags
 from gpucap.calibration.fitresiduals import DIFF_STEP, MISSING_PREDICTION_LOG_ERROR, ROBUST_SCALE, robust_cost
@@ -334,7 +334,7 @@ def fit_telemetry(
         residuals, x0, bounds=(lower, upper), x_scale="jac", diff_step=DIFF_STEP, loss=loss, f_scale=ROBUST_SCALE,
         max_nfev=100,
     )  # fmt: skip
-    unc = uncertainty(sol, free)
+    unc = posterior(sol, free, sd)
     fitted = coef_at(sol.x)
     unidentified = {
         n: f"not identified by these windows (posterior sd {unc.stderr[j]:.3g} against the prior's {sd[j]:.3g}): "
@@ -387,6 +387,22 @@ def fit_telemetry(
             start_s=predicted_logged_s(hw, coef_at(x0), comp), fitted_s=predicted_logged_s(hw, fitted, comp)
         )
     return TelemetryFit(fit, prior, table, unidentified, list(skipped or []), step_table)
+
+
+def posterior(sol: OptimizeResult, free: tuple[str, ...], prior_sd: np.ndarray) -> Uncertainty:
+    """The MAP fit's uncertainty: ``cov = inv(J_d^T J_d / s^2 + diag(1 / sd^2))``, the data's
+    information (its Jacobian ``J_d``, scaled by the residual variance ``s^2 = sum(r_d^2) / (m - n)``
+    as in ``gpucap.calibration.calibrate.uncertainty``) plus the prior's; a coefficient the data do
+    not inform keeps the prior's width. Bounds as ``uncertainty`` reports them."""
+    n = len(free)
+    jd, rd = sol.jac[:-n], sol.fun[:-n]
+    s2 = float(rd @ rd) / max(rd.size - n, 1) if rd.size else 1.0
+    info = jd.T @ jd / max(s2, 1e-12) + np.diag(1.0 / prior_sd**2)
+    cov = np.linalg.pinv(info)
+    se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = np.nan_to_num(cov / np.outer(se, se))
+    return dataclasses.replace(uncertainty(sol, free), covariance=cov, stderr=se, correlation=corr)
 
 
 def _window_table(targets: list[WindowTarget], before: Coefficients, after: Coefficients) -> pd.DataFrame:
