@@ -1,6 +1,8 @@
 """Error-analysis tables: by model size (from the model specs), GPU, engine or source; defaults,
 fitted, leave one model out, leave one source out; markdown, HTML and CSV."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -73,3 +75,41 @@ def test_cli_errors(cases, tmp_path, capsys) -> None:
     assert capsys.readouterr().out.startswith("| size | engine | variant |")
     assert main(["errors", str(path), "--by", "colour"]) == 2
     assert "group rows by" in capsys.readouterr().err
+
+
+def test_within_testbed_variants_hold_out_each_sweep_and_model() -> None:
+    # vLLM's defaults but u_compute 0.62 and u_hbm 0.71; both models on one lab's H100s: one testbed
+    truth = dataclasses.replace(Coefficients.for_engine("vllm"), u_compute=0.62, u_hbm=0.71)
+    one_lab = synthetic_cases(SETUPS, (1, 8, 64), ((1000, 200), (4000, 500)), truth, noise=0.0).assign(source_id="lab")
+    table = error_tables(one_lab, by=("model",), variants=("losweep", "lomo-testbed"), free=("u_compute", "u_hbm"))
+    # 12 runs without noise; each held-out fit starts from vLLM's defaults, so the other sweeps
+    # (or the other model) determine u_compute and u_hbm exactly and every held-out run is
+    # predicted as it was generated
+    assert (table.groupby("variant")["n"].sum() == 36).all()
+    assert table["median_abs_err"].max() < 0.01
+    assert not any("nothing to hold out" in n for n in table.attrs["notes"])
+
+
+def test_a_variant_with_one_group_per_testbed_is_skipped_with_a_note(cases) -> None:
+    # lab-a holds only Qwen3-32B and lab-b only Llama-3.1-8B; every run is at fixed concurrency
+    table = error_tables(cases, by=("engine",), variants=("defaults", "lomo-testbed", "lomode"), free=("u_compute",))
+    assert set(table["variant"]) == {"defaults"}
+    notes = "\n".join(table.attrs["notes"])
+    assert "lomo-testbed: skipped, no testbed has two or more models" in notes
+    assert "lomode: skipped, no testbed has two or more load modes" in notes
+    assert "lab-a / H100-SXM-80GB / vllm" in notes
+
+
+def test_cli_errors_prints_the_notes(cases, tmp_path, capsys) -> None:
+    path = tmp_path / "cases.csv"
+    cases.to_csv(path, index=False)
+    assert main(["errors", str(path), "--variants", "defaults,lomode", "--free", "u_compute"]) == 0
+    out = capsys.readouterr().out
+    assert "Notes:" in out and "lomode: skipped" in out
+
+
+def test_only_skipped_variants_give_an_empty_table_and_the_notes(cases) -> None:
+    table = error_tables(cases, by=("size",), variants=("lomode",), free=("u_compute",))
+    assert table.empty and list(table.columns[:3]) == ["size", "variant", "metric"]
+    assert table.attrs["notes"][-1] == "lomode: skipped, no testbed has two or more load modes"
+    assert format_error_table(table).startswith("No rows: every variant asked for was skipped")

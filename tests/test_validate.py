@@ -43,13 +43,16 @@ def test_rows_are_simulated_as_their_benchmark_ran(shared_cases) -> None:
 
 
 def test_front_end_and_host_overlap_come_from_the_row() -> None:
-    """trtllm-bench runs (prepare_dataset lengths) have no HTTP server; vLLM before 0.12 ran its
-    host work between steps, later versions beside them (async scheduling)."""
+    """trtllm-bench runs (prepare_dataset lengths) have no HTTP server; vLLM before 0.14 ran its
+    host work between steps, later versions beside them (async scheduling, default from v0.14.0:
+    PR #27614)."""
     row = pd.Series({"length_dist": "fixed (prepare_dataset token-norm-dist stdev 0)", "engine": "trtllm"})
     assert row_front_end(row) == "offline"
     assert row_front_end(pd.Series({"length_dist": "ShareGPT (variable)", "engine": "vllm"})) == "http"
     assert row_overlap_host(pd.Series({"engine_version": "v0.11.0"}), "vllm") is False
     assert row_overlap_host(pd.Series({"engine_version": "0.16.1"}), "vllm") is True
+    assert row_overlap_host(pd.Series({"engine_version": "v0.13.0"}), "vllm") is False
+    assert row_overlap_host(pd.Series({"engine_version": "0.14.0"}), "vllm") is True
     assert row_overlap_host(pd.Series({"engine_version": "v0.11.0", "overlap_host": "true"}), "vllm") is True
 
 

@@ -1,5 +1,9 @@
 """Error tables: measured vs predicted by model size, GPU and engine, with the default
-coefficients, after calibration, and leave-one-model-out (fit without a model, predict it)."""
+coefficients, after calibration, and held out: a fit without a model, a source, or, within one
+testbed (one lab's GPUs of one type under one engine), without a sweep, a load mode or a model,
+predicting what it left out. The held-out variants within a testbed are the test of a
+recalibration: does a fit on this week's load test predict next week's at another load level,
+in another load mode, for another model on the same machines?"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import pandas as pd
 
 from gpucap.calibration.accuracy import error_summary
 from gpucap.calibration.calibrate import DEFAULT_FREE, calibrate
+from gpucap.calibration.cases import testbed_keys
+from gpucap.calibration.limits import sweep_labels
 from gpucap.calibration.validate import METRICS, validate
 from gpucap.catalog.lookup import load_model
 from gpucap.physics.coefficients import Coefficients
@@ -112,13 +118,20 @@ def lomo_summary(lomo: pd.DataFrame, by: tuple[str, ...] = ("metric", "size")) -
     return table.reset_index()
 
 
-VARIANTS = ("defaults", "fitted", "lomo", "loso")
+VARIANTS = ("defaults", "fitted", "lomo", "loso", "losweep", "lomode", "lomo-testbed")
 VARIANT_TEXT = {
     "defaults": "each engine's default coefficients",
     "fitted": "fitted on all rows (one fit per engine), in sample",
     "lomo": "leave one model out: each model predicted by a fit on the other models",
     "loso": "leave one source out: each source predicted by a fit on the other sources",
+    "losweep": "leave one sweep out within its testbed: each sweep predicted by a fit on the testbed's other runs",
+    "lomode": "leave one load mode out within its testbed: each mode's runs predicted by a fit on the testbed's other modes",
+    "lomo-testbed": "leave one model out within its testbed: each model predicted by a fit on the testbed's other models",
 }
+# A testbed: one lab's GPUs of one type under one engine.
+TESTBED = "source_id+gpu+engine"
+# What each within-testbed variant holds out, and its name in a note.
+WITHIN = {"losweep": ("sweep", "sweep"), "lomode": ("load_mode", "load mode"), "lomo-testbed": ("model", "model")}
 GROUPS = ("size", "gpu", "engine", "source_id", "load_mode", "model")
 
 
@@ -133,30 +146,89 @@ def size_class(model: str) -> str:
     return f"MoE {bucket} active" if moe else bucket
 
 
-def _fits_per_engine(cases: pd.DataFrame, free: tuple[str, ...], method: str) -> dict[str, Coefficients]:
+def _engines(cases: pd.DataFrame) -> pd.Series:
+    """Each row's engine as the coefficients know it (NIM runs TensorRT-LLM)."""
+    return cases["engine"].astype(str).str.lower().replace({"nim": "trtllm"})
+
+
+def _fits_per_engine(
+    cases: pd.DataFrame, free: tuple[str, ...], method: str, within_ranges: bool = False, notes: list[str] | None = None
+) -> dict[str, Coefficients]:
     """One fit per engine on that engine's rows; an engine whose rows cannot determine the
-    coefficients keeps its defaults."""
+    coefficients keeps its defaults. Each fit's "missing mechanism" flags go to ``notes``."""
     out = {}
-    engines = cases["engine"].astype(str).str.lower().replace({"nim": "trtllm"})
+    engines = _engines(cases)
     for engine in sorted(set(engines.unique()) & set(ENGINES)):  # other engines keep their defaults
         rows = cases[(engines == engine).to_numpy()]
         try:
-            out[engine] = calibrate(rows, start=Coefficients.for_engine(engine), free=free, method=method).coefficients
+            fit = calibrate(
+                rows, start=Coefficients.for_engine(engine), free=free, method=method, within_ranges=within_ranges,
+                compare_within=False,
+            )  # fmt: skip
         except ValueError:
             out[engine] = Coefficients.for_engine(engine)
+            continue
+        out[engine] = fit.coefficients
+        if notes is not None:
+            notes += [f"{engine} fit: {f}" for f in fit.flags if f.startswith("missing mechanism")]
     if "trtllm" in out:
         out["nim"] = out["trtllm"]
     return out
 
 
-def _held_out(cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str) -> pd.DataFrame:
+def _held_out(cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str, within_ranges: bool) -> pd.DataFrame:
     """Every row predicted by per-engine fits on the rows of the other values of ``key``."""
     parts = []
     for value in sorted(cases[key].astype(str).unique()):
         held = (cases[key].astype(str) == value).to_numpy()
-        coef = _fits_per_engine(cases[~held], free, method) if (~held).any() else None
+        coef = _fits_per_engine(cases[~held], free, method, within_ranges) if (~held).any() else None
         parts.append(validate(cases[held], coef, method=method).set_index(cases.index[held]))
     return pd.concat(parts).loc[cases.index]
+
+
+def _held_out_within(
+    cases: pd.DataFrame, variant: str, free: tuple[str, ...], method: str, within_ranges: bool, notes: list[str]
+) -> pd.DataFrame:
+    """``variant`` (``WITHIN``): in every testbed (``TESTBED``) with two or more sweeps, load
+    modes or models, each one's rows predicted by a fit on the testbed's other rows. Rows that
+    cannot be held out (their testbed has one, or the rest cannot determine the free
+    coefficients) keep no prediction, and ``notes`` says why."""
+    key, what = WITHIN[variant]
+    beds = np.array(testbed_keys(cases, TESTBED))
+    groups = np.array(sweep_labels(cases) if key == "sweep" else cases[key].astype(str).tolist())
+    out = validate(cases, method=method)
+    predicted = np.zeros(len(cases), dtype=bool)
+    single = []
+    for bed in sorted(set(beds)):
+        in_bed = beds == bed
+        values = sorted(set(groups[in_bed]))
+        if len(values) < 2:
+            single.append(bed)
+            continue
+        engine = _engines(cases[in_bed]).iloc[0]
+        for value in values:
+            held = in_bed & (groups == value)
+            rest = cases[in_bed & ~held]
+            start = Coefficients.for_engine(engine) if engine in ENGINES else None
+            try:
+                fit = calibrate(
+                    rest, start=start, free=free, method=method, within_ranges=within_ranges, compare_within=False
+                )
+            except ValueError as exc:
+                notes.append(f"{variant}: {bed}, {what} {value[:60]}: not held out ({exc})")
+                continue
+            pos = np.flatnonzero(held)
+            out.iloc[pos] = validate(cases.iloc[pos], fit.coefficients, method=method).to_numpy()
+            predicted[pos] = True
+    if single:
+        notes.append(
+            f"{variant}: {len(single)} testbed(s) with one {what} only, nothing to hold out: {'; '.join(single)}"
+        )
+    if not predicted.any():
+        notes.append(f"{variant}: skipped, no testbed has two or more {what}s")
+    cols = [c for c in out if c.endswith("_predicted") or c.endswith("_ratio")]
+    out.loc[~predicted, cols] = np.nan
+    return out
 
 
 def error_tables(
@@ -167,6 +239,7 @@ def error_tables(
     variants: tuple[str, ...] | list[str] = ("defaults", "fitted"),
     free: tuple[str, ...] = DEFAULT_FREE,
     method: str = "closed-form",
+    within_ranges: bool = False,
 ) -> pd.DataFrame:
     """The error tables a team pastes into a report: for every group of ``by`` (``size``: active
     parameters from the model specs, MoE marked; or any of gpu, engine, source_id, load_mode,
@@ -182,20 +255,25 @@ def error_tables(
     if unknown or not by:
         raise ValueError(f"group rows by {', '.join(GROUPS)}; got {', '.join(by) or 'nothing'}")
     missing = [b for b in by if b not in ("size",) and b not in cases]
-    if "loso" in variants and "source_id" not in cases:
-        missing.append("source_id (for loso)")
+    if {"loso", *WITHIN} & set(variants) and "source_id" not in cases:
+        missing.append("source_id (for loso and the within-testbed variants)")
     if missing:
         raise ValueError(f"the cases have no column {', '.join(missing)}")
     cases = cases.reset_index(drop=True)
     results = {}
+    notes: list[str] = []
     for v in variants:
         if v == "defaults":
             results[v] = validate(cases, method=method)
         elif v == "fitted":
-            coef = coefficients if coefficients is not None else _fits_per_engine(cases, free, method)
+            coef = coefficients
+            if coef is None:
+                coef = _fits_per_engine(cases, free, method, within_ranges, notes)
             results[v] = validate(cases, coef, method=method)
+        elif v in WITHIN:
+            results[v] = _held_out_within(cases, v, free, method, within_ranges, notes)
         else:
-            results[v] = _held_out(cases, "model" if v == "lomo" else "source_id", free, method)
+            results[v] = _held_out(cases, "model" if v == "lomo" else "source_id", free, method, within_ranges)
     labels = {
         "size": [size_class(str(m)) for m in cases["model"]],
         **{b: cases[b].astype(str).tolist() for b in by if b != "size"},
@@ -205,12 +283,17 @@ def error_tables(
         res = res.reset_index(drop=True).assign(**{b: labels[b] for b in by})
         key = res[list(by)].astype(str).agg(" | ".join, axis=1)
         summary = error_summary(res.assign(_group=key), "_group")
+        if summary.empty:  # a held-out variant with nothing held out (its note says why)
+            continue
         summary = summary[summary["metric"].isin(METRICS)]
         summary.insert(0, "variant", v)
         for j, b in enumerate(by):
             summary.insert(j, b, summary["_group"].str.split(" | ", regex=False).str[j])
         parts.append(summary.drop(columns="_group"))
-    return pd.concat(parts, ignore_index=True)
+    columns = [*by, "variant", "metric", "n", "median_abs_err", "p90_abs_err", "median_ratio"]
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+    table.attrs["notes"] = notes
+    return table
 
 
 def wide_error_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -241,6 +324,8 @@ def format_error_table(table: pd.DataFrame, fmt: str = "markdown") -> str:
     (tidy, fractions)."""
     if fmt == "csv":
         return table.to_csv(index=False)
+    if table.empty:
+        return "No rows: every variant asked for was skipped (the notes say why)."
     wide = wide_error_table(table)
     cells = wide.copy()
     for col in wide.columns:

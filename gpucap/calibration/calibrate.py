@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,15 @@ from gpucap.calibration.fitresiduals import (
 )
 from gpucap.calibration.fitresult import FitResult
 from gpucap.calibration.limits import Slo, Sweep, find_sweeps, predicted_limits
+from gpucap.calibration.physical import (
+    Ranges,
+    cases_device,
+    driving_mode,
+    missing_mechanism_flags,
+    outside_ranges,
+    physical_bounds,
+    read_physical_ranges,
+)
 from gpucap.calibration.ranges import fit_bands
 from gpucap.calibration.validate import METRICS, measured_metrics, predict_prepared, prepare_cases
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
@@ -193,12 +202,16 @@ def _residual_function(
 
 
 def _least_squares(
-    residuals: Callable[[np.ndarray], np.ndarray], start: Coefficients, free: tuple[str, ...], loss: str
+    residuals: Callable[[np.ndarray], np.ndarray],
+    start: Coefficients,
+    free: tuple[str, ...],
+    loss: str,
+    bounds: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[OptimizeResult, np.ndarray]:
-    """``scipy.optimize.least_squares`` of ``residuals`` from ``start`` (clipped into the free
-    coefficients' physical bounds) within those bounds; and the residuals at the start."""
+    """``scipy.optimize.least_squares`` of ``residuals`` from ``start`` (clipped into ``bounds``,
+    by default the free coefficients' bounds) within those bounds; and the residuals at the start."""
     base = start.as_dict()
-    lower, upper = coefficient_bounds(free)
+    lower, upper = bounds if bounds is not None else coefficient_bounds(free)
     x0 = np.clip([base[n] for n in free], lower, upper)
     r0 = residuals(x0)
     sol = least_squares(
@@ -221,10 +234,13 @@ def coefficient_bounds(free: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     return lower, upper
 
 
-def uncertainty(sol: OptimizeResult, free: tuple[str, ...]) -> Uncertainty:
+def uncertainty(
+    sol: OptimizeResult, free: tuple[str, ...], bounds: tuple[np.ndarray, np.ndarray] | None = None
+) -> Uncertainty:
     """Covariance ``inv(J^T J) x s^2``, ``s^2 = sum(r^2) / (m - n)``, its standard errors and
-    correlations, and the coefficients within 1e-4 of their range of a bound or undetermined."""
-    lower, upper = coefficient_bounds(free)
+    correlations, and the coefficients within 1e-4 of their range of a bound (``bounds``, by
+    default the coefficients' own) or undetermined."""
+    lower, upper = bounds if bounds is not None else coefficient_bounds(free)
     m, n = sol.fun.size, len(free)
     s2 = float(sol.fun @ sol.fun) / max(m - n, 1)
     cov = np.linalg.pinv(sol.jac.T @ sol.jac) * s2
@@ -294,6 +310,9 @@ def calibrate(
     method: str = "closed-form",
     targets: tuple[str, ...] | list[str] = ("runs",),
     slo: Slo | None = None,
+    within_ranges: bool = False,
+    ranges: str | Path | Ranges | None = None,
+    compare_within: bool = True,
 ) -> FitResult:
     """Fit ``free`` coefficients to the measured ``cases`` (the schema of measured-public.csv,
     or ``cases_from_runs`` of load-test results); the others stay at ``start`` or ``fixed``.
@@ -314,6 +333,12 @@ def calibrate(
     every sweep's measured limit, the default and the fitted prediction, whatever the targets.
     A metric no run measured is not fitted and not listed as fitted; the fit flags coefficients
     it pushes to a bound or more than DRIFT_FLAG times from their start (``flags``).
+    ``ranges``: each coefficient's physical range per device class (``gpucap.calibration.physical``;
+    a CSV path, a mapping, or None for ``data/coefficient-ranges.csv``). A free coefficient fitted
+    outside its range is flagged "missing mechanism" with the load mode driving it, and the fit is
+    repeated within the ranges (``FitResult.bounded``; not with ``compare_within=False``, which
+    saves that second fit where only the coefficients are wanted). ``within_ranges=True``: fit
+    within the ranges only.
     """
     targets = tuple(targets)
     free = _checked_arguments(targets, slo, tuple(free), fixed)
@@ -328,9 +353,15 @@ def calibrate(
     if n_res <= len(free):
         raise ValueError(f"{n_res} measured values cannot determine {len(free)} coefficients; fix some or add runs")
 
+    table = ranges if isinstance(ranges, Mapping) else read_physical_ranges(ranges)
+    device = cases_device(c.hw for c in data.prepared)
+    bounds = coefficient_bounds(free)
+    if within_ranges:
+        physical = physical_bounds(free, device, table)
+        bounds = (np.maximum(bounds[0], physical[0]), np.minimum(bounds[1], physical[1]))
     residuals = _residual_function(data, sweeps, start, free, targets, slo, method)
-    sol, r0 = _least_squares(residuals, start, free, loss)
-    fit = uncertainty(sol, free)
+    sol, r0 = _least_squares(residuals, start, free, loss, bounds)
+    fit = uncertainty(sol, free, bounds)
     provenance = _provenance(cases, data, sweeps, targets=targets, slo=slo, method=method, loss=loss, sources=sources)
 
     fitted = _with_values(start, free, sol.x)
@@ -339,6 +370,21 @@ def calibrate(
     limits = pd.DataFrame()
     if slo is not None and sweeps.sweeps:
         limits = limit_table(sweeps.sweeps, slo, start, fitted, free, fit.covariance)
+    provenance["device"] = device
+    provenance["within_ranges"] = within_ranges
+    flags = sanity_flags(start, fitted, free, fit.at_bound) + worse_flags(changes)
+    outside = {} if within_ranges else outside_ranges(fitted, free, device, table)
+    bounded = None
+    if outside and not compare_within:
+        flags = missing_mechanism_flags(fitted, outside, None) + flags
+    elif outside:
+        bounded = calibrate(
+            cases, start=start, free=free, fixed=fixed, metrics=metrics, loss=loss, sources=sources,
+            method=method, targets=targets, slo=slo, within_ranges=True, ranges=table,
+        )  # fmt: skip
+        within = log_ratios(predict_prepared(data.prepared, bounded.coefficients, method), measured, data.metrics)
+        driver = driving_mode([c.mode for c in data.prepared], after, within)
+        flags = missing_mechanism_flags(fitted, outside, driver) + flags
     return FitResult(
         coefficients=fitted,
         start=start,
@@ -359,7 +405,8 @@ def calibrate(
         sum_squares_before=float(r0 @ r0),
         sum_squares_after=float(sol.fun @ sol.fun),
         limits=limits,
-        flags=sanity_flags(start, fitted, free, fit.at_bound) + worse_flags(changes),
+        flags=flags,
         metric_errors=changes,
         ranges=fit_bands(-after),
+        bounded=bounded,
     )

@@ -84,16 +84,17 @@ def row_front_end(row: pd.Series) -> str:
 
 
 def row_overlap_host(row: pd.Series, engine: str) -> bool | None:
-    """The ``overlap_host`` column when given; vLLM before 0.12 did not overlap the host with the
-    GPU by default (async scheduling became its default in late 2025, PR #27614); None (the
-    engine's default, on) otherwise."""
+    """The ``overlap_host`` column when given; vLLM before 0.14 did not overlap the host with the
+    GPU by default (async scheduling became its default in v0.14.0, released 2026-01-17: PR
+    #27614, whose release notes and downstream ports to 0.14 say so); None (the engine's
+    default, on) otherwise."""
     given = cell_text(row, "overlap_host").strip().lower()
     if given:
         return given in ("true", "1", "1.0", "yes")
     if engine != "vllm":
         return None
     version = vllm_version(row)
-    return None if version is None else version >= (0, 12)
+    return None if version is None else version >= (0, 14)
 
 
 def vllm_version(row: pd.Series, parts: int = 2) -> tuple[int, ...] | None:

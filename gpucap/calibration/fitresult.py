@@ -49,6 +49,9 @@ class FitResult:
     # per metric, the fitted runs' measured / predicted quantiles (gpucap.calibration.ranges.fit_bands):
     # the range an estimate made with these coefficients carries
     ranges: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the same fit within the coefficients' physical ranges, when this one left them
+    # (gpucap.calibration.physical); None when every free coefficient is inside its range
+    bounded: FitResult | None = None
 
     # ---- for people ------------------------------------------------------------------------
     def report(self) -> str:
@@ -105,7 +108,31 @@ class FitResult:
         if self.flags:
             lines.append("[[Flags]] (the model is missing something for these runs)")
             lines.extend(f"    {f}" for f in self.flags)
+        if self.bounded is not None:
+            lines.append(
+                f"[[Within physical ranges]] (the same fit, each coefficient bounded by its range on {self.device}s)"
+            )
+            lines.extend(f"    {line}" for line in self.bounded.compared_lines(self))
         return "\n".join(lines)
+
+    @property
+    def device(self) -> str:
+        """The device class the fit's runs ran on (``gpu`` or ``cpu``)."""
+        return str(self.provenance.get("device", "gpu")).upper()
+
+    def compared_lines(self, free_fit: FitResult) -> list[str]:
+        """This (bounded) fit's coefficients and errors by metric beside ``free_fit``'s."""
+        lines = []
+        for name in self.free:
+            a, b = getattr(free_fit.coefficients, name), getattr(self.coefficients, name)
+            lines.append(f"{name:<14} = {b:.5g} +/- {self.stderr[name]:.3g} (free fit {a:.5g})")
+        if not self.metric_errors.empty:
+            free_err = dict(zip(free_fit.metric_errors["metric"], free_fit.metric_errors["after"], strict=True))
+            for r in self.metric_errors.itertuples():
+                lines.append(
+                    f"{r.metric:<14} median error {r.after:6.1%} (free fit {free_err.get(r.metric, np.nan):.1%})"
+                )
+        return lines
 
     def __str__(self) -> str:
         """The report (``report``)."""
@@ -147,6 +174,9 @@ class FitResult:
         if self.flags:
             items = "".join(f"<li>{html.escape(f)}</li>" for f in self.flags)
             out += f"<p><b>The model is missing something for these runs:</b></p><ul>{items}</ul>"
+        if self.bounded is not None:
+            items = "".join(f"<li><code>{html.escape(x)}</code></li>" for x in self.bounded.compared_lines(self))
+            out += f"<h4>Within physical ranges ({self.device}s)</h4><ul>{items}</ul>"
         return out
 
     # ---- for machines ----------------------------------------------------------------------
@@ -181,6 +211,14 @@ class FitResult:
             if not self.metric_errors.empty
             else [],
             "ranges": self.ranges,
+            "within_ranges": None
+            if self.bounded is None
+            else {
+                "coefficients": {n: getattr(self.bounded.coefficients, n) for n in self.bounded.free},
+                "metric_errors": json.loads(self.bounded.metric_errors.to_json(orient="records"))
+                if not self.bounded.metric_errors.empty
+                else [],
+            },
             "provenance": self.provenance,
         }
 

@@ -151,6 +151,20 @@ def _grid(row: pd.Series, x: str, loads: np.ndarray, stat: str) -> tuple[tuple[P
     return tuple(grid), values
 
 
+def sweep_labels(cases: pd.DataFrame) -> list[str]:
+    """The sweep each row belongs to: rows that agree on ``CONFIG_COLUMNS``, the load mode and
+    the prompt and output lengths (within LENGTH_TOLERANCE) and differ only in the load level.
+    A run at one load level is a sweep of its own."""
+    if cases.empty:
+        return []
+    df = cases.reset_index(drop=True)
+    parts = [df[c].astype(str) for c in (*CONFIG_COLUMNS, "load_mode") if c in df]
+    for col in ("isl", "osl"):
+        if col in df:
+            parts.append(pd.Series(_length_groups(pd.to_numeric(df[col], errors="coerce").to_numpy(float))).astype(str))
+    return pd.concat(parts, axis=1).agg(" / ".join, axis=1).tolist()
+
+
 def find_sweeps(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[str]]:
     """The sweeps in ``cases`` (the schema of measured-public.csv / ``cases_from_runs``) with the
     limit each measured at ``slo``, and one line for every group of runs that is not a sweep (one

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from gpucap.calibration.analysis import GROUPS
@@ -18,7 +19,14 @@ def add_parser(sub: Any) -> None:
     e.add_argument(
         "--variants",
         default="defaults,fitted",
-        help="comma-separated: defaults, fitted, lomo (leave one model out), loso (leave one source out)",
+        help="comma-separated: defaults, fitted, lomo (leave one model out), loso (leave one source out); within each "
+        "testbed (source, GPU, engine): losweep (leave one sweep out), lomode (leave one load mode out), "
+        "lomo-testbed (leave one model out)",
+    )
+    e.add_argument(
+        "--within-ranges",
+        action="store_true",
+        help="every fit keeps each coefficient within its physical range (data/coefficient-ranges.csv)",
     )
     e.add_argument("--format", default="markdown", choices=["markdown", "html", "csv"])
     e.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients the fits free, comma-separated")
@@ -42,6 +50,12 @@ def run(a: argparse.Namespace) -> int:
         variants=tuple(v.strip() for v in a.variants.split(",") if v.strip()),
         free=tuple(n.strip() for n in a.free.split(",") if n.strip()),
         method=a.method,
+        within_ranges=a.within_ranges,
     )
     print(format_error_table(table, a.format))
+    notes = table.attrs.get("notes", [])
+    if notes:
+        print(
+            "\n".join(["", "Notes:", *(f"- {n}" for n in notes)]), file=sys.stderr if a.format == "csv" else sys.stdout
+        )
     return 0

@@ -9,7 +9,7 @@ from the API server's stats logger:
 "context" is vLLM's word for prompt tokens (a prefill chunk), "generation" for decode tokens.
 What the time measures (``vllm/v1/engine/core.py``, ``capture_iteration_details``): the engine
 core's wait for the step's model output, from after the step is dispatched to the output. With
-async scheduling (vLLM's default from 0.12; ``step_with_batch_queue``) the engine core schedules
+async scheduling (vLLM's default from 0.14.0; ``step_with_batch_queue``) the engine core schedules
 the next step and hands back the previous step's output while this one runs, so the wait is the
 step's device time less that host work; without it the wait is the device time, and the host's
 scheduling and output handling come on top. Either way the sum of the logged times over a run is
