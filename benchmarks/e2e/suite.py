@@ -13,6 +13,10 @@ Cells (each a `benchmarks/loadtest.py` run against `vllm serve` of the tiny Llam
     budget    1,920-token prompts, 32 output, concurrency 1 and 4, with --max-num-batched-tokens
               512 and 8192 (two servers)
     seqs      --max-num-seqs 4 at concurrency 16 (requests queue for a batch slot)
+    preempt   256 prompts of 128-384 / 32-96 tokens sent at once into a KV cache of 160 blocks
+              (20,480 tokens, --num-gpu-blocks-override): vLLM admits prompts while their blocks
+              fit and preempts (frees, later recomputes) running requests when their outputs
+              outgrow the cache
 
 gpucap's coefficients are fitted once, by simulation, on the `closed` sweep (`gpucap.calibration.calibrate`,
 free: those of `make e2e`, ``fit.FREE``); every cell is then predicted by simulating its
@@ -63,14 +67,26 @@ KV_GIB = 1
 STATS = (("output_tok_s", "throughput"), ("ttft", "TTFT"), ("tpot", "TPOT"))
 
 
+# The tiny Llama's KV bytes a token: 6 layers x (K and V) x 2 KV heads x 64 x 4 bytes (float32).
+KV_BYTES_PER_TOKEN = 6 * 2 * 2 * 64 * 4
+BLOCK = 128
+
+
 @dataclass(frozen=True)
 class Server:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
+    kv_blocks: int | None = None  # --num-gpu-blocks-override; None: VLLM_CPU_KVCACHE_SPACE=KV_GIB
 
     @property
     def name(self) -> str:
-        return f"seqs{self.max_num_seqs}-tokens{self.max_num_batched_tokens}"
+        blocks = f"-blocks{self.kv_blocks}" if self.kv_blocks else ""
+        return f"seqs{self.max_num_seqs}-tokens{self.max_num_batched_tokens}{blocks}"
+
+    @property
+    def kv_gib(self) -> float:
+        """The KV cache the server holds, in GiB."""
+        return self.kv_blocks * BLOCK * KV_BYTES_PER_TOKEN / 2**30 if self.kv_blocks else float(KV_GIB)
 
 
 @dataclass(frozen=True)
@@ -99,6 +115,7 @@ CELLS = (
     Cell("budget-512", Server(256, 512), 1920, 32, ("--concurrency", "1,4", "--prompts-per-concurrency", "4")),
     Cell("budget-8192", Server(256, 8192), 1920, 32, ("--concurrency", "1,4", "--prompts-per-concurrency", "4")),
     Cell("seqs", Server(4, 2048), 256, 64, ("--concurrency", "16", "--prompts-per-concurrency", "4")),
+    Cell("preempt", Server(256, 2048, 160), 256, 64, ("--all-at-once", "256", "--range-ratio", "0.5")),
 )
 
 
@@ -123,8 +140,9 @@ class VllmServer:
             str(venv / "bin" / "vllm"), "serve", str(model), "--served-model-name", NAME, "--host", "127.0.0.1",
             "--port", str(self.port), "--dtype", "float32", "--max-model-len", "2048",
             "--max-num-seqs", str(server.max_num_seqs), "--max-num-batched-tokens", str(server.max_num_batched_tokens),
-            "--block-size", "128", "--enforce-eager", "--no-enable-prefix-caching", "--seed", "0",
+            "--block-size", str(BLOCK), "--enforce-eager", "--no-enable-prefix-caching", "--seed", "0",
             "--enable-logging-iteration-details",
+            *(["--num-gpu-blocks-override", str(server.kv_blocks)] if server.kv_blocks else []),
         ]  # fmt: skip
         self.log = log.open("x")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -208,9 +226,10 @@ def cell_cases(folder: Path, cell: Cell, args_fit: argparse.Namespace) -> pd.Dat
         raise SystemExit(f"suite: error: {folder}: unreadable {rs.bad}, incomplete {rs.incomplete}")
     runs = rs.runs.sort_values(["concurrency", "request_rate", "num_prompts"]).reset_index(drop=True)
     fit_args = copy.copy(args_fit)
-    fit_args.max_num_seqs, fit_args.max_num_batched_tokens = (
+    fit_args.max_num_seqs, fit_args.max_num_batched_tokens, fit_args.kv_cache_gib = (
         cell.server.max_num_seqs,
         cell.server.max_num_batched_tokens,
+        cell.server.kv_gib,
     )
     engine = server_engine(fit_args)
     cases = as_served(cases_from_runs(runs, weight_dtype="fp32", kv_cache_dtype="fp32"), engine)
@@ -235,7 +254,7 @@ def error_rows(cases: pd.DataFrame, coef: Coefficients) -> pd.DataFrame:
             else f"{row['num_prompts']:g} at once"
         )  # fmt: skip
         out = {"cell": row["cell"], "level": level, "tput measured": row["output_tok_s"],
-               "tput predicted": run.output_tokens_per_s}  # fmt: skip
+               "tput predicted": run.output_tokens_per_s, "preemptions predicted": run.preemptions}  # fmt: skip
         for metric, label in (("ttft", "TTFT"), ("tpot", "TPOT")):
             for stat in ("mean", "p99"):
                 out[f"{label} {stat} measured"] = row.get(f"{metric}_{stat}_ms", np.nan)

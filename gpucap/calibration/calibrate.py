@@ -47,6 +47,15 @@ from gpucap.calibration.fitresiduals import (
     robust_cost,
 )
 from gpucap.calibration.fitresult import FitResult
+from gpucap.calibration.heldout import (
+    HELD_OUT_BY,
+    MIN_GROUPS,
+    HeldOut,
+    held_out,
+    limit_coverage,
+    limit_intervals,
+    run_coverage,
+)
 from gpucap.calibration.limits import Slo, Sweep, find_sweeps, predicted_limits
 from gpucap.calibration.physical import (
     Ranges,
@@ -57,7 +66,7 @@ from gpucap.calibration.physical import (
     physical_bounds,
     read_physical_ranges,
 )
-from gpucap.calibration.ranges import fit_bands
+from gpucap.calibration.ranges import LEVEL, fit_bands
 from gpucap.calibration.validate import METRICS, measured_metrics, predict_prepared, prepare_cases
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
 from gpucap.version import __version__
@@ -262,6 +271,49 @@ def uncertainty(
     return Uncertainty(cov, se, corr, at_bound)
 
 
+def _held_out(
+    cases: pd.DataFrame,
+    data: FitCases,
+    sweeps: FitTargets,
+    by: str,
+    slo: Slo | None,
+    method: str,
+    refit: Callable[[pd.DataFrame], Coefficients],
+) -> HeldOut:
+    """``gpucap.calibration.heldout.held_out`` of this fit: its rows regrouped by ``by``, each
+    group predicted (only the rows ``calibrate`` could prepare) by ``refit`` on the rest."""
+    ok = np.array([p for p in range(len(cases)) if p not in data.errors], dtype=int)
+
+    def predict(coef: Coefficients, held: np.ndarray) -> pd.DataFrame:
+        pick = np.flatnonzero(held[ok])
+        out = pd.DataFrame(np.nan, index=range(len(cases)), columns=list(data.metrics))
+        if pick.size:
+            pred = predict_prepared([data.prepared[k] for k in pick], coef, method)
+            out.iloc[ok[pick]] = log_ratios(pred, data.measured[pick], data.metrics).to_numpy()
+        return out
+
+    return held_out(cases.reset_index(drop=True), by, refit, predict, sweeps.sweeps, slo)
+
+
+def held_summary(h: HeldOut) -> dict[str, Any]:
+    """What the provenance keeps of the held-out fits: by what, how many groups, the coverage of
+    the 80% bands per metric and of the limits' intervals, and the notes."""
+    cover, n = limit_coverage(h)
+    notes = list(h.notes)
+    if not np.isfinite(cover) and h.groups >= MIN_GROUPS:
+        notes.append(
+            f"limit coverage: {n} sweep(s) with a measured and a held-out limit; {MIN_GROUPS + 1} or more needed"
+        )
+    return {
+        "by": h.by,
+        "groups": h.groups,
+        "level": LEVEL,
+        "run_coverage": {m: {"share": c, "runs": k} for m, (c, k) in run_coverage(h).items()},
+        "limit_coverage": None if not np.isfinite(cover) else {"share": cover, "sweeps": n},
+        "notes": notes,
+    }
+
+
 def _provenance(
     cases: pd.DataFrame,
     data: FitCases,
@@ -313,6 +365,7 @@ def calibrate(
     within_ranges: bool = False,
     ranges: str | Path | Ranges | None = None,
     compare_within: bool = True,
+    intervals: str = "covariance",
 ) -> FitResult:
     """Fit ``free`` coefficients to the measured ``cases`` (the schema of measured-public.csv,
     or ``cases_from_runs`` of load-test results); the others stay at ``start`` or ``fixed``.
@@ -339,9 +392,15 @@ def calibrate(
     repeated within the ranges (``FitResult.bounded``; not with ``compare_within=False``, which
     saves that second fit where only the coefficients are wanted). ``within_ranges=True``: fit
     within the ranges only.
+    ``intervals``: ``covariance`` (the coefficients' uncertainty alone), or ``sweep`` / ``model``:
+    the fit repeated once per sweep or model without it, and the bands of every estimate
+    (``ranges``) and the limits' 80% intervals taken from how far those fits miss what they left
+    out, with the coverage of both measured on held-out data (``gpucap.calibration.heldout``).
     """
     targets = tuple(targets)
     free = _checked_arguments(targets, slo, tuple(free), fixed)
+    if intervals not in ("covariance", *HELD_OUT_BY):
+        raise ValueError(f"intervals {intervals!r}: use covariance, {' or '.join(HELD_OUT_BY)}")
     if start is None:
         start = _default_start(cases)
     start = dataclasses.replace(start, **(fixed or {}))
@@ -372,6 +431,19 @@ def calibrate(
         limits = limit_table(sweeps.sweeps, slo, start, fitted, free, fit.covariance)
     provenance["device"] = device
     provenance["within_ranges"] = within_ranges
+    bands = fit_bands(-after)
+    if intervals != "covariance":
+        # each refit starts from this fit's coefficients: the same minimum less one group's pull
+        held = _held_out(cases, data, sweeps, intervals, slo, method, lambda rest: calibrate(
+            rest, start=fitted, free=free, fixed=fixed, metrics=metrics, loss=loss, method=method, targets=targets,
+            slo=slo, within_ranges=within_ranges, ranges=table, compare_within=False,
+        ).coefficients)  # fmt: skip
+        provenance["held_out"] = held_summary(held)
+        if not held.run_log_ratios.empty:
+            bands = fit_bands(held.run_log_ratios)
+        if not limits.empty:
+            low, high = limit_intervals(limits["fitted"].to_numpy(float), held)
+            limits = limits.assign(held_out_low=low, held_out_high=high)
     flags = sanity_flags(start, fitted, free, fit.at_bound) + worse_flags(changes)
     outside = {} if within_ranges else outside_ranges(fitted, free, device, table)
     bounded = None
@@ -407,6 +479,6 @@ def calibrate(
         limits=limits,
         flags=flags,
         metric_errors=changes,
-        ranges=fit_bands(-after),
+        ranges=bands,
         bounded=bounded,
     )

@@ -93,10 +93,15 @@ class FitResult:
             lines.append(f"[[Limits]] ({self.provenance.get('slo', '')}; 95% interval of the fitted limit)")
             for _, r in self.limits.iterrows():
                 lines.append(f"    {r['sweep']}")
+                held = (
+                    f"; 80% out of sample [{format_limit(r['held_out_low'])}, {format_limit(r['held_out_high'])}]"
+                    if "held_out_low" in r and np.isfinite(r["held_out_low"])
+                    else ""
+                )
                 lines.append(
                     f"        measured {format_limit(r['measured'], r['measured_status'])}, defaults "
                     f"{format_limit(r['default'])}, fitted {format_limit(r['fitted'])} "
-                    f"[{format_limit(r['fitted_low'])}, {format_limit(r['fitted_high'])}] {r['unit']}"
+                    f"[{format_limit(r['fitted_low'])}, {format_limit(r['fitted_high'])}]{held} {r['unit']}"
                 )
         if not self.metric_errors.empty:
             lines.append("[[Errors by metric]] (median |predicted / measured - 1| over the runs, start -> fit)")
@@ -108,12 +113,35 @@ class FitResult:
         if self.flags:
             lines.append("[[Flags]] (the model is missing something for these runs)")
             lines.extend(f"    {f}" for f in self.flags)
+        if "held_out" in self.provenance:
+            text = self.held_out_text()
+            lines.append(f"[[Out of sample]] ({text[0]})")
+            lines.extend(f"    {x}" for x in text[1:])
         if self.bounded is not None:
             lines.append(
                 f"[[Within physical ranges]] (the same fit, each coefficient bounded by its range on {self.device}s)"
             )
             lines.extend(f"    {line}" for line in self.bounded.compared_lines(self))
         return "\n".join(lines)
+
+    def held_out_text(self) -> list[str]:
+        """The held-out fits in words: by what, then the coverage of the 80% bands per metric and
+        of the limits' intervals, then the notes."""
+        h = self.provenance["held_out"]
+        lines = [
+            f"refitted without each {h['by']} of {h['groups']}; bands and limit intervals from what those fits missed"
+        ]
+        for metric, c in h["run_coverage"].items():
+            lines.append(
+                f"{metric:<14} {c['share']:.0%} of {c['runs']} runs inside the {h['level']:.0%} band of the other "
+                f"{h['by']}s' errors"
+            )
+        if h["limit_coverage"]:
+            c = h["limit_coverage"]
+            lines.append(
+                f"limits         {c['share']:.0%} of {c['sweeps']} sweeps inside their {h['level']:.0%} out-of-sample interval"
+            )
+        return lines + list(h["notes"])
 
     @property
     def device(self) -> str:

@@ -158,11 +158,11 @@ def sweep_labels(cases: pd.DataFrame) -> list[str]:
     if cases.empty:
         return []
     df = cases.reset_index(drop=True)
-    parts = [df[c].astype(str) for c in (*CONFIG_COLUMNS, "load_mode") if c in df]
+    parts = [[str(v) for v in df[c]] for c in (*CONFIG_COLUMNS, "load_mode") if c in df]
     for col in ("isl", "osl"):
         if col in df:
-            parts.append(pd.Series(_length_groups(pd.to_numeric(df[col], errors="coerce").to_numpy(float))).astype(str))
-    return pd.concat(parts, axis=1).agg(" / ".join, axis=1).tolist()
+            parts.append([str(g) for g in _length_groups(pd.to_numeric(df[col], errors="coerce").to_numpy(float))])
+    return [" / ".join(row) for row in zip(*parts, strict=True)]
 
 
 def find_sweeps(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[str]]:

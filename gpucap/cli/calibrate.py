@@ -45,6 +45,13 @@ def add_parser(sub: Any) -> None:
         choices=list(LIMIT_STATS),
         help="statistic the SLOs apply to (the closed forms predict means: mean or median)",
     )
+    c.add_argument(
+        "--intervals",
+        default="covariance",
+        choices=["covariance", "sweep", "model"],
+        help="where the bands and the limits' intervals come from: the coefficients' covariance (default), or "
+        "refits leaving out each sweep or each model (out of sample, with their coverage)",
+    )
     c.add_argument("--json", action="store_true", help="print the saved JSON instead of the report")
     c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
     c.add_argument(
@@ -148,6 +155,7 @@ def run(a: argparse.Namespace) -> int:
         method=a.method,
         targets=targets,
         slo=Slo(a.ttft_slo, a.tpot_slo, a.stat),
+        intervals=a.intervals,
     )
     if not fit.success and not a.save_unconverged:
         print(fit.report())
