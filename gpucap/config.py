@@ -73,6 +73,11 @@ class EngineConfig:
     is on, as today's versions of all three run.
     front_end: "http" or "offline" (``FRONT_ENDS``): whether requests pass the engine's HTTP
     server, whose per-request costs (``Coefficients.t_frontend_s``, ``t_request_s``) apply.
+    prefix_caching: vLLM's automatic prefix caching (on by default in its V1 engine;
+    ``--no-enable-prefix-caching`` turns it off). Besides shared prefixes, it decides what a
+    preemption costs: with it, the full blocks a preempted request computed stay hashed in the
+    free pool and hit again when it resumes; without it, the request recomputes them all
+    (``gpucap.queueing.engine.Engine._preempt``).
     """
 
     engine: str = "vllm"
@@ -94,6 +99,7 @@ class EngineConfig:
     # "in-place" or "sort" for the V1 runner's top-k/top-p (gpucap.physics.memory.sampler_bytes_per_gpu)
     sampler: str = "logits"
     moe_backend: str = "auto"  # vLLM --moe-backend (MOE_BACKENDS): the MXFP4 experts' padding follows it
+    prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

@@ -63,6 +63,7 @@ def server_engine(args: argparse.Namespace) -> EngineConfig:
         max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
         cuda_graphs=not args.eager,
+        prefix_caching=False,  # the server runs --no-enable-prefix-caching
     )
     gpu = get_gpu(args.gpu)
     # the terms as gpucap's breakdown charges them (the utilization does not change them)
@@ -87,6 +88,7 @@ def as_served(cases: pd.DataFrame, engine: EngineConfig) -> pd.DataFrame:
         block_size=engine.block_size,
         gpu_memory_utilization=engine.gpu_memory_utilization,
         enforce_eager=not engine.cuda_graphs,
+        enable_prefix_caching=engine.prefix_caching,
     )
 
 

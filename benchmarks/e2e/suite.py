@@ -17,6 +17,8 @@ Cells (each a `benchmarks/loadtest.py` run against `vllm serve` of the tiny Llam
               (20,480 tokens, --num-gpu-blocks-override): vLLM admits prompts while their blocks
               fit and preempts (frees, later recomputes) running requests when their outputs
               outgrow the cache
+    preempt-long  64 prompts of 512-1536 / 128-384 tokens at once into the same cache (~16 requests'
+              worth): each preempted request recomputes a long prompt
 
 gpucap's coefficients are fitted once, by simulation, on the `closed` sweep (`gpucap.calibration.calibrate`,
 free: those of `make e2e`, ``fit.FREE``); every cell is then predicted by simulating its
@@ -116,6 +118,7 @@ CELLS = (
     Cell("budget-8192", Server(256, 8192), 1920, 32, ("--concurrency", "1,4", "--prompts-per-concurrency", "4")),
     Cell("seqs", Server(4, 2048), 256, 64, ("--concurrency", "16", "--prompts-per-concurrency", "4")),
     Cell("preempt", Server(256, 2048, 160), 256, 64, ("--all-at-once", "256", "--range-ratio", "0.5")),
+    Cell("preempt-long", Server(256, 2048, 160), 1024, 256, ("--all-at-once", "64", "--range-ratio", "0.5")),
 )
 
 
@@ -213,7 +216,7 @@ def load_test(venv: Path, model: Path, cell: Cell, port: int, out: Path) -> Path
         "--output-len", str(cell.output_len), "--num-warmups", "2", "--ttft-slo", "1000", "--tpot-slo", "1000",
         "--level-timeout", "900", "--out", str(out / cell.name),
         *[a for k in knobs for a in ("--engine-knob", k)], "--engine-knob", "block_size=128",
-        "--engine-knob", "enforce_eager=true", *cell.args,
+        "--engine-knob", "enforce_eager=true", "--engine-knob", "enable_prefix_caching=false", *cell.args,
     ]  # fmt: skip
     subprocess.run(cmd, check=True)
     return sorted((out / cell.name).iterdir())[-1]
@@ -244,10 +247,7 @@ def error_rows(cases: pd.DataFrame, coef: Coefficients) -> pd.DataFrame:
     rows = []
     for case, (_, row) in zip(prepared, cases.iterrows(), strict=True):
         assert case.bench is not None and case.input_dist is not None and case.output_dist is not None
-        run = run_benchmark(
-            case.hw, coef, case.bench, input_len=case.input_dist, output_len=case.output_dist,
-            max_running=case.max_running,
-        )  # fmt: skip
+        run = run_benchmark(case.hw, coef, case.bench, input_len=case.input_dist, output_len=case.output_dist)
         level = (
             f"c={row['concurrency']:g}" if row["load_mode"] == "fixed-concurrency"
             else f"{row['request_rate']:g}/s" if row["load_mode"] == "poisson"

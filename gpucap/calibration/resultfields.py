@@ -18,7 +18,7 @@ from gpucap.catalog.configfields import show_value
 COLUMNS = (
     "source_file", "run_index", "engine", "model", "gpu", "num_gpus", "tp", "pp", "ep",
     "weight_dtype", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "block_size",
-    "gpu_memory_utilization", "enforce_eager", "overlap_host", "range_ratio",
+    "gpu_memory_utilization", "enforce_eager", "overlap_host", "enable_prefix_caching", "range_ratio",
     "concurrency", "request_rate", "num_prompts", "completed", "failed", "input_len_mean",
     "output_len_mean", "duration_s", "request_throughput_per_s", "output_tokens_per_s",
     "total_tokens_per_s", "ttft_mean_s", "ttft_median_s", "ttft_p90_s", "ttft_p99_s",
@@ -28,6 +28,7 @@ COLUMNS = (
 # What a run ran on: hardware, split, formats and the engine knobs that change a prediction.
 ENGINE_KNOBS = (
     "max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "enforce_eager", "overlap_host",
+    "enable_prefix_caching",
 )  # fmt: skip
 # ... and the load test's --random-range-ratio, which decides how its request lengths spread.
 HARDWARE = (
@@ -41,9 +42,10 @@ META_KEYS = {"gpu": "gpu", "num_gpus": "num_gpus", "tp": "tp", "tensor_parallel_
              "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
              "block_size": "block_size", "gpu_memory_utilization": "gpu_memory_utilization",
              "enforce_eager": "enforce_eager", "overlap_host": "overlap_host", "async_scheduling": "overlap_host",
-             "range_ratio": "range_ratio", "random_range_ratio": "range_ratio"}  # fmt: skip
+             "range_ratio": "range_ratio", "random_range_ratio": "range_ratio",
+             "enable_prefix_caching": "enable_prefix_caching", "prefix_caching": "enable_prefix_caching"}  # fmt: skip
 TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
-TEXT_FIELDS = ("weight_dtype", "kv_cache_dtype", "enforce_eager", "overlap_host")  # not numbers (the last two: bool)
+TEXT_FIELDS = ("weight_dtype", "kv_cache_dtype", "enforce_eager", "overlap_host", "enable_prefix_caching")  # bools last
 LATENCY = tuple(c for c in COLUMNS if c.startswith(("ttft", "tpot", "itl", "e2el")))
 # No count, time (s or ms) or rate a load test reports reaches this; a larger value is corrupt.
 ABSURD = 1e12
@@ -119,7 +121,7 @@ def hardware_fields(d: Mapping[str, Any], where: str, strict: bool = False) -> d
             except (TypeError, ValueError, OverflowError):
                 raise ValueError(f"{where}: {key} = {show_value(v)} is not a range ratio in [0, 1)") from None
             out[name] = rr
-        elif name in ("enforce_eager", "overlap_host"):
+        elif name in ("enforce_eager", "overlap_host", "enable_prefix_caching"):
             text = str(v).strip().lower()
             if text not in TRUE + FALSE:
                 raise ValueError(f"{where}: {key} = {show_value(v)} is not true or false")

@@ -88,7 +88,7 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     """Hardware for one case row, the number of replicas, and the assumptions made. Optional
     columns max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
     kv_cache_memory_gib (vLLM's --kv-cache-memory, or the CPU server's VLLM_CPU_KVCACHE_SPACE),
-    enforce_eager, overlap_host, front_end and sampler set the engine's knobs (its defaults otherwise;
+    enforce_eager, overlap_host, enable_prefix_caching (on unless false), front_end and sampler set the engine's knobs (its defaults otherwise;
     ``row_front_end``, ``row_overlap_host``, ``row_sampler``)."""
     notes: list[str] = []
     num_gpus = cell_int(row, "num_gpus", 1)
@@ -130,6 +130,7 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
         front_end=row_front_end(row),
         sampler=row_sampler(row, engine, spec.is_moe),
         kv_cache_memory_bytes=kv_gib * GiB if (kv_gib := cell_number(row, "kv_cache_memory_gib")) else None,
+        prefix_caching=str(row.get("enable_prefix_caching", "")).strip().lower() not in ("false", "0", "0.0", "no"),
     )
     hw = hardware(
         str(row["model"]), gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=wd, kv_dtype=kv, engine=eng
@@ -223,8 +224,7 @@ def _simulated(case: PreparedCase, co: Coefficients) -> list[float]:
         case.bench,
         input_len=case.input_dist,
         output_len=case.output_dist,
-        max_running=case.max_running,
-    )
+    )  # the engine's own batch slots and KV policy (``gpucap.queueing.simulate.engine_slots``)
     s = run.stats
     out = [run.output_tokens_per_s * case.replicas]
     for metric, key in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl")):

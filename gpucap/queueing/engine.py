@@ -162,12 +162,10 @@ class Engine:
 
     def _waiting(self, limit: int) -> Ints:
         """Up to ``limit`` requests ready by now, preempted ones first."""
-        new: list[int] = []
-        k = self.head
-        while k < len(self.ready_ids) and len(new) + len(self.resumed) < limit and self.ready_at[k] <= self.t:
-            new.append(self.ready_ids[k])
-            k += 1
-        return np.asarray((self.resumed + new)[:limit], dtype=np.int64)
+        stop = min(len(self.ready_ids), self.head + max(limit - len(self.resumed), 0))
+        at = self.ready_at[self.head : stop]
+        n = len(at) if not at or at[-1] <= self.t else next(i for i, a in enumerate(at) if a > self.t)
+        return np.asarray((self.resumed + self.ready_ids[self.head : self.head + n])[:limit], dtype=np.int64)
 
     def _admitted(self, ids: Ints) -> None:
         """Take ``ids`` (from ``_waiting``: preempted first, then new) off the queue."""
@@ -259,16 +257,19 @@ class Engine:
         join ``running``."""
         r = self.r
         run = self.running
-        cand = self._waiting(self.slots - run.size)
+        # each admitted request takes at least one token of the budget and one free block
+        held = float(self._blocks(r.kv[run]).sum()) if run.size else 0.0
+        free_blocks = int(max(self.cap - held, 0.0) // self.block) if np.isfinite(self.cap) else self.slots
+        cand = self._waiting(int(min(self.slots - run.size, budget, free_blocks)))
         given = fcfs_chunks(r.target[cand] - r.done[cand], budget)
         if self.policy.admit_whole_prompt:
             used = int(self._committed(run).sum()) if run.size else 0
             fits = used + np.cumsum(self._committed(cand)) <= self.cap
-        else:
+        else:  # room for its first chunk and the blocks it holds again (prefix-cache hits, a resumed request's)
             grow = dec.astype(np.int64)
             grow[~dec] = chunk[: int((~dec).sum())]
             used = int(self._blocks(r.kv[run] + grow).sum()) if run.size else 0
-            fits = used + np.cumsum(self._blocks(given)) <= self.cap
+            fits = used + np.cumsum(self._blocks(r.kv[cand] + given)) <= self.cap
         k = _leading(fits & (given > 0))
         if k:
             self._admitted(cand[:k])
@@ -276,14 +277,24 @@ class Engine:
         return cand[:k], given[:k]
 
     def _preempt(self) -> None:
-        """Preempt the last admitted request: its KV freed (but its cached prefix), it waits first
-        in line to prefill its prompt and the tokens it had streamed again."""
+        """Preempt the last admitted request: its KV freed, it waits first in line to prefill its
+        prompt and the tokens it had streamed again (vLLM V1 and SGLang: recompute). What it gets
+        back on resume: its cached prefix; and under vLLM's prefix caching
+        (``EngineConfig.prefix_caching``, on by default) every full block it had computed, which
+        stays hashed in the free pool (``vllm/v1/core/block_pool.py``): it then recomputes only
+        its last partial block, and needs all those blocks free again to be admitted. (Blocks the
+        pool hands to others before it resumes are taken as surviving: an optimistic bound.)"""
         r = self.r
         victim = int(self.running[-1])
         self.running = self.running[:-1]
         assert r.cached is not None and r.shared is not None  # its cached prefix hits again on resume
-        r.target[victim] = r.inp[victim] + r.gen[victim]
-        r.done[victim], r.kv[victim] = r.cached[victim], r.cached[victim] - r.shared[victim]
+        total = r.inp[victim] + r.gen[victim]
+        r.target[victim] = total
+        keep = int(r.cached[victim])
+        if self.policy.name == "vllm" and self.hw.engine.prefix_caching:
+            held = int(r.kv[victim] + r.shared[victim])
+            keep = max(keep, min(held // self.block * self.block, int(total) - 1))
+        r.done[victim], r.kv[victim] = keep, keep - r.shared[victim]
         self.resumed.insert(0, victim)
         self.preemptions += 1
 
@@ -343,7 +354,7 @@ class Engine:
         if np.isfinite(self.cap) and self.policy.preempts:
             used = int(self._blocks(r.kv[self.running]).sum())
             horizon = min(horizon, self.block * max(int((self.cap - used) // (n_dec * self.block)), 0))
-        admissible = self.running.size < self.slots
+        admissible = self.running.size < self.slots and self._head_fits()
         t_next = self.next_ready() if admissible else np.inf
         all_fresh = bool(np.all(r.last[dec_ids] == self.t))
         k = 1
@@ -362,6 +373,28 @@ class Engine:
         r.kv[dec_ids] += k
         r.last[dec_ids] = self.t
         self.steps += k
+
+    def _head_fits(self) -> bool:
+        """Whether the first request in line (a preempted one, else the next ready) would fit in
+        the KV cache after the next decode step. A decode-only run only fills the cache, so one
+        that does not fit now waits for a finish, the end of the run's horizon."""
+        r = self.r
+        if self.resumed:
+            j = self.resumed[0]
+        elif self.head < len(self.ready_ids):
+            j = self.ready_ids[self.head]
+        else:
+            return True  # the next arrival is judged when it comes
+        run = self.running
+        ids = np.array([j], dtype=np.int64)
+        if self.policy.admit_whole_prompt:
+            used = float(self._committed(run).sum()) if run.size else 0.0
+            need = float(self._committed(ids)[0])
+        else:
+            used = float(self._blocks(r.kv[run] + 1).sum()) if run.size else 0.0
+            chunk = max(min(int(r.target[j] - r.done[j]), self.budget - run.size), 1)
+            need = float(self._blocks(r.kv[ids] + chunk)[0])
+        return used + need <= self.cap
 
     def _finish(self) -> None:
         """Requests that have streamed all their output leave ``running`` (into ``finished``)."""
