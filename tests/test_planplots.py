@@ -279,3 +279,22 @@ def test_a_plan_in_words() -> None:
     assert describe_plan(row) == (
         "3 replica(s) of 2 x H100-SXM-80GB (tp=2, pp=1, fp8 weights, auto KV) = 6 GPUs, $41.25/hour"
     )
+
+
+def test_the_page_table_says_not_checked_never_none_or_nan() -> None:
+    from gpucap.app.planwidgets import NOT_CHECKED, readable_checks
+
+    table = pd.DataFrame(
+        {
+            "GPU": ["H100", "H200", "L40S"],
+            "meets SLOs in simulation": [True, False, None],
+            "simulated P99 TTFT (s)": [0.5, 7.6, np.nan],
+            "simulated P99 TPOT (ms)": [40.0, 120.0, np.nan],
+        }
+    )
+    shown = readable_checks(table)
+    assert shown["meets SLOs in simulation"].tolist() == ["yes", "no", NOT_CHECKED]
+    assert shown.iloc[2].tolist() == ["L40S", NOT_CHECKED, NOT_CHECKED, NOT_CHECKED]
+    assert shown.iloc[0, 2] == 0.5 and shown.iloc[1, 3] == 120.0
+    html = shown.to_html()
+    assert "None" not in html and "NaN" not in html

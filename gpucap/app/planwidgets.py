@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
+import numpy as np
 import pandas as pd
 
 from gpucap.app.controls import model_options
@@ -214,7 +215,7 @@ class PlannerApp:
             "<p>no plan meets the SLOs</p>"
             if top.empty
             else f"<b>The {len(top)} cheapest plans</b> (a KV format that ties on every column is listed with "
-            "the first)" + _html_table(top)
+            "the first)" + _html_table(readable_checks(top))
         )
         counts = rejected_counts(result)
         self.rejected.value = (
@@ -269,6 +270,26 @@ def plan_table(result: Plan, top: int = TOP) -> pd.DataFrame:
         "tpot_s_simulated": f"simulated {stat} TPOT (ms)",
     }  # fmt: skip
     return table.rename(columns=names).reset_index(drop=True)
+
+
+NOT_CHECKED = "not checked"
+
+
+def readable_checks(table: pd.DataFrame) -> pd.DataFrame:
+    """``plan_table`` for the page: the simulation's verdict as yes / no, and "not checked" in
+    every simulated column of a plan the simulation did not run (never None or NaN)."""
+    sim = [c for c in table.columns if "simulation" in c or c.startswith("simulated ")]
+    if not sim:
+        return table
+    out = table.copy().astype({c: object for c in sim})
+    verdict = next((c for c in sim if "simulation" in c), None)
+    checked = [isinstance(v, bool | np.bool_) for v in out[verdict]] if verdict else []
+    for c in sim:
+        if c == verdict:
+            out[c] = [("yes" if v else "no") if ok else NOT_CHECKED for v, ok in zip(out[c], checked, strict=True)]
+        else:
+            out[c] = [v if isinstance(v, float | int) and np.isfinite(v) else NOT_CHECKED for v in out[c]]
+    return out
 
 
 def _html_table(frame: pd.DataFrame) -> str:
