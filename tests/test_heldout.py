@@ -23,7 +23,8 @@ SETUPS = (
 
 def held(limit_residuals: list[float], runs: pd.DataFrame | None = None, groups: list[str] | None = None) -> HeldOut:
     r = np.array(limit_residuals, dtype=float)
-    return HeldOut("sweep", len(r), np.array(groups or []), runs if runs is not None else pd.DataFrame(), r, r * 0)
+    sweeps = np.array([f"s{k}" for k in range(r.size)], dtype=object)  # a group a sweep
+    return HeldOut("sweep", len(r), np.array(groups or []), runs if runs is not None else pd.DataFrame(), r, sweeps)
 
 
 def test_limit_coverage_leaves_each_sweep_out_of_its_own_interval() -> None:

@@ -28,26 +28,34 @@ def test_every_coefficient_has_a_sourced_range_on_each_device() -> None:
     assert ranges[("u_compute", "gpu")].lower <= 0.35
 
 
-def test_bad_range_files_name_the_line(tmp_path) -> None:
-    good = RANGES_FILE.read_text().splitlines()
-    swapped = [line.replace("u_compute,gpu,0.30,0.86", "u_compute,gpu,0.86,0.30") for line in good]
+def test_a_lower_bound_above_the_upper_names_the_line(tmp_path) -> None:
+    swapped = RANGES_FILE.read_text().replace("u_compute,gpu,0.30,0.86", "u_compute,gpu,0.86,0.30")
     path = tmp_path / "ranges.csv"
-    path.write_text("\n".join(swapped) + "\n")
+    path.write_text(swapped)
     with pytest.raises(ValueError, match=r"ranges.csv line 2: u_compute on gpu: lower 0.86 is above upper 0.3"):
         read_physical_ranges(path)
-    path.write_text(HEADER + "u_magic,gpu,0,1,made up\n")
-    with pytest.raises(ValueError, match="line 2: unknown coefficient 'u_magic'"):
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("u_magic,gpu,0,1,made up", "line 2: unknown coefficient 'u_magic'"),
+        ("u_hbm,tpu,0.5,0.9,x", "line 2: device 'tpu'"),
+        ("u_hbm,gpu,0.5,0.9,", "line 2: u_hbm on gpu has no source"),
+        ("u_hbm,gpu,half,0.9,x", "line 2: lower 'half' is not a finite number"),
+        ("u_hbm,gpu,0.1,0.9,x", r"line 2: u_hbm on gpu: \[0.1, 0.9\] reaches outside the coefficient's bounds"),
+    ],
+)
+def test_a_bad_row_names_its_line_and_field(tmp_path, row: str, message: str) -> None:
+    path = tmp_path / "ranges.csv"
+    path.write_text(HEADER + row + "\n")
+    with pytest.raises(ValueError, match=message):
         read_physical_ranges(path)
-    path.write_text(HEADER + "u_hbm,tpu,0.5,0.9,x\n")
-    with pytest.raises(ValueError, match="line 2: device 'tpu'"):
-        read_physical_ranges(path)
-    path.write_text(HEADER + "u_hbm,gpu,0.5,0.9,\n")
-    with pytest.raises(ValueError, match="line 2: u_hbm on gpu has no source"):
-        read_physical_ranges(path)
-    path.write_text(HEADER + "u_hbm,gpu,half,0.9,x\n")
-    with pytest.raises(ValueError, match="line 2: lower 'half' is not a finite number"):
-        read_physical_ranges(path)
-    path.write_text("\n".join(good[:-1]) + "\n")  # the last row (t_frontend_s on cpu) dropped
+
+
+def test_every_coefficient_and_device_needs_a_row(tmp_path) -> None:
+    path = tmp_path / "ranges.csv"
+    path.write_text("\n".join(RANGES_FILE.read_text().splitlines()[:-1]) + "\n")  # t_frontend_s on cpu dropped
     with pytest.raises(ValueError, match="no range for t_frontend_s on cpu"):
         read_physical_ranges(path)
 

@@ -59,7 +59,9 @@ from gpucap.calibration import validate  # noqa: E402
 from gpucap.calibration.calibrate import calibrate  # noqa: E402
 from gpucap.calibration.loadtests import cases_from_runs  # noqa: E402
 from gpucap.calibration.results import read_results  # noqa: E402
+from gpucap.catalog.lookup import load_model  # noqa: E402
 from gpucap.physics.coefficients import Coefficients  # noqa: E402
+from gpucap.physics.memory import kv_bytes_per_token  # noqa: E402
 from gpucap.queueing.simulate import run_benchmark  # noqa: E402
 from gpucap.telemetry.scrape import scrape_to_folder  # noqa: E402
 
@@ -69,8 +71,6 @@ KV_GIB = 1
 STATS = (("output_tok_s", "throughput"), ("ttft", "TTFT"), ("tpot", "TPOT"))
 
 
-# The tiny Llama's KV bytes a token: 6 layers x (K and V) x 2 KV heads x 64 x 4 bytes (float32).
-KV_BYTES_PER_TOKEN = 6 * 2 * 2 * 64 * 4
 BLOCK = 128
 
 
@@ -85,10 +85,12 @@ class Server:
         blocks = f"-blocks{self.kv_blocks}" if self.kv_blocks else ""
         return f"seqs{self.max_num_seqs}-tokens{self.max_num_batched_tokens}{blocks}"
 
-    @property
-    def kv_gib(self) -> float:
-        """The KV cache the server holds, in GiB."""
-        return self.kv_blocks * BLOCK * KV_BYTES_PER_TOKEN / 2**30 if self.kv_blocks else float(KV_GIB)
+    def kv_gib(self, model: Path) -> float:
+        """The KV cache the server holds, in GiB: its blocks at gpucap's KV bytes a token of
+        ``model`` (float32), or KV_GIB."""
+        if not self.kv_blocks:
+            return float(KV_GIB)
+        return self.kv_blocks * BLOCK * kv_bytes_per_token(load_model(model), "fp32") / 2**30
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ def load_test(venv: Path, model: Path, cell: Cell, port: int, out: Path) -> Path
         "--gpucap-model", str(model / "config.json"), "--input-len", str(cell.input_len),
         "--output-len", str(cell.output_len), "--num-warmups", "2", "--ttft-slo", "1000", "--tpot-slo", "1000",
         "--level-timeout", "900", "--out", str(out / cell.name),
-        *[a for k in knobs for a in ("--engine-knob", k)], "--engine-knob", "block_size=128",
+        *[a for k in knobs for a in ("--engine-knob", k)], "--engine-knob", f"block_size={BLOCK}",
         "--engine-knob", "enforce_eager=true", "--engine-knob", "enable_prefix_caching=false", *cell.args,
     ]  # fmt: skip
     subprocess.run(cmd, check=True)
@@ -232,7 +234,7 @@ def cell_cases(folder: Path, cell: Cell, args_fit: argparse.Namespace) -> pd.Dat
     fit_args.max_num_seqs, fit_args.max_num_batched_tokens, fit_args.kv_cache_gib = (
         cell.server.max_num_seqs,
         cell.server.max_num_batched_tokens,
-        cell.server.kv_gib,
+        cell.server.kv_gib(Path(args_fit.model)),
     )
     engine = server_engine(fit_args)
     cases = as_served(cases_from_runs(runs, weight_dtype="fp32", kv_cache_dtype="fp32"), engine)
@@ -320,7 +322,7 @@ def main() -> None:
 
     fit_args = argparse.Namespace(
         model=str(model / "config.json"), gpu=KEY, dtype="fp32", kv_cache_gib=KV_GIB, max_num_seqs=256,
-        max_num_batched_tokens=2048, block_size=128, eager=True,
+        max_num_batched_tokens=2048, block_size=BLOCK, eager=True,
     )  # fmt: skip
     cases = {c.name: cell_cases(folders[c.name], c, fit_args) for c in wanted}
     closed = cases["closed"]

@@ -97,6 +97,12 @@ def row_overlap_host(row: pd.Series, engine: str) -> bool | None:
     return None if version is None else version >= (0, 14)
 
 
+def row_prefix_caching(row: pd.Series) -> bool:
+    """The ``enable_prefix_caching`` column: off only where it says false; on otherwise, vLLM V1's
+    default (``EngineConfig.prefix_caching``)."""
+    return cell_text(row, "enable_prefix_caching").strip().lower() not in ("false", "0", "0.0", "no")
+
+
 def vllm_version(row: pd.Series, parts: int = 2) -> tuple[int, ...] | None:
     """The first ``parts`` numbers of the row's ``engine_version`` ("v0.11.0" -> (0, 11), or
     (0, 11, 0) with ``parts=3``; a missing patch number reads 0); None when unreadable."""

@@ -145,7 +145,7 @@ class FitResult:
 
     @property
     def device(self) -> str:
-        """The device class the fit's runs ran on (``gpu`` or ``cpu``)."""
+        """The device class the fit's runs ran on, as the report names it (``GPU`` or ``CPU``)."""
         return str(self.provenance.get("device", "gpu")).upper()
 
     def compared_lines(self, free_fit: FitResult) -> list[str]:

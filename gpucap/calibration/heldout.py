@@ -45,7 +45,7 @@ class HeldOut:
     run_groups: np.ndarray  # each row's group label
     run_log_ratios: pd.DataFrame
     limit_log_ratios: np.ndarray
-    limit_held_predictions: np.ndarray
+    limit_groups: np.ndarray  # each sweep's group (that of its first run)
     notes: tuple[str, ...] = ()
 
 
@@ -74,13 +74,13 @@ def held_out(
     notes: list[str] = []
     runs: pd.DataFrame | None = None
     lim = np.full(len(sweeps), np.nan)
-    lim_pred = np.full(len(sweeps), np.nan)
+    lim_groups = np.array([labels[s.positions[0]] for s in sweeps], dtype=object)
     if len(groups) < MIN_GROUPS:
         notes.append(
             f"held out by {by}: {len(groups)} {by}(s); out-of-sample intervals need {MIN_GROUPS} or more "
             "(the covariance's intervals stand)"
         )
-        return HeldOut(by, len(groups), labels, pd.DataFrame(), lim, lim_pred, tuple(notes))
+        return HeldOut(by, len(groups), labels, pd.DataFrame(), lim, lim_groups, tuple(notes))
     for g in groups:
         held = labels == g
         try:
@@ -97,10 +97,9 @@ def held_out(
             pred = predicted_limits([sweeps[k] for k in mine], coef, slo)
             for k, p in zip(mine, pred, strict=True):
                 m = sweeps[k].measured.limit
-                lim_pred[k] = p
                 if m is not None and np.isfinite(p) and p > 0 and m > 0:
                     lim[k] = float(np.log(m / p))
-    return HeldOut(by, len(groups), labels, runs if runs is not None else pd.DataFrame(), lim, lim_pred, tuple(notes))
+    return HeldOut(by, len(groups), labels, runs if runs is not None else pd.DataFrame(), lim, lim_groups, tuple(notes))
 
 
 def limit_intervals(fitted: np.ndarray, h: HeldOut, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
@@ -117,18 +116,21 @@ def limit_intervals(fitted: np.ndarray, h: HeldOut, level: float = LEVEL) -> tup
 
 def limit_coverage(h: HeldOut, level: float = LEVEL) -> tuple[float, int]:
     """(share of sweeps whose measured limit lies in the ``level`` interval around its held-out
-    prediction built from the other sweeps' residuals, sweeps counted); NaN with fewer than
-    MIN_GROUPS + 1 finite residuals."""
+    prediction built from the other groups' sweeps' residuals, sweeps counted); NaN where fewer
+    than MIN_GROUPS + 1 finite residuals, or none from another group, are left."""
     r = h.limit_log_ratios
-    ok = np.flatnonzero(np.isfinite(r))
-    if ok.size < MIN_GROUPS + 1:
-        return float("nan"), int(ok.size)
-    hits = 0
-    for i in ok:
-        others = r[[j for j in ok if j != i]]
+    ok = np.isfinite(r)
+    if ok.sum() < MIN_GROUPS + 1:
+        return float("nan"), int(ok.sum())
+    hits, counted = 0, 0
+    for i in np.flatnonzero(ok):
+        others = r[ok & (h.limit_groups != h.limit_groups[i])]
+        if others.size < MIN_GROUPS:
+            continue
         f_low, f_high = band_quantiles(others, level)
         hits += int(np.log(f_low) <= r[i] <= np.log(f_high))
-    return hits / ok.size, int(ok.size)
+        counted += 1
+    return (hits / counted if counted else float("nan")), counted
 
 
 def run_coverage(h: HeldOut, level: float = LEVEL) -> dict[str, tuple[float, int]]:

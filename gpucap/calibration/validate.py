@@ -31,6 +31,7 @@ from gpucap.calibration.cases import (
     row_front_end,
     row_lengths,
     row_overlap_host,
+    row_prefix_caching,
     row_sampler,
     row_stats,
     row_utilization,
@@ -88,8 +89,9 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
     """Hardware for one case row, the number of replicas, and the assumptions made. Optional
     columns max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization,
     kv_cache_memory_gib (vLLM's --kv-cache-memory, or the CPU server's VLLM_CPU_KVCACHE_SPACE),
-    enforce_eager, overlap_host, enable_prefix_caching (on unless false), front_end and sampler set the engine's knobs (its defaults otherwise;
-    ``row_front_end``, ``row_overlap_host``, ``row_sampler``)."""
+    enforce_eager, overlap_host, enable_prefix_caching, front_end and sampler set the engine's knobs
+    (its defaults otherwise; ``row_front_end``, ``row_overlap_host``, ``row_prefix_caching``,
+    ``row_sampler``)."""
     notes: list[str] = []
     num_gpus = cell_int(row, "num_gpus", 1)
     pp = cell_int(row, "pp", 1)
@@ -130,7 +132,7 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
         front_end=row_front_end(row),
         sampler=row_sampler(row, engine, spec.is_moe),
         kv_cache_memory_bytes=kv_gib * GiB if (kv_gib := cell_number(row, "kv_cache_memory_gib")) else None,
-        prefix_caching=str(row.get("enable_prefix_caching", "")).strip().lower() not in ("false", "0", "0.0", "no"),
+        prefix_caching=row_prefix_caching(row),
     )
     hw = hardware(
         str(row["model"]), gpu, tp=tp, pp=pp, ep=ep, attn_dp=attn_dp, weight_dtype=wd, kv_dtype=kv, engine=eng

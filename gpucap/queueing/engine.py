@@ -262,14 +262,9 @@ class Engine:
         free_blocks = int(max(self.cap - held, 0.0) // self.block) if np.isfinite(self.cap) else self.slots
         cand = self._waiting(int(min(self.slots - run.size, budget, free_blocks)))
         given = fcfs_chunks(r.target[cand] - r.done[cand], budget)
-        if self.policy.admit_whole_prompt:
-            used = int(self._committed(run).sum()) if run.size else 0
-            fits = used + np.cumsum(self._committed(cand)) <= self.cap
-        else:  # room for its first chunk and the blocks it holds again (prefix-cache hits, a resumed request's)
-            grow = dec.astype(np.int64)
-            grow[~dec] = chunk[: int((~dec).sum())]
-            used = int(self._blocks(r.kv[run] + grow).sum()) if run.size else 0
-            fits = used + np.cumsum(self._blocks(r.kv[cand] + given)) <= self.cap
+        grow = dec.astype(np.int64)
+        grow[~dec] = chunk[: int((~dec).sum())]
+        fits = self._running_blocks(grow) + np.cumsum(self._admission_blocks(cand, given)) <= self.cap
         k = _leading(fits & (given > 0))
         if k:
             self._admitted(cand[:k])
@@ -291,7 +286,7 @@ class Engine:
         total = r.inp[victim] + r.gen[victim]
         r.target[victim] = total
         keep = int(r.cached[victim])
-        if self.policy.name == "vllm" and self.hw.engine.prefix_caching:
+        if self.policy.resumes_from_cache and self.hw.engine.prefix_caching:
             held = int(r.kv[victim] + r.shared[victim])
             keep = max(keep, min(held // self.block * self.block, int(total) - 1))
         r.done[victim], r.kv[victim] = keep, keep - r.shared[victim]
@@ -386,15 +381,27 @@ class Engine:
         else:
             return True  # the next arrival is judged when it comes
         run = self.running
-        ids = np.array([j], dtype=np.int64)
+        chunk = max(min(int(r.target[j] - r.done[j]), self.budget - run.size), 1)
+        need = self._admission_blocks(np.array([j], dtype=np.int64), np.array([chunk], dtype=np.int64))
+        return self._running_blocks(np.ones(run.size, dtype=np.int64)) + float(need[0]) <= self.cap
+
+    def _running_blocks(self, grow: Ints) -> float:
+        """KV tokens (whole blocks) the running requests hold once they grow by ``grow`` this step;
+        what they reserved, where the policy reserves at admission."""
+        run = self.running
+        if not run.size:
+            return 0.0
         if self.policy.admit_whole_prompt:
-            used = float(self._committed(run).sum()) if run.size else 0.0
-            need = float(self._committed(ids)[0])
-        else:
-            used = float(self._blocks(r.kv[run] + 1).sum()) if run.size else 0.0
-            chunk = max(min(int(r.target[j] - r.done[j]), self.budget - run.size), 1)
-            need = float(self._blocks(r.kv[ids] + chunk)[0])
-        return used + need <= self.cap
+            return float(self._committed(run).sum())
+        return float(self._blocks(self.r.kv[run] + grow).sum())
+
+    def _admission_blocks(self, ids: Ints, given: Ints) -> Ints:
+        """KV tokens (whole blocks) each of ``ids`` needs free to be admitted with a first chunk of
+        ``given``: its reservation, where the policy reserves; else the chunk and the blocks it
+        holds again (prefix-cache hits; a resumed request's kept blocks)."""
+        if self.policy.admit_whole_prompt:
+            return self._committed(ids)
+        return self._blocks(self.r.kv[ids] + given)
 
     def _finish(self) -> None:
         """Requests that have streamed all their output leave ``running`` (into ``finished``)."""

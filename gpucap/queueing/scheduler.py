@@ -43,13 +43,19 @@ class Policy:
     admit_whole_prompt: bool  # KV for the whole prompt at admission (else only its first chunk)
     reserve_output: float  # share of each request's output tokens held back in the KV cache
     preempts: bool  # a request that cannot grow is preempted and recomputed
+    # under the engine's prefix caching (EngineConfig.prefix_caching) a preempted request's full
+    # blocks stay hashed in the free pool and hit on resume (vLLM V1: vllm/v1/core/block_pool.py)
+    resumes_from_cache: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.reserve_output <= 1.0:
             raise ValueError(f"reserve_output must be in [0, 1], got {self.reserve_output!r}")
 
 
-VLLM_V1 = Policy("vllm", decodes_with_prompts=True, admit_whole_prompt=False, reserve_output=0.0, preempts=True)
+VLLM_V1 = Policy(
+    "vllm", decodes_with_prompts=True, admit_whole_prompt=False, reserve_output=0.0, preempts=True,
+    resumes_from_cache=True,
+)  # fmt: skip
 SGLANG = Policy(
     "sglang",
     decodes_with_prompts=False,
