@@ -20,7 +20,7 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import charged_tokens_per_layer
 from gpucap.queueing.analytic import max_request_rate, open_loop_latency, service_curve
 from gpucap.queueing.lengths import Lengths
-from gpucap.queueing.simulate import simulate
+from gpucap.queueing.simulate import Simulation, simulate
 from gpucap.types import QUANTILES
 
 SIMULATED_REQUESTS = 2000  # per check; the first 20% are warm-up
@@ -77,8 +77,9 @@ class Load:
 
 def ttft_extra_s(hw: Hardware, coef: Coefficients, inp: Lengths, out: Lengths, stat: str) -> float:
     """Extra prefill time of the prompt at the statistic's quantile over the mean prompt, alone
-    on the replica: ``TTFT(I_q) - TTFT(I_mean)`` at concurrency 1. The queueing model runs at the
-    mean lengths; the slowest first tokens belong to the longest prompts."""
+    on the replica: ``TTFT(I_q) - TTFT(I_mean)`` at concurrency 1: an option whose ``stat`` prompt
+    alone misses the TTFT SLO is rejected before the queueing model (which carries the lengths'
+    spread itself) is asked."""
     if inp.is_fixed or stat == "mean":
         return 0.0
     q = QUANTILES[stat]
@@ -106,29 +107,31 @@ def rate_load(
     if extra >= ttft_slo_s:
         q = QUANTILES[stat]
         return f"misses TTFT: the {stat} prompt ({inp.quantile(q):.0f} tokens) alone takes {extra:.2f} s more than the mean one"
-    curve = service_curve(hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap)
+    curve = service_curve(
+        hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap, input_lengths=inp, output_lengths=out
+    )
     kw["curve"] = curve
     # one output token has no TPOT: only the TTFT SLO applies
     tpot_slo = tpot_slo_s if out.mean > 1 else None
-    mu = max_request_rate(hw, coef, ttft_slo_s=ttft_slo_s - extra, tpot_slo_s=tpot_slo, stat=stat, **kw)
+    # the queueing model carries the lengths' spread (each request's own prompt, the queue for the
+    # token budget, the stalls): ``extra`` above only rules out a prompt that alone misses the SLO
+    mu = max_request_rate(hw, coef, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo, stat=stat, **kw)
     if mu <= 0:
         trickle = open_loop_latency(hw, coef, request_rate=np.array([1e-6]), stats=(stat,), **kw)
-        ttft, tpot = float(trickle.ttft_s[stat][0]) + extra, float(trickle.tpot_s[stat][0])
+        ttft, tpot = float(trickle.ttft_s[stat][0]), float(trickle.tpot_s[stat][0])
         if ttft > ttft_slo_s:
             return f"misses TTFT: {stat} TTFT {ttft:.3g} s > {ttft_slo_s:g} s even with one request at a time"
         return f"misses TPOT: {stat} TPOT {tpot * 1e3:.3g} ms > {tpot_slo_s * 1e3:g} ms even with one request at a time"
     serving, _ = replicas_needed(rate, mu, headroom)
     lat = open_loop_latency(hw, coef, request_rate=np.array([rate / serving]), stats=tuple({stat, "mean"}), **kw)
-    at = closed_loop(
-        hw, coef, concurrency=max(mean_in_system(rate / serving, lat), 1e-3), input_len=inp.mean, output_len=out.mean
-    )
+    in_system = np.clip(mean_in_system(rate / serving, lat), 1.0, curve.slots)  # the link share beyond R is R's
     return Load(
         capacity=mu,
-        ttft_s=float(lat.ttft_s[stat][0]) + extra,
+        ttft_s=float(lat.ttft_s[stat][0]),
         tpot_s=float(lat.tpot_s[stat][0]) if out.mean > 1 else math.nan,
         utilization=float(lat.utilization[0]),
         output_tps=rate * out.mean,
-        comm_share=float(at.decode_step.comm_share),
+        comm_share=float(np.interp(in_system, np.arange(1, curve.slots + 1), curve.comm_share)),
     )
 
 
@@ -175,6 +178,41 @@ def concurrency_load(
     )
 
 
+def simulated_run(
+    hw: Hardware,
+    coef: Coefficients,
+    *,
+    inp: Lengths,
+    out: Lengths,
+    rate: float,
+    max_running: float,
+    kv_capacity_tokens: float,
+    burstiness: float,
+    seed: int = 0,
+    num_requests: int = SIMULATED_REQUESTS,
+) -> Simulation:
+    """One replica at ``rate`` requests/s by the step-level simulation (``gpucap.queueing.simulate``),
+    ``num_requests`` recorded with lengths drawn from the distributions: the check of the queueing
+    model's answer, which schedules whole prompt chunks as an engine does."""
+    rng = np.random.default_rng(seed)
+    held = float(charged_tokens_per_layer(hw.spec, hw.layout, hw.kv_dtype, inp.mean + out.mean, hw.engine.engine))
+    # a sliding window holds fewer tokens than a request has: the simulation charges whole
+    # requests, so its capacity is scaled by the tokens held per token of context
+    kv_capacity_tokens *= (inp.mean + out.mean) / max(held, 1.0)
+    return simulate(
+        hw,
+        coef,
+        request_rate=rate,
+        num_requests=num_requests,
+        input_len=inp.sample(num_requests, rng),
+        output_len=out.sample(num_requests, rng),
+        max_running=max_running,
+        kv_capacity_tokens=kv_capacity_tokens,
+        burstiness=burstiness,
+        seed=rng,
+    )
+
+
 def simulated(
     hw: Hardware,
     coef: Coefficients,
@@ -188,24 +226,9 @@ def simulated(
     burstiness: float,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """``stat`` TTFT and TPOT of one replica at ``rate`` requests/s by the step-level simulation
-    (``gpucap.queueing.simulate``), with lengths drawn from the distributions: a check of the queueing
-    model's answer for a plan, which schedules whole prompt chunks as an engine does."""
-    rng = np.random.default_rng(seed)
-    held = float(charged_tokens_per_layer(hw.spec, hw.layout, hw.kv_dtype, inp.mean + out.mean, hw.engine.engine))
-    # a sliding window holds fewer tokens than a request has: the simulation charges whole
-    # requests, so its capacity is scaled by the tokens held per token of context
-    kv_capacity_tokens *= (inp.mean + out.mean) / max(held, 1.0)
-    sim = simulate(
-        hw,
-        coef,
-        request_rate=rate,
-        num_requests=SIMULATED_REQUESTS,
-        input_len=inp.sample(SIMULATED_REQUESTS, rng),
-        output_len=out.sample(SIMULATED_REQUESTS, rng),
-        max_running=max_running,
-        kv_capacity_tokens=kv_capacity_tokens,
-        burstiness=burstiness,
-        seed=rng,
-    )
+    """``stat`` TTFT and TPOT of one replica at ``rate`` requests/s by ``simulated_run``."""
+    sim = simulated_run(
+        hw, coef, inp=inp, out=out, rate=rate, max_running=max_running,
+        kv_capacity_tokens=kv_capacity_tokens, burstiness=burstiness, seed=seed,
+    )  # fmt: skip
     return sim.summary["ttft_s"][stat], sim.summary["tpot_s"][stat]

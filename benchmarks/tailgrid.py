@@ -1,0 +1,129 @@
+"""The planner's tail latency against the engine loop on a grid (gpucap.planning.tailcheck):
+
+    python benchmarks/tailgrid.py [--requests 4000] [--seeds 2] [--quick] [--csv cells.csv]
+
+Dense and mixture-of-experts models; prompts from 128 to 16k tokens, fixed and with dataset-like
+tails; tp and pp; 30-90% of the service rate; P90 and P99 TTFT and TPOT. Prints analytic /
+simulated per cell, then the test: within 25% where the simulation is below 10x the SLO (2 s
+TTFT, 100 ms TPOT, the planner's defaults), and never optimistic by more than 25% where the
+simulation is within a factor 2 of the SLO. Simulated P99s of a few thousand requests move by
+10-20% from seed to seed near saturation: each cell is the median over ``--seeds`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import pandas as pd
+
+from gpucap.config import hardware
+from gpucap.physics.coefficients import Coefficients
+from gpucap.planning.tailcheck import TailCase, compare, judge
+from gpucap.queueing.lengths import Lengths
+
+UTILIZATIONS = (0.3, 0.5, 0.7, 0.8, 0.9)
+TTFT_SLO_S, TPOT_SLO_S = 2.0, 0.1
+
+CHAT_IN = Lengths.percentiles({5: 30, 50: 128, 90: 500, 99: 1500}, "chat prompts")
+CHAT_OUT = Lengths.percentiles({5: 20, 50: 200, 90: 600, 99: 1200}, "chat outputs")
+RAG_IN = Lengths.percentiles({5: 600, 50: 2000, 90: 4000, 99: 8000}, "RAG prompts")
+RAG_OUT = Lengths.percentiles({5: 50, 50: 300, 90: 700, 99: 1000}, "RAG outputs")
+LONG_IN = Lengths.percentiles({5: 9000, 50: 16000, 90: 24000, 99: 30000}, "long prompts")
+LONG_OUT = Lengths.percentiles({5: 50, 50: 200, 90: 500, 99: 800}, "long outputs")
+
+
+def cases(quick: bool = False) -> list[TailCase]:
+    llama8 = "meta-llama/Llama-3.1-8B"
+    llama70 = "meta-llama/Llama-3.3-70B-Instruct"
+    out = [
+        TailCase("8B H100 tp1, chat", hardware(llama8, "H100-SXM-80GB"), CHAT_IN, CHAT_OUT),
+        TailCase(
+            "70B H200 tp1 fp8, 2000/300",
+            hardware(llama70, "H200-SXM-141GB", weight_dtype="fp8", kv_dtype="fp8"),
+            Lengths.fixed(2000),
+            Lengths.fixed(300),
+        ),
+        TailCase(
+            "70B H100 tp2 fp8, RAG", hardware(llama70, "H100-SXM-80GB", tp=2, weight_dtype="fp8"), RAG_IN, RAG_OUT
+        ),
+        TailCase("Qwen3-30B-A3B H100 tp1 (MoE), RAG", hardware("Qwen/Qwen3-30B-A3B", "H100-SXM-80GB"), RAG_IN, RAG_OUT),
+        TailCase("8B H100 tp1, 16k", hardware(llama8, "H100-SXM-80GB"), LONG_IN, LONG_OUT),
+    ]
+    if quick:
+        return out[:2]
+    return out + [
+        TailCase(
+            "70B H100 pp2 fp8, 2000/300",
+            hardware(llama70, "H100-SXM-80GB", pp=2, weight_dtype="fp8", kv_dtype="fp8"),
+            Lengths.fixed(2000),
+            Lengths.fixed(300),
+        ),
+        TailCase(
+            "gpt-oss-120b H100 tp2 (MoE), chat",
+            hardware("openai/gpt-oss-120b", "H100-SXM-80GB", tp=2),
+            CHAT_IN,
+            CHAT_OUT,
+        ),
+        TailCase(
+            "70B H100 tp4 fp8, 16k", hardware(llama70, "H100-SXM-80GB", tp=4, weight_dtype="fp8"), LONG_IN, LONG_OUT
+        ),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=4000)
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="two cases, one seed, 1500 requests")
+    ap.add_argument("--csv", default=None, help="also write every cell to this CSV file")
+    args = ap.parse_args()
+    seeds, requests = (1, 1500) if args.quick else (args.seeds, args.requests)
+    coef = Coefficients.for_engine("vllm")
+    frames = []
+    for case in cases(args.quick):
+        t0 = time.perf_counter()
+        runs = [compare(case, coef, UTILIZATIONS, num_requests=requests, seed=100 * s) for s in range(seeds)]
+        keys = ["case", "utilization", "request_rate", "stat", "metric", "analytic_s"]
+        frame = pd.concat(runs).groupby(keys, sort=False, as_index=False)["simulated_s"].median()
+        frame["ratio"] = frame["analytic_s"] / frame["simulated_s"]
+        frames.append(frame)
+        print(f"{case.label}: {len(runs)} x {len(UTILIZATIONS)} runs of {requests} in {time.perf_counter() - t0:.0f} s")
+    table = judge(pd.concat(frames, ignore_index=True), ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S)
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    print()
+    wide = table.pivot_table(
+        index=["case", "utilization"], columns=["metric", "stat"], values=["analytic_s", "simulated_s"], sort=False
+    )
+    with pd.option_context("display.width", 200, "display.max_rows", 200, "display.float_format", "{:.3g}".format):
+        cells = pd.DataFrame(index=wide.index)
+        for metric in ("ttft", "tpot"):
+            unit = 1.0 if metric == "ttft" else 1e3
+            for stat in ("p90", "p99"):
+                a, s = wide[("analytic_s", metric, stat)] * unit, wide[("simulated_s", metric, stat)] * unit
+                cells[f"{metric.upper()} {stat} {'s' if metric == 'ttft' else 'ms'}"] = [
+                    f"{x:.3g} / {y:.3g}" for x, y in zip(a, s, strict=True)
+                ]
+        print("analytic / simulated")
+        print(cells.to_string())
+    judged = table[table["judged"]]
+    print()
+    print(
+        f"judged cells (simulated < 10x SLO): {len(judged)} of {len(table)}; within 25%: "
+        f"{int(judged['within'].sum())} ({judged['within'].mean():.0%}); median |ratio - 1| "
+        f"{(judged['ratio'] - 1).abs().median():.0%}"
+    )
+    by = judged.groupby(["metric", "stat"])
+    print(by["within"].mean().map("{:.0%}".format).rename("within 25%").to_string())
+    edge = table[table["edge"]]
+    print(f"cells at the SLO's edge: {len(edge)}; optimistic by more than 25%: {int(edge['optimistic'].sum())}")
+    bad = table[~table["ok"]]
+    if not bad.empty:
+        print("\ncells that fail the test:")
+        cols = ["case", "utilization", "metric", "stat", "analytic_s", "simulated_s", "ratio"]
+        print(bad[cols].to_string(index=False, float_format="{:.3g}".format))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""The planner's tail latency against the engine loop: P90 / P99 TTFT and TPOT of one replica
+under open-loop arrivals, as the planner computes them (the queueing model of
+``gpucap.queueing.analytic`` with the lengths' distributions) and
+as the step-level simulation (``gpucap.queueing.simulate``) runs them.
+
+The test of agreement (``judge``): where the simulated figure is below ``CEILING`` x its SLO, the
+analytic one is within ``TOLERANCE`` of it; and at the SLO's edge (simulated between half and
+twice the SLO, where a plan passes or fails) the analytic one is never below it by more than
+``TOLERANCE`` (an optimistic model there passes plans that fail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpucap.config import Hardware
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.memory import batch_slots, memory_limit
+from gpucap.planning.capacity import simulated_run
+from gpucap.queueing.analytic import open_loop_latency, service_curve
+from gpucap.queueing.lengths import Lengths
+from gpucap.types import QUANTILES
+
+TOLERANCE = 0.25
+CEILING = 10.0  # simulated figures above this many SLOs are not judged: the replica is overloaded
+EDGE = (0.5, 2.0)  # simulated / SLO where a plan's verdict turns
+METRICS = {"ttft": "ttft_s", "tpot": "tpot_s"}
+
+
+@dataclass(frozen=True)
+class TailCase:
+    """One replica and its workload."""
+
+    label: str
+    hw: Hardware
+    inp: Lengths
+    out: Lengths
+
+    @property
+    def slots(self) -> float:
+        """Batch slots as the planner takes them: ``max_num_seqs`` or what the KV cache holds at the
+        mean request length."""
+        _, held = memory_limit(self.hw, self.inp.mean + self.out.mean)
+        return float(batch_slots(self.hw, held))
+
+    @property
+    def kv_tokens(self) -> float:
+        mem, _ = memory_limit(self.hw, self.inp.mean + self.out.mean)
+        return float(mem.kv_tokens_per_gpu * self.hw.layout.attn_dp)
+
+
+def analytic_tail(
+    case: TailCase, coef: Coefficients, rates: Sequence[float], stats: Sequence[str], burstiness: float = 1.0
+) -> pd.DataFrame:
+    """The planner's figures at each rate: ``{stat}`` TTFT and TPOT, and the service rate in
+    ``attrs``."""
+    cap = case.slots
+    inp, out = case.inp, case.out
+    curve = service_curve(
+        hw=case.hw,
+        coef=coef,
+        input_len=inp.mean,
+        output_len=out.mean,
+        max_running=cap,
+        input_lengths=inp,
+        output_lengths=out,
+    )
+    lat = open_loop_latency(
+        case.hw, coef, request_rate=np.asarray(rates, dtype=float), input_len=inp.mean, output_len=out.mean,
+        max_running=cap, burstiness=burstiness, stats=tuple(stats), curve=curve,
+    )  # fmt: skip
+    cols: dict[str, np.ndarray] = {"request_rate": np.asarray(rates, dtype=float)}
+    for s in stats:
+        cols[f"ttft_{s}_s"] = lat.ttft_s[s]
+        cols[f"tpot_{s}_s"] = lat.tpot_s[s]
+    frame = pd.DataFrame(cols)
+    frame.attrs["service_rate"] = curve.service_rate
+    return frame
+
+
+def compare(
+    case: TailCase,
+    coef: Coefficients,
+    utilizations: Sequence[float],
+    *,
+    stats: Sequence[str] = ("p90", "p99"),
+    num_requests: int = 4000,
+    seed: int = 0,
+    burstiness: float = 1.0,
+) -> pd.DataFrame:
+    """Analytic against simulated at each utilization of the analytic service rate: one row per
+    utilization, statistic and metric, with ``ratio`` = analytic / simulated."""
+    for s in stats:
+        if s not in QUANTILES:
+            raise ValueError(f"stats must be percentiles among {', '.join(QUANTILES)}, got {s!r}")
+    mu = service_curve(
+        case.hw, coef, input_len=case.inp.mean, output_len=case.out.mean, max_running=case.slots
+    ).service_rate
+    rates = [u * mu for u in utilizations]
+    ana = analytic_tail(case, coef, rates, stats, burstiness)
+    rows = []
+    for k, (u, rate) in enumerate(zip(utilizations, rates, strict=True)):
+        sim = simulated_run(
+            case.hw, coef, inp=case.inp, out=case.out, rate=rate, max_running=case.slots,
+            kv_capacity_tokens=case.kv_tokens, burstiness=burstiness, seed=seed + k, num_requests=num_requests,
+        )  # fmt: skip
+        for s in stats:
+            for metric, key in METRICS.items():
+                a, b = float(ana[f"{metric}_{s}_s"].iloc[k]), float(sim.summary[key][s])
+                rows.append(
+                    {
+                        "case": case.label,
+                        "utilization": u,
+                        "request_rate": rate,
+                        "stat": s,
+                        "metric": metric,
+                        "analytic_s": a,
+                        "simulated_s": b,
+                        "ratio": a / b if b > 0 else np.nan,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def judge(frame: pd.DataFrame, *, ttft_slo_s: float, tpot_slo_s: float) -> pd.DataFrame:
+    """``compare``'s rows with the test of the module docstring: ``slo_s``, ``judged`` (simulated
+    below ``CEILING`` SLOs), ``within`` (ratio within ``TOLERANCE`` of 1), ``edge`` (simulated
+    within ``EDGE`` of the SLO) and ``optimistic`` (ratio below ``1 - TOLERANCE`` there); ``ok``
+    where a judged row is within and no edge row optimistic."""
+    out = frame.copy()
+    out["slo_s"] = np.where(out["metric"] == "ttft", ttft_slo_s, tpot_slo_s)
+    load = out["simulated_s"] / out["slo_s"]
+    out["judged"] = load < CEILING
+    out["within"] = (out["ratio"] - 1.0).abs() <= TOLERANCE
+    out["edge"] = (load >= EDGE[0]) & (load <= EDGE[1])
+    out["optimistic"] = out["edge"] & (out["ratio"] < 1.0 - TOLERANCE)
+    out["ok"] = (~out["judged"] | out["within"]) & ~out["optimistic"]
+    return out
