@@ -3,6 +3,7 @@ invariants a planner must keep (more load never needs fewer GPUs, looser SLOs ne
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -217,13 +218,15 @@ def test_simulation_check_columns(prices) -> None:
     assert row["meets_slo_simulated"]
 
 
-def test_simulation_notes_name_the_cheapest_that_passes() -> None:
+def test_simulation_notes_name_the_cheapest_that_passes_by_its_plan_number() -> None:
     from gpucap.planning.result import simulation_notes
 
-    checked = pd.DataFrame({"meets_slo_simulated": [False, True, None]}, dtype=object)
+    # rows 1 and 2 are KV-format twins (plan 1): the third row is the page's second, plan 2
+    checked = pd.DataFrame({"plan": [1, 1, 2, 3], "meets_slo_simulated": [False, False, True, None]}, dtype=object)
     (note,) = simulation_notes(checked)
-    assert "of the 2 simulated, plan 2 is the cheapest that does" in note
-    assert simulation_notes(pd.DataFrame({"meets_slo_simulated": [True, False]}, dtype=object)) == []
+    assert "of the 3 simulated, plan 2 is the cheapest that does" in note
+    passed = pd.DataFrame({"plan": [1, 2], "meets_slo_simulated": [True, False]}, dtype=object)
+    assert simulation_notes(passed) == []
 
 
 def test_sliding_window_model_is_simulated_with_its_window(prices) -> None:
@@ -290,3 +293,234 @@ def test_a_model_too_big_for_any_split_of_a_gpu_is_named() -> None:
     # 5 requests/s is little for a 4 x B200 replica: busy well under a quarter, and the note says why
     assert p.best["utilization"] < LOW_UTILIZATION
     assert any("the target is small for one replica of 4 x B200-180GB" in n for n in p.notes)
+
+
+# ---- the simulation check and the recommended plan -------------------------------------------------
+COSTS = [10.0, 11.0, 12.0, 12.5, 13.0, 20.0]  # $/hour, cheapest first
+
+
+class _PassesFrom:
+    """A stand-in for a plan's simulation (picklable, so that a process pool can run it): it
+    meets the SLOs when the plan costs at least ``cost``."""
+
+    def __init__(self, plan_cost: float, cost: float) -> None:
+        self.plan_cost, self.cost = plan_cost, cost
+
+    def run(self):
+        from gpucap.planning.checks import Check
+
+        return Check(ttft_s=self.plan_cost / 10, tpot_s=0.01, meets=self.plan_cost >= self.cost)
+
+
+def test_which_plans_the_check_simulates_by_hand() -> None:
+    from gpucap.planning.checks import to_simulate
+
+    # nothing known: the cheapest; while none passes, one more each time
+    assert to_simulate(COSTS, []) == 1
+    assert to_simulate(COSTS, [False, False]) == 3
+    # the cheapest passes: every plan up to 1.25 x 10 = 12.5 $/hour, 12.5 itself included
+    assert to_simulate(COSTS, [True]) == 4
+    # the second passes: up to 1.25 x 11 = 13.75 $/hour, so the first five
+    assert to_simulate(COSTS, [False, True]) == 5
+    # simulate_top as a minimum, never beyond the plans there are
+    assert to_simulate(COSTS, [True], minimum=5) == 5 and to_simulate(COSTS, [True], minimum=9) == 6
+    # the cap: three misses with a cap of three is the end (nothing recommended)
+    assert to_simulate(COSTS, [False] * 3, most=3) == 3
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_check_in_a_pool_simulates_what_the_serial_rule_does(workers) -> None:
+    from gpucap.planning.checks import MAX_SIMULATED, check_plans
+
+    # plans from 12 $/hour pass: the first passing costs 12, so every plan up to 15 $/hour (five)
+    checks, processes = check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0), workers=workers)
+    assert [c.meets for c in checks] == [False, False, True, True, True]
+    assert [c.ttft_s for c in checks] == [1.0, 1.1, 1.2, 1.25, 1.3]
+    assert processes == workers
+    # none passes: the check gives up after MAX_SIMULATED plans
+    many = [float(k) for k in range(MAX_SIMULATED + 5)]
+    checks, _ = check_plans(many, lambda k: _PassesFrom(many[k], 1e9), workers=workers)
+    assert len(checks) == MAX_SIMULATED and not any(c.meets for c in checks)
+    with pytest.raises(ValueError, match="workers must be"):
+        check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0), workers=0)
+
+
+def test_the_check_runs_serially_where_a_pool_cannot_start(monkeypatch) -> None:
+    from gpucap.planning import checks
+
+    def no_pool(*args, **kwargs):
+        raise OSError("no semaphores on this machine")
+
+    monkeypatch.setattr(checks, "ProcessPoolExecutor", no_pool)
+    found, processes = checks.check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0), workers=4)
+    assert processes == 1 and [c.meets for c in found] == [False, False, True, True, True]
+    monkeypatch.setattr(checks.os, "cpu_count", lambda: 1)  # one core: serial without trying a pool
+    found, processes = checks.check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0))
+    assert processes == 1 and len(found) == 5
+
+
+def test_the_check_notes_name_the_recommended_plan_and_what_the_cap_left_out() -> None:
+    from gpucap.planning.checks import Check, check_notes, with_checks
+    from gpucap.planning.result import number_plans
+
+    plans = pd.DataFrame(
+        [
+            dict(gpu=f"GPU-{k}", gpus_per_replica=1, tp=1, pp=1, ep=1, weight_dtype="fp8", kv_dtype="auto",
+                 replicas=2, total_gpus=2, cost_per_hour=cost)
+            for k, cost in enumerate([10.0, 12.0, 12.5, 13.0, 16.0])
+        ]
+    )  # fmt: skip
+    # the second passes; the check stopped there (as at its cap): 12.5 and 13 are within 1.25 x 12 = 15
+    found = number_plans(with_checks(plans, [Check(3.0, 0.05, False), Check(1.0, 0.05, True)]))
+    assert found["recommended"].tolist() == [False, True, False, False, False]
+    assert found["meets_slo_simulated"].tolist() == [False, True, None, None, None]
+    first, cap = check_notes(found, seconds=1.0, processes=2)
+    assert first.startswith("2 plan(s) simulated in 1.0 s (2 processes)") and "(plan 2, recommended)" in first
+    assert "$15.00/hour" in first and "plans 3, 4 are within the 25% and not checked" in cap
+    nothing = number_plans(with_checks(plans, [Check(3.0, 0.05, False), Check(error="no room for one request")]))
+    assert not nothing["recommended"].any() and nothing["meets_slo_simulated"].tolist()[:2] == [False, None]
+    failed, none = check_notes(nothing, seconds=1.0, processes=1)
+    assert failed == "plan 2 could not be simulated: no room for one request"
+    assert none.startswith("2 plan(s) simulated in 1.0 s (1 process): none meets the SLOs in simulation")
+
+
+CHECKED = dict(
+    input_len=2000, output_len=300, target_request_rate=12.0, gpus=["H100-SXM-80GB", "L40S-48GB"],
+    gpu_counts=[1, 2], weight_dtypes=["fp8"], kv_dtypes=["auto", "fp8"],
+)  # fmt: skip
+
+
+def test_recommended_plan_passes_and_every_cheaper_one_was_simulated_and_missed(prices) -> None:
+    serial = plan(MODEL, prices=prices, check=True, workers=1, **CHECKED)
+    parallel = plan(MODEL, prices=prices, check=True, workers=2, **CHECKED)
+    # the same plans simulated and the same numbers, one process or two
+    pd.testing.assert_frame_equal(serial.plans, parallel.plans)
+    assert any("(1 process)" in n for n in serial.notes) and any("(2 processes)" in n for n in parallel.notes)
+    p, rec = serial.plans, serial.recommended
+    assert rec is not None and int(p["recommended"].sum()) == 1
+    assert rec["meets_slo_simulated"] is True
+    assert rec["ttft_s_simulated"] <= 2.0 and rec["tpot_s_simulated"] <= 0.1  # the default SLOs
+    k = int(np.flatnonzero(p["recommended"])[0])
+    assert p["meets_slo_simulated"].iloc[:k].eq(False).all()  # every cheaper plan was simulated and missed
+    # which plans were simulated, from the costs: every plan up to 1.25 x the recommended one's cost
+    # (the cheaper ones included), and none beyond
+    within = p["cost_per_hour"] <= 1.25 * rec["cost_per_hour"]
+    assert p["meets_slo_simulated"].notna().tolist() == within.tolist()
+    assert serial.simulated == int(within.sum()) and serial.best_checked.equals(rec)
+    # plan numbers: 1 for the cheapest, never decreasing down the table, twins share one
+    assert p["plan"].iloc[0] == 1 and p["plan"].is_monotonic_increasing
+    assert set(np.diff(p["plan"])) <= {0, 1}
+
+
+def test_without_a_check_nothing_is_recommended_and_simulate_top_is_a_minimum(prices) -> None:
+    analytic = plan(MODEL, prices=prices, **CHECKED)
+    assert analytic.recommended is None and not analytic.plans["recommended"].any() and analytic.simulated == 0
+    assert "meets_slo_simulated" not in analytic.plans and analytic.best_checked.equals(analytic.best)
+    at_least = plan(MODEL, prices=prices, simulate_top=4, workers=1, **CHECKED)
+    assert at_least.simulated >= 4 and at_least.plans["meets_slo_simulated"].iloc[:4].notna().all()
+    with pytest.raises(ValueError, match="workers must be"):
+        plan(MODEL, prices=prices, check=True, workers=0, **CHECKED)
+    with pytest.raises(ValueError, match="simulate_top must be"):
+        plan(MODEL, prices=prices, simulate_top=-1, **CHECKED)
+
+
+def test_kv_format_twins_share_a_plan_number_that_the_notes_quote() -> None:
+    from gpucap.app.planwidgets import group_twins
+    from gpucap.planning.result import number_plans, simulation_notes
+
+    row = dict(gpu="H100-SXM-80GB", gpus_per_replica=2, tp=2, pp=1, ep=1, weight_dtype="fp8", replicas=4,
+               total_gpus=8, cost_per_hour=55.0)  # fmt: skip
+    other = {**row, "tp": 1, "pp": 2}  # same cost, another split: not a twin
+    plans = pd.DataFrame(
+        [
+            {**row, "kv_dtype": "fp8", "meets_slo_simulated": False, "simulation_error": None},
+            {**other, "kv_dtype": "fp8", "meets_slo_simulated": True, "simulation_error": None},
+            {**row, "kv_dtype": "auto", "meets_slo_simulated": False, "simulation_error": None},  # twin of the first
+            {**row, "kv_dtype": "fp8_e5m2", "meets_slo_simulated": None, "simulation_error": None},  # not checked
+        ]
+    )
+    numbered = number_plans(plans)
+    # the twins side by side as plan 1; the other split plan 2; the unchecked format plan 3
+    assert numbered["plan"].tolist() == [1, 1, 2, 3]
+    assert numbered["kv_dtype"].tolist() == ["fp8", "auto", "fp8", "fp8_e5m2"]
+    page = group_twins(numbered)
+    assert page["plan"].tolist() == [1, 2, 3] and page["kv_dtype"].iloc[0] == "fp8 / auto"
+    (note,) = simulation_notes(numbered)
+    assert "plan 2 is the cheapest that does" in note and page.iloc[1]["meets_slo_simulated"] is True
+
+
+def test_cli_says_the_recommendation_first_and_not_checked_for_the_rest(prices, capsys) -> None:
+    args = ["plan", "--model", MODEL, "--target-rps", "12", "--input-len", "2000", "--output-len", "300"]
+    args += ["--gpus", "H100-SXM-80GB,L40S-48GB", "--gpu-counts", "1,2", "--weight-dtypes", "fp8"]
+    args += ["--price", str(prices), "--workers", "1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[2].startswith("recommended: plan ") and lines[3].strip().startswith("simulated p99 TTFT")
+    number = int(lines[2].split("recommended: plan ")[1].split(",")[0])
+    marked = [line for line in lines if line.startswith(">")]
+    assert len(marked) == 1 and int(marked[0][1:].split()[0]) == number and " meets " in marked[0]
+    assert "not checked" in out and not re.search(r"\b(None|nan|NaN)\b", out)
+    # --simulate-top 0: no check, no recommendation, and the table says so
+    assert main([*args, "--simulate-top", "0"]) == 0
+    off = capsys.readouterr().out
+    assert "recommended: none: not checked by simulation" in off and " meets " not in off
+
+
+def test_nearest_miss_is_the_option_short_by_the_fewest_gib(prices, capsys) -> None:
+    from gpucap.planning.result import rejected_counts
+
+    p = plan(
+        "deepseek-ai/DeepSeek-V3", target_request_rate=1.0, input_len=1000, output_len=200,
+        gpus=["H100-SXM-80GB"], weight_dtypes=["bf16", "fp8"], kv_dtypes=["auto"], prices=prices,
+    )  # fmt: skip
+    counts = rejected_counts(p)
+    fit = counts[counts["reason"] == "does not fit"].iloc[0]
+    short = p.rejected.loc[p.rejected["reason"].str.startswith("does not fit"), "short_GiB"]
+    assert fit["short_GiB"] == short.min() and short.notna().all() and len(short) == fit["options"]
+    # by hand: the fewest GiB per GPU are 8 GPUs' share of the lightest format; fp8 weights alone,
+    # 671e9 bytes / 8 GPUs = 78.1 GiB, exceed the H100's 0.92 x 79.2 = 72.9 GiB usable by 5.2 GiB
+    assert fit["example option"].startswith("8 x H100-SXM-80GB") and "fp8 weights" in fit["example option"]
+    assert fit["short_GiB"] >= 5.2 and fit["short_GiB"] < short.max()
+    # the number is the one the reason's own text gives (DoesNotFit's message)
+    assert f"short by {fit['short_GiB']:.1f} GiB per GPU" in fit["example"]
+    args = ["plan", "--model", "deepseek-ai/DeepSeek-V3", "--target-rps", "1", "--input-len", "1000"]
+    args += ["--output-len", "200", "--gpus", "H100-SXM-80GB", "--weight-dtypes", "bf16,fp8", "--price", str(prices)]
+    assert main(args) == 3
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "does not fit" in x]
+    assert f"(nearest: {fit['example option']}, short by {fit['short_GiB']:.1f} GiB per GPU)" in line
+
+
+def test_one_request_that_does_not_fit_is_short_by_its_kv_bytes() -> None:
+    from gpucap.physics.memory import hardware_memory, short_of_one_request_bytes
+
+    # Llama-3.1-8B (config.json): 32 layers x 8 KV heads x 128 dims x 2 (K and V) x 2 bytes (bf16)
+    per_token = 32 * 8 * 128 * 2 * 2
+    hw = hardware(MODEL, "L40S-48GB")
+    mem = hardware_memory(hw)
+    fits = int(mem.kv_budget // per_token)  # tokens one GPU's budget holds
+    assert short_of_one_request_bytes(mem, hw.spec, hw.layout, fits) == 0.0
+    assert short_of_one_request_bytes(mem, hw.spec, hw.layout, fits + 1000) == pytest.approx(
+        (fits + 1000) * per_token - mem.kv_budget
+    )
+
+
+def test_a_long_reason_is_cut_at_a_clause_never_inside_a_number() -> None:
+    from gpucap.planning.result import Plan, Target, clip, format_plan
+
+    text = "p99 TTFT 12.3 s > 2 s; the prompt takes 9.87 s alone (weights 124.5 GiB + reserved 3.2 GiB)"
+    # a cut at 66 characters would end inside "124.5"; the clause before " (" ends at character 52
+    assert clip(text, 66) == "p99 TTFT 12.3 s > 2 s; the prompt takes 9.87 s alone ..."
+    assert clip(text, 200) == text
+    rejected = pd.DataFrame(
+        [dict(gpu="L40S-48GB", gpus_per_replica=1, tp=1, pp=1, ep=1, weight_dtype="fp8", kv_dtype="auto",
+              reason="misses TTFT: " + text + " " + "and more words " * 10, short_GiB=np.nan)]
+    )  # fmt: skip
+    p = Plan(
+        MODEL, Target("request_rate", 1.0), dict(ttft_s=2.0, tpot_s=0.1, stat="p99"), pd.DataFrame(), rejected, 1, 0.1
+    )
+    (line,) = [x for x in format_plan(p).splitlines() if "misses TTFT" in x]
+    said = line.split("auto KV): ", 1)[1]
+    assert said.endswith(" ...)")
+    numbers = set(re.findall(r"\d+(?:\.\d+)?", text))
+    assert set(re.findall(r"\d+(?:\.\d+)?", said)) <= numbers  # every number whole

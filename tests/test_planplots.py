@@ -5,6 +5,7 @@ and rises with the arrival rate, and a Run of the widgets shows what ``plan`` re
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -114,9 +115,27 @@ def test_frontier_never_cheaper_as_the_slo_tightens(prices, slo, values, other) 
     row = f[(f["slo_s"] == value) & (f["gpu"] == CHEAPEST)].iloc[0]
     assert row["cost_per_hour"] == pytest.approx(direct.best["cost_per_hour"])
     fig = frontier_figure(f)
-    (ax,) = [a for a in fig.axes if a.get_legend() is not None]
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    (legend,) = fig.legends  # one legend for the figure: a GPU has one look in every panel
+    labels = [t.get_text() for t in legend.get_texts()]
     assert set(labels) == {*gpus, CHEAPEST}
+
+
+def test_frontier_lines_of_fifteen_gpu_types_have_fifteen_colours() -> None:
+    from matplotlib.colors import to_hex
+
+    gpus = [f"GPU-{k:02d}" for k in range(15)]
+    rows = [
+        {"slo": "ttft", "slo_s": slo, "stat": "p99", "gpu": g, "cost_per_hour": 10.0 + k / slo, "total_gpus": 4,
+         "cost_per_million_output_tokens": 1.0 + k / slo}
+        for k, g in enumerate([*gpus, CHEAPEST]) for slo in (0.5, 1.0, 2.0)
+    ]  # fmt: skip
+    fig = frontier_figure(pd.DataFrame(rows))
+    lines = [line for line in fig.axes[0].get_lines() if line.get_label() in gpus]
+    assert len(lines) == 15
+    assert len({to_hex(line.get_color()) for line in lines}) == 15  # no two GPU types share a colour
+    assert to_hex("0.6") not in {to_hex(line.get_color()) for line in lines}  # nor the cheapest-of-all band's grey
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [CHEAPEST, *gpus]
 
 
 def test_frontier_refuses_bad_input(prices) -> None:
@@ -183,7 +202,7 @@ def test_simulation_at_a_trickle_agrees_with_the_analytic_median(h100, knee) -> 
 # ---- widgets ---------------------------------------------------------------------------------------
 def test_planner_app_runs_and_shows_the_cheapest_plans(prices) -> None:
     pytest.importorskip("ipywidgets")
-    from gpucap.app.planwidgets import TOP, PlannerApp
+    from gpucap.app.planwidgets import RECOMMENDED_CLASS, TOP, PlannerApp
 
     app = PlannerApp(
         model=MODEL,
@@ -201,7 +220,15 @@ def test_planner_app_runs_and_shows_the_cheapest_plans(prices) -> None:
     assert app.error is None and app.result is not None
     shown = app.table_frame
     assert 1 <= len(shown) <= TOP
-    assert shown["cost_per_hour"].is_monotonic_increasing
+    # the recommended plan first and highlighted, the others cheapest first; plan numbers as the notes say
+    rec = app.result.recommended
+    assert rec is not None and shown.iloc[0]["plan"] == rec["plan"] and shown.iloc[0]["meets_slo_simulated"] is True
+    assert shown["cost_per_hour"].iloc[1:].is_monotonic_increasing and shown["plan"].iloc[1:].is_monotonic_increasing
+    assert shown["plan"].is_unique  # KV-format twins are one row
+    body = app.table.value.split("<tbody>", 1)[1]
+    assert body.startswith(f'<tr class="{RECOMMENDED_CLASS}"') and body.count(RECOMMENDED_CLASS) == 1
+    assert f"recommended: plan {rec['plan']}," in app.table.value
+    assert not re.search(r"\b(None|NaN|nan)\b", app.table.value + app.rejected.value)
     assert "<table" in app.table.value and shown["gpu"].iloc[0] in app.table.value
     assert app.progress.value == app.progress.max and app.progress.bar_style == "success"
     # the same search called directly
@@ -218,14 +245,12 @@ def test_planner_app_runs_and_shows_the_cheapest_plans(prices) -> None:
         prices=prices,
         **SMALL,
     )
-    assert shown["cost_per_hour"].iloc[0] == pytest.approx(direct.best["cost_per_hour"])
-    # the widget checks the cheapest plans by simulation, as `gpucap plan` does, and shows it
-    assert shown["meets_slo_simulated"].iloc[0] in (True, False)
+    assert app.result.best["cost_per_hour"] == pytest.approx(direct.best["cost_per_hour"])
+    # the widget checks plans by simulation, as `gpucap plan` does, and shows it; the direct call did not
     assert "meets SLOs in simulation" in app.table.value
     assert "P99 TTFT (s)" in app.table.value and "capacity per replica (requests/s)" in app.table.value
-    checked = app.result.best_checked
-    assert checked is not None and (checked["meets_slo_simulated"] is True or not shown["meets_slo_simulated"].any())
-    assert direct.best_checked is not None and direct.best_checked.equals(direct.best)  # nothing simulated
+    assert app.result.best_checked.equals(rec)
+    assert direct.recommended is None and direct.best_checked.equals(direct.best)  # nothing simulated
     counts = rejected_counts(app.result)
     assert counts["options"].sum() == len(app.result.rejected)
     assert counts.empty or "example option" in app.rejected.value

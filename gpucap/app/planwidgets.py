@@ -1,6 +1,8 @@
-"""The capacity planner as widgets (notebook 04): controls for the inputs of ``gpucap.planning.search.plan``,
-a Run button with a progress bar (the search takes seconds), the ten cheapest plans and the
-rejected options counted by reason. Wiring only: every number comes from ``gpucap.planning.search``.
+"""The capacity planner as widgets (notebook 04, the planner page of notebook 05): controls for the
+inputs of ``gpucap.planning.search.plan``, a Run button with a progress bar (the search takes
+seconds, the simulation check of the cheapest plans a few more), the recommended plan first and
+highlighted, then the cheapest plans, and the rejected options counted by reason. Wiring only:
+every number comes from ``gpucap.planning.search``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from gpucap.catalog.gpus import load_gpus
 from gpucap.catalog.lookup import model_cards
 from gpucap.catalog.prices import Prices
 from gpucap.planning.capacity import Headroom
-from gpucap.planning.result import PLAN_COLUMNS, TARGETS, Plan, rejected_counts
+from gpucap.planning.result import (
+    NOT_CHECKED,
+    PLAN_COLUMNS,
+    TARGETS,
+    Plan,
+    number_plans,
+    recommended_lines,
+    rejected_counts,
+)
 from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, plan
 from gpucap.queueing.lengths import Lengths
 from gpucap.types import STATISTICS
@@ -30,10 +40,11 @@ DEFAULT_MODEL = "meta-llama/Llama-3.3-70B-Instruct"
 DEFAULT_GPUS = ("H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB")
 TOP = 10  # plans shown
 TARGET_LABELS = {"request_rate": "requests/s", "concurrency": "requests in flight", "output_tps": "output tokens/s"}
-TABLE_COLUMNS = [c for c in PLAN_COLUMNS if c not in ("spare_replicas", "comm_share")]
-# Plans checked by the step-level simulation on every run (as `gpucap plan` does), and its columns.
-SIMULATE_TOP = 3
+TABLE_COLUMNS = ["plan", *(c for c in PLAN_COLUMNS if c not in ("spare_replicas", "comm_share"))]
+# Every run checks plans by simulation (as `gpucap plan` does: gpucap.planning.checks); its columns.
 SIMULATED_COLUMNS = ["meets_slo_simulated", "ttft_s_simulated", "tpot_s_simulated"]
+RECOMMENDED_CLASS = "gpucap-recommended"  # the recommended plan's row, first in the table
+RECOMMENDED_STYLE = "background-color: #fff3bf; font-weight: bold"
 INPUT_NAMES = (
     "model",
     "target_kind",
@@ -64,9 +75,12 @@ class PlannerApp:
     Search settings that are not controls: ``prices`` and ``usd_per_kwh`` (as ``plan`` takes
     them), ``gpu_counts``, ``weight_dtypes``, ``kv_dtypes``.
 
-    ``run()`` (the Run button) searches and fills ``table`` (HTML, the ``TOP`` cheapest plans),
-    ``rejected`` (HTML, rejected options counted by reason) and ``status``; ``result`` is the
-    ``Plan``, ``error`` the message of an input the planner refused (then ``result`` is None).
+    ``run()`` (the Run button) searches, checks the cheapest plans by simulation and fills
+    ``table`` (HTML: the recommended plan in words, then a table of ``TOP`` plans, the recommended
+    one first in a row of CSS class ``RECOMMENDED_CLASS``, the others cheapest first, each with
+    its ``plan`` number), ``rejected`` (HTML, rejected options counted by reason) and ``status``;
+    ``result`` is the ``Plan``, ``error`` the message of an input the planner refused (then
+    ``result`` is None).
     """
 
     def __init__(
@@ -164,7 +178,7 @@ class PlannerApp:
             "headroom": Headroom(
                 failure_spares=int(self.failure_spares.value), burst_margin=float(self.burst_margin_pct.value) / 100
             ),
-            "simulate_top": SIMULATE_TOP,
+            "check": True,
             **self.search,
         }
 
@@ -172,6 +186,8 @@ class PlannerApp:
         self.progress.max = max(total, 1)
         self.progress.value = done
         self.status.value = f"searching: {done} of {total} options ({time.perf_counter() - started:.1f} s)"
+        if done == total:
+            self.status.value += "; checking the cheapest plans by simulation..."
 
     def _on_run(self, _button: Any = None) -> None:
         self.run()
@@ -206,51 +222,72 @@ class PlannerApp:
         head = (
             f"<b>{html.escape(result.model)}</b>: {html.escape(result.target.describe())}, {slo['stat']} TTFT &le; "
             f"{slo['ttft_s']:g} s, {slo['stat']} TPOT &le; {slo['tpot_s'] / MS:g} ms; {result.searched} options "
-            f"searched in {self.last_run_s:.1f} s, {len(result.plans)} meet the SLOs"
+            f"searched in {result.search_s:.1f} s, {len(result.plans)} meet the SLOs by the queueing model"
+            + (f"; {result.simulated} simulated in {result.check_s:.1f} s" if result.simulated else "")
         )
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
         self.status.value = head + (f"<ul>{notes}</ul>" if notes else "")
-        top = plan_table(result, TOP)
-        self.table.value = (
-            "<p>no plan meets the SLOs</p>"
-            if top.empty
-            else f"<b>The {len(top)} cheapest plans</b> (a KV format that ties on every column is listed with "
-            "the first)" + _html_table(readable_checks(top))
-        )
-        counts = rejected_counts(result)
+        self.table.value = plans_html(result, TOP)
+        counts = rejected_counts(result).drop(columns="short_GiB")
         self.rejected.value = (
             "" if counts.empty else f"<b>Rejected: {len(result.rejected)} options</b>" + _html_table(counts)
         )
 
-    @staticmethod
-    def _columns(result: Plan) -> list[str]:
-        """The table's columns: the plan's, then what the simulation found where it ran."""
-        return TABLE_COLUMNS + [c for c in SIMULATED_COLUMNS if c in result.plans]
-
     @property
     def table_frame(self) -> pd.DataFrame:
-        """The plans the table shows (empty before a run or after an error)."""
+        """The plans the table shows, in its order and with the plans table's column names (empty
+        before a run or after an error)."""
         if self.result is None:
             return pd.DataFrame(columns=TABLE_COLUMNS)
-        return self.result.plans[self._columns(self.result)].head(TOP).reset_index(drop=True)
+        shown = shown_plans(self.result, TOP)
+        return shown[TABLE_COLUMNS + [c for c in SIMULATED_COLUMNS if c in shown]]
+
+
+def plans_html(result: Plan, top: int = TOP) -> str:
+    """The plans as the page shows them (also notebook 04): the recommendation in words
+    (``recommended_lines``), then ``plan_table`` with the recommended plan's row first and
+    highlighted (CSS class ``RECOMMENDED_CLASS``)."""
+    table = plan_table(result, top)
+    if table.empty:
+        return "<p>no plan meets the SLOs</p>"
+    first = result.recommended is not None
+    said = "<br>".join(html.escape(line) for line in recommended_lines(result))
+    return (
+        f'<p class="gpucap-recommendation-text">{said}</p><b>'
+        + ("The recommended plan, then the cheapest" if first else "The cheapest plans")
+        + "</b> (plans are numbered cheapest first; KV formats that tie on fleet, cost and check share a row)"
+        + _html_table(readable_checks(table), highlight=0 if first else None)
+    )
 
 
 def group_twins(plans: pd.DataFrame) -> pd.DataFrame:
-    """Plans that differ only in the KV cache format and tie on fleet and cost, as one row whose
-    ``kv_dtype`` lists the formats ("fp8 / auto"), first one's numbers kept."""
+    """Plans that share a plan number (``gpucap.planning.result.number_plans``: they differ only
+    in the KV cache format and tie on fleet, cost and simulation verdict) as one row whose
+    ``kv_dtype`` lists the formats ("fp8 / auto"), the first one's numbers kept."""
     if plans.empty:
         return plans
-    keys = ["gpu", "gpus_per_replica", "tp", "pp", "ep", "weight_dtype", "replicas", "total_gpus", "cost_per_hour"]
-    grouped = plans.groupby(keys, sort=False, dropna=False)
+    if "plan" not in plans:
+        plans = number_plans(plans)
+    grouped = plans.groupby("plan", sort=False)
     out = grouped.head(1).copy()
     out["kv_dtype"] = grouped["kv_dtype"].transform(lambda k: " / ".join(dict.fromkeys(k))).loc[out.index]
     return out
 
 
+def shown_plans(result: Plan, top: int = TOP) -> pd.DataFrame:
+    """The ``top`` plans the page shows, twins grouped: the recommended plan first (where there is
+    one), then the cheapest others in cost order."""
+    plans = group_twins(result.plans)
+    if "recommended" in plans and plans["recommended"].any():
+        chosen = plans["recommended"].astype(bool)
+        plans = pd.concat([plans[chosen], plans[~chosen]])
+    return plans.head(top).reset_index(drop=True)
+
+
 def plan_table(result: Plan, top: int = TOP) -> pd.DataFrame:
-    """The ``top`` cheapest plans as people read them: KV-format twins grouped, plain headers
-    with units (capacity in the target's own unit, latencies at the SLOs' statistic)."""
-    plans = group_twins(result.plans).head(top)
+    """``shown_plans`` as people read them: plain headers with units (capacity in the target's own
+    unit, latencies at the SLOs' statistic)."""
+    plans = shown_plans(result, top)
     cols = TABLE_COLUMNS + [c for c in SIMULATED_COLUMNS if c in plans]
     capacity = "capacity_concurrency" if result.target.kind == "concurrency" else "capacity_requests_per_s"
     cols = [c for c in cols if not c.startswith("capacity_") or c == capacity]
@@ -260,7 +297,7 @@ def plan_table(result: Plan, top: int = TOP) -> pd.DataFrame:
             table[col] = table[col] / MS
     stat = str(result.slo["stat"]).upper() if result.slo["stat"] != "mean" else "mean"
     names = {
-        "gpu": "GPU", "gpus_per_replica": "GPUs per replica", "tp": "TP", "pp": "PP", "ep": "EP",
+        "plan": "plan", "gpu": "GPU", "gpus_per_replica": "GPUs per replica", "tp": "TP", "pp": "PP", "ep": "EP",
         "weight_dtype": "weights", "kv_dtype": "KV cache", "replicas": "replicas (with spares)",
         "total_gpus": "GPUs in all", "capacity_requests_per_s": "capacity per replica (requests/s)",
         "capacity_concurrency": "capacity per replica (requests in flight)",
@@ -272,12 +309,10 @@ def plan_table(result: Plan, top: int = TOP) -> pd.DataFrame:
     return table.rename(columns=names).reset_index(drop=True)
 
 
-NOT_CHECKED = "not checked"
-
-
 def readable_checks(table: pd.DataFrame) -> pd.DataFrame:
     """``plan_table`` for the page: the simulation's verdict as yes / no, and "not checked" in
-    every simulated column of a plan the simulation did not run (never None or NaN)."""
+    every simulated column of a plan the simulation did not run (never None or NaN; "n/a" for
+    the TPOT of a simulated one-token answer)."""
     sim = [c for c in table.columns if "simulation" in c or c.startswith("simulated ")]
     if not sim:
         return table
@@ -288,9 +323,29 @@ def readable_checks(table: pd.DataFrame) -> pd.DataFrame:
         if c == verdict:
             out[c] = [("yes" if v else "no") if ok else NOT_CHECKED for v, ok in zip(out[c], checked, strict=True)]
         else:
-            out[c] = [v if isinstance(v, float | int) and np.isfinite(v) else NOT_CHECKED for v in out[c]]
+            out[c] = [
+                v if isinstance(v, float | int) and np.isfinite(v) else "n/a" if ok else NOT_CHECKED
+                for v, ok in zip(out[c], checked or [False] * len(out), strict=True)
+            ]
     return out
 
 
-def _html_table(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0)
+def _cell(value: Any) -> str:
+    """A table cell's text: numbers to 4 significant digits, "n/a" for a missing one (a TPOT of
+    one output token), never None or NaN."""
+    if value is None or (isinstance(value, float | np.floating) and not np.isfinite(value)):
+        return "n/a"
+    if isinstance(value, float | np.floating):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _html_table(frame: pd.DataFrame, highlight: int | None = None) -> str:
+    """``frame`` as an HTML table; row ``highlight`` (the recommended plan) in class
+    ``RECOMMENDED_CLASS`` and ``RECOMMENDED_STYLE``."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = []
+    for k, row in enumerate(frame.itertuples(index=False)):
+        mark = f' class="{RECOMMENDED_CLASS}" style="{RECOMMENDED_STYLE}"' if k == highlight else ""
+        rows.append(f"<tr{mark}>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>")
+    return f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'

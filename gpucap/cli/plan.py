@@ -75,7 +75,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--coefficients", default=None, help="calibration JSON")
     p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
     p.add_argument(
-        "--simulate-top", type=count, default=3, help="check the N cheapest plans by simulation (default 3, 0 = off)"
+        "--simulate-top",
+        type=count,
+        default=None,
+        help="check plans by simulation: by default from the cheapest until one meets the SLOs (recommended), then "
+        "every plan up to 25%% dearer; N: at least the N cheapest too; 0: no check, nothing recommended",
+    )
+    p.add_argument(
+        "--workers", type=positive_int, default=None, help="processes for the simulation checks (default: one per core)"
     )
     p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10; --json prints all)")
     p.add_argument("--json", action="store_true", help='{"plans": [...], "rejected": [...]}, cheapest first')
@@ -124,7 +131,9 @@ def run(a: argparse.Namespace) -> int:
         headroom=Headroom(a.failure_spares, a.upgrade_spares, a.burst_margin),
         burstiness=a.burstiness,
         progress=not a.json and sys.stderr.isatty(),
-        simulate_top=a.simulate_top,
+        check=a.simulate_top != 0,
+        simulate_top=a.simulate_top or 0,
+        workers=a.workers,
     )
     if a.json:
         print(json.dumps(result.to_dict(), indent=1))

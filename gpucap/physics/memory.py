@@ -502,9 +502,28 @@ def concurrency_by_memory(
     ``context_tokens`` is the length each request is charged: the maximum (input + output, safe)
     or the average over its life (input + output / 2); the caller chooses and says which.
     """
-    held = charged_held_tokens_per_layer(spec, context_tokens, block_size, engine)
-    per_request = held * mem.kv_bytes_per_token_per_gpu + mem.state_bytes_per_request
+    per_request = request_bytes_per_gpu(mem, spec, context_tokens, block_size, engine)
     return np.floor(layout.attn_dp * max(mem.kv_budget, 0.0) / per_request)
+
+
+def request_bytes_per_gpu(
+    mem: MemoryBreakdown, spec: ModelSpec, context_tokens: ArrayLike, block_size: int = 1, engine: str = ""
+) -> ArrayLike:
+    """What one request of ``context_tokens`` takes from each GPU's KV budget: ``held tokens x kv
+    bytes/token/GPU + state bytes`` (the held tokens as ``engine`` charges them,
+    ``charged_held_tokens_per_layer``); ``concurrency_by_memory`` divides the budget by it."""
+    held = charged_held_tokens_per_layer(spec, context_tokens, block_size, engine)
+    return held * mem.kv_bytes_per_token_per_gpu + mem.state_bytes_per_request
+
+
+def short_of_one_request_bytes(
+    mem: MemoryBreakdown, spec: ModelSpec, layout: Layout, context_tokens: float, block_size: int = 1, engine: str = ""
+) -> float:
+    """Bytes per GPU the KV budget lacks to hold one request of ``context_tokens``: ``per request
+    / attn_dp - kv_budget`` (``concurrency_by_memory`` is below 1 exactly when this is positive),
+    0 when one fits."""
+    per_request = float(request_bytes_per_gpu(mem, spec, context_tokens, block_size, engine))
+    return max(per_request / layout.attn_dp - mem.kv_budget, 0.0)
 
 
 def does_not_fit(mem: MemoryBreakdown, spec: ModelSpec, gpu: GPU, layout: Layout, weight_dtype: str) -> DoesNotFit:

@@ -6,7 +6,10 @@ Columns (``PLAN_COLUMNS``): each option's split and formats, ``replicas`` (servi
 (``capacity_requests_per_s`` for request-rate and output-token targets,
 ``capacity_concurrency`` for concurrency targets; the other is NaN), ``utilization`` (arrivals
 over the service rate at target), TTFT and TPOT at target (the SLO statistic), the link's share
-of a decode step and the costs.
+of a decode step and the costs. Every plan also carries ``plan``, its number in every table and
+note (``number_plans``: KV-format twins share one), and ``recommended``; where the simulation
+check ran (``gpucap.planning.checks``), ``ttft_s_simulated``, ``tpot_s_simulated``,
+``meets_slo_simulated`` (None where not simulated) and ``simulation_error``.
 """
 
 from __future__ import annotations
@@ -73,7 +76,8 @@ class Target:
 
 @dataclass
 class Plan:
-    """Options ranked by cost (``plans``), the ones that failed and why (``rejected``)."""
+    """Options ranked by cost (``plans``), the ones that failed and why (``rejected``), and the
+    seconds the search (``search_s``) and the simulation check (``check_s``, 0 without one) took."""
 
     model: str
     target: Target
@@ -83,21 +87,36 @@ class Plan:
     searched: int
     search_s: float
     notes: list[str] = field(default_factory=list)
+    check_s: float = 0.0
 
     @property
     def best(self) -> pd.Series | None:
-        """The cheapest plan by the queueing model."""
+        """The cheapest plan by the queueing model (not necessarily checked: see ``recommended``)."""
         return None if self.plans.empty else self.plans.iloc[0]
 
     @property
+    def recommended(self) -> pd.Series | None:
+        """The plan to buy: the cheapest that meets the SLOs in the step-level simulation (every
+        cheaper plan was simulated and misses). None where nothing was simulated
+        (``plan(..., check=False)``, concurrency targets) or nothing simulated passes."""
+        if "recommended" not in self.plans:
+            return None
+        chosen = self.plans[self.plans["recommended"].astype(bool)]
+        return None if chosen.empty else chosen.iloc[0]
+
+    @property
+    def simulated(self) -> int:
+        """How many plans the simulation check ran (0 without one)."""
+        if "meets_slo_simulated" not in self.plans:
+            return 0
+        return int((self.plans["meets_slo_simulated"].notna() | self.plans["simulation_error"].notna()).sum())
+
+    @property
     def best_checked(self) -> pd.Series | None:
-        """The cheapest plan that also meets the SLOs in the step-level simulation, where plans
-        were simulated (``simulate_top``); without a simulation, or when none simulated passes,
-        the cheapest by the queueing model (``simulation_notes`` says which)."""
-        if self.plans.empty or "meets_slo_simulated" not in self.plans:
-            return self.best
-        ok = self.plans[self.plans["meets_slo_simulated"].eq(True)]
-        return ok.iloc[0] if not ok.empty else self.best
+        """``recommended`` where there is one, else the cheapest by the queueing model (kept for
+        code written before ``recommended``)."""
+        chosen = self.recommended
+        return self.best if chosen is None else chosen
 
     def to_dict(self) -> dict[str, Any]:
         def records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -109,6 +128,8 @@ class Plan:
             "slo": self.slo,
             "searched": self.searched,
             "search_s": round(self.search_s, 3),
+            "check_s": round(self.check_s, 3),
+            "recommended": None if self.recommended is None else int(self.recommended["plan"]),
             "notes": self.notes,
             "plans": records(self.plans),
             "rejected": records(self.rejected),
@@ -124,8 +145,11 @@ class Plan:
     def _repr_html_(self) -> str:
         head = f"<b>{self.model}</b>: {self.target.describe()}, {self.slo['stat']} TTFT &le; {self.slo['ttft_s']:g} s"
         head += f", {self.slo['stat']} TPOT &le; {self.slo['tpot_s']:g} s; {self.searched} options searched"
-        body = self.plans.head(15).to_html(index=False, float_format=lambda v: f"{v:.4g}")
-        return f"<p>{head}</p>{body}<p>{len(self.rejected)} rejected (see .rejected)</p>"
+        rec = "<br>".join(recommended_lines(self))
+        shown = self.plans.head(15).drop(columns=["meets_slo_simulated", "simulation_error"], errors="ignore")
+        shown = shown.assign(check=check_state(self.plans.head(15)))
+        body = shown.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
+        return f"<p>{head}</p><p>{rec}</p>{body}<p>{len(self.rejected)} rejected (see .rejected)</p>"
 
 
 def _plain(v: Any) -> Any:
@@ -138,9 +162,55 @@ def _plain(v: Any) -> Any:
 
 # The columns of a plan a summary table shows (notebook 04), in reading order.
 SUMMARY_COLUMNS = [
-    "gpu", "gpus_per_replica", "tp", "pp", "weight_dtype", "kv_dtype", "replicas", "total_gpus",
+    "plan", "gpu", "gpus_per_replica", "tp", "pp", "weight_dtype", "kv_dtype", "replicas", "total_gpus",
     "capacity_requests_per_s", "capacity_concurrency", "utilization", "ttft_s", "tpot_s", "cost_per_hour", "cost_per_million_output_tokens",
 ]  # fmt: skip
+# Plans that differ only in the KV cache format and tie on all of these (and on the simulation's
+# verdict) are twins: one plan number, one row on the page (``gpucap.app.planwidgets.group_twins``).
+TWIN_KEYS = ["gpu", "gpus_per_replica", "tp", "pp", "ep", "weight_dtype", "replicas", "total_gpus", "cost_per_hour"]
+NOT_CHECKED = "not checked"
+CLIP = 110  # characters of a rejection reason the CLI prints, cut at a word
+
+
+def check_state(plans: pd.DataFrame) -> pd.Series:
+    """Each plan's simulation check in words: "meets", "misses", "not simulated" (it could not
+    run: ``simulation_error``) or ``NOT_CHECKED`` (never None or NaN)."""
+    if "meets_slo_simulated" not in plans:
+        return pd.Series(NOT_CHECKED, index=plans.index, dtype=object)
+    errors = plans["simulation_error"] if "simulation_error" in plans else pd.Series(None, index=plans.index)
+    return pd.Series(
+        [
+            "not simulated" if isinstance(err, str) else NOT_CHECKED if ok is None else "meets" if ok else "misses"
+            for ok, err in zip(plans["meets_slo_simulated"], errors, strict=True)
+        ],
+        index=plans.index,
+        dtype=object,
+    )
+
+
+def number_plans(plans: pd.DataFrame) -> pd.DataFrame:
+    """``plans`` (ranked by cost) with a ``plan`` column, 1 for the cheapest, the number every
+    table and note quotes. KV-format twins (equal ``TWIN_KEYS`` and check) share a number and
+    are moved next to the first of them (they cost the same: the ranking by cost holds)."""
+    out = plans.drop(columns="plan", errors="ignore")
+    if out.empty:
+        return out.assign(plan=pd.Series(dtype=int))
+    key = out[TWIN_KEYS].assign(check=check_state(out))
+    number = key.groupby(list(key.columns), sort=False, dropna=False).ngroup().to_numpy() + 1
+    out.insert(0, "plan", number)
+    return out.sort_values("plan", kind="stable").reset_index(drop=True)
+
+
+def summary_table(plans: pd.DataFrame) -> pd.DataFrame:
+    """``plans`` in ``SUMMARY_COLUMNS`` with the simulation check in words (``check``,
+    ``check_state``) and, where it ran, its TTFT and TPOT; "not checked" where it did not (the
+    tables of notebook 04: never None or NaN for a plan the simulation skipped)."""
+    out = plans[[c for c in SUMMARY_COLUMNS if c in plans]].assign(check=check_state(plans))
+    if "ttft_s_simulated" in plans:
+        ran = plans["ttft_s_simulated"].notna()
+        for col in ("ttft_s_simulated", "tpot_s_simulated"):
+            out[col] = plans[col].astype(object).where(ran, NOT_CHECKED)
+    return out
 
 
 def describe_split(row: pd.Series | dict[str, Any]) -> str:
@@ -156,21 +226,48 @@ def describe_plan(row: pd.Series) -> str:
     return f"{row['replicas']} replica(s) of {describe_split(row)} = {row['total_gpus']} GPUs, ${row['cost_per_hour']:,.2f}/hour"
 
 
+def recommended_lines(p: Plan) -> list[str]:
+    """The recommendation: the plan and its simulated latencies against the SLOs (two lines); or
+    why there is none (one line)."""
+    rec, slo = p.recommended, p.slo
+    if rec is not None:
+        stat = slo["stat"]
+        tpot = "no TPOT (one output token)" if math.isnan(rec["tpot_s_simulated"]) else (
+            f"{stat} TPOT {rec['tpot_s_simulated'] * 1e3:.3g} ms (SLO {slo['tpot_s'] * 1e3:g} ms)"
+        )  # fmt: skip
+        return [
+            f"recommended: plan {rec['plan']}, {describe_plan(rec)}",
+            f"  simulated {stat} TTFT {rec['ttft_s_simulated']:.3g} s (SLO {slo['ttft_s']:g} s), {tpot}: the "
+            "cheapest plan that meets the SLOs in simulation",
+        ]
+    if p.plans.empty:
+        return ["recommended: none: no option carries the target within the SLOs"]
+    if p.simulated:
+        return [f"recommended: none: none of the {p.simulated} plans simulated meets the SLOs in simulation"]
+    return ["recommended: none: not checked by simulation; plan 1 is the cheapest by the queueing model alone"]
+
+
 def rejected_counts(result: Plan) -> pd.DataFrame:
     """How many options were rejected for each kind of reason ("does not fit", "misses TPOT",
-    "communication-bound", ...: the reason up to its first colon), most frequent first, with the
-    first such option (which configuration it was) and its full reason as an example."""
+    "communication-bound", ...: the reason up to its first colon), most frequent first, with an
+    example of each (which configuration it was, and its full reason): for "does not fit" the
+    nearest miss, the option short by the fewest GiB per GPU (``short_GiB``); else the first."""
     rej = result.rejected
     reasons = rej["reason"].astype(str)
     kinds = reasons.str.split(":", n=1).str[0]
     counts = kinds.value_counts(sort=False)
-    first = [rej[kinds == k].iloc[0] for k in counts.index]
+    short = rej["short_GiB"].astype(float) if "short_GiB" in rej else pd.Series(np.nan, index=rej.index)
+    examples = []
+    for k in counts.index:
+        mine = short[kinds == k]
+        examples.append(rej.loc[mine.idxmin()] if mine.notna().any() else rej[kinds == k].iloc[0])
     out = pd.DataFrame(
         {
             "reason": counts.index,
             "options": counts.to_numpy(),
-            "example option": [describe_split(r) for r in first],
-            "example": [str(r["reason"]) for r in first],
+            "example option": [describe_split(r) for r in examples],
+            "example": [str(r["reason"]) for r in examples],
+            "short_GiB": [float(r["short_GiB"]) if "short_GiB" in r else math.nan for r in examples],
         }
     )
     return out.sort_values("options", ascending=False, kind="stable").reset_index(drop=True)
@@ -195,63 +292,92 @@ def too_big_notes(rejected: pd.DataFrame, gpus: Sequence[GPU], plans: pd.DataFra
 
 
 def simulation_notes(plans: pd.DataFrame) -> list[str]:
-    """What the simulation check found, in words."""
+    """What the simulation check found, in words, plans named by their ``plan`` number: where the
+    cheapest misses the SLOs in simulation, which is the cheapest that meets them."""
     checked = plans[plans["meets_slo_simulated"].notna()]
     if checked.empty or bool(checked.iloc[0]["meets_slo_simulated"]):
         return []
     ok = checked[checked["meets_slo_simulated"].astype(bool)]
-    where = f"plan {ok.index[0] + 1} is the cheapest that does" if not ok.empty else "none of them does"
+    where = f"plan {ok['plan'].iloc[0]} is the cheapest that does" if not ok.empty else "none of them does"
     return [
         "the cheapest plan misses the SLOs in the step-level simulation (which runs each prompt chunk in its "
         f"own step; the queueing model spreads prompts over steps): of the {len(checked)} simulated, {where}"
     ]
 
 
+def clip(text: str, limit: int = CLIP) -> str:
+    """``text`` cut to about ``limit`` characters at a clause (``;``, ``,``, `` (``) or else a
+    word boundary, never inside a number or word, with "..." where cut."""
+    if len(text) <= limit:
+        return text
+    room = text[: limit + 1]
+    for sep in ("; ", ", ", " ("):
+        at = room.rfind(sep)
+        if at > limit // 2:
+            return text[:at].rstrip() + " ..."
+    at = room.rfind(" ")
+    return (text[:at] if at > 0 else text).rstrip() + " ..."
+
+
+def _check_cells(r: Any) -> str:
+    state = getattr(r, "check", NOT_CHECKED)
+    if state != "meets" and state != "misses":
+        return f"  {state:<13}{'':>8}{'':>9}"
+    verdict = "meets" if state == "meets" else "MISSES"
+    tpot = r.tpot_s_simulated * 1e3
+    return f"  {verdict:<13}{r.ttft_s_simulated:>8.3g}{'-' if math.isnan(tpot) else f'{tpot:.3g}':>9}"
+
+
 def format_plan(p: Plan, top: int = 10) -> str:
-    """The plans table (cheapest first), then the rejected options counted by reason."""
+    """The recommendation first (``recommended_lines``), then the plans table cheapest first with
+    each plan's number and simulation check (``>`` marks the recommended one; "not checked"
+    where the simulation did not run), then the rejected options counted by reason with the
+    nearest miss, and the notes."""
     slo = p.slo
     lines = [
         f"{p.model}: {p.target.describe()}, {slo['stat']} TTFT <= {slo['ttft_s']:g} s, "
-        f"{slo['stat']} TPOT <= {slo['tpot_s'] * 1e3:g} ms ({p.searched} options in {p.search_s:.1f} s)",
+        f"{slo['stat']} TPOT <= {slo['tpot_s'] * 1e3:g} ms ({p.searched} options in {p.search_s:.1f} s"
+        + (f"; {p.simulated} simulated in {p.check_s:.1f} s)" if p.simulated else ")"),
+        "",
+        *recommended_lines(p),
         "",
     ]
-    if p.plans.empty:
-        lines.append("no option carries the target within the SLOs")
-    else:
+    if not p.plans.empty:
+        plans = p.plans.assign(check=check_state(p.plans))
+        if "plan" not in plans:
+            plans = number_plans(plans)
+        rec = p.recommended
+        shown = max(top, int(plans.index[plans["recommended"]][0]) + 1 if rec is not None else 0)
         lines.append(
-            f"{'gpu':<16}{'gpus':>5}{'tp':>4}{'pp':>4}{'ep':>4} {'weights':<8}{'kv':<6}{'replicas':>9}{'total':>7}"
-            f"{'util':>6}{'TTFT s':>8}{'TPOT ms':>9}{'$/hour':>9}{'$/M out':>9}"
+            f"{'':<2}{'plan':>4} {'gpu':<16}{'gpus':>5}{'tp':>4}{'pp':>4}{'ep':>4} {'weights':<8}{'kv':<6}{'replicas':>9}"
+            f"{'total':>7}{'util':>6}{'TTFT s':>8}{'TPOT ms':>9}{'$/hour':>9}{'$/M out':>9}  {'simulated':<13}"
+            f"{'TTFT s':>8}{'TPOT ms':>9}"
         )
-        for r in p.plans.head(top).itertuples():
+        for r in plans.head(shown).itertuples():
+            mark = ">" if getattr(r, "recommended", False) else ""
+            tpot = "-" if math.isnan(r.tpot_s) else f"{r.tpot_s * 1e3:.3g}"
             lines.append(
-                f"{r.gpu:<16}{r.gpus_per_replica:>5}{r.tp:>4}{r.pp:>4}{r.ep:>4} {r.weight_dtype:<8}{r.kv_dtype:<6}"
-                f"{f'{r.replicas - r.spare_replicas}+{r.spare_replicas}':>9}{r.total_gpus:>7}{r.utilization:>6.0%}{r.ttft_s:>8.3g}"
-                f"{r.tpot_s * 1e3:>9.3g}{r.cost_per_hour:>9.2f}{r.cost_per_million_output_tokens:>9.3g}"
+                f"{mark:<2}{r.plan:>4} {r.gpu:<16}{r.gpus_per_replica:>5}{r.tp:>4}{r.pp:>4}{r.ep:>4} "
+                f"{r.weight_dtype:<8}{r.kv_dtype:<6}{f'{r.replicas - r.spare_replicas}+{r.spare_replicas}':>9}"
+                f"{r.total_gpus:>7}{r.utilization:>6.0%}{r.ttft_s:>8.3g}{tpot:>9}{r.cost_per_hour:>9.2f}"
+                f"{r.cost_per_million_output_tokens:>9.3g}" + _check_cells(r).rstrip()
             )
-        if "ttft_s_simulated" in p.plans:
-            lines += ["", f"checked by simulation ({slo['stat']}, at target with the spares out):"]
-            for r in p.plans.itertuples():  # every simulated plan, also below --top
-                if isinstance(getattr(r, "simulation_error", None), str):
-                    lines.append(
-                        f"  {r.Index + 1:>3}. {r.gpu} tp={r.tp} pp={r.pp}: not simulated ({r.simulation_error})"
-                    )
-                    continue
-                if r.meets_slo_simulated is None:
-                    continue
-                verdict = "meets the SLOs" if r.meets_slo_simulated else "MISSES the SLOs"
-                lines.append(
-                    f"  {r.Index + 1:>3}. {r.gpu} tp={r.tp} pp={r.pp} {r.weight_dtype}/{r.kv_dtype}: "
-                    f"TTFT {r.ttft_s_simulated:.3g} s, TPOT {r.tpot_s_simulated * 1e3:.3g} ms: {verdict}"
-                )
-        if len(p.plans) > top:
-            lines.append(f"... {len(p.plans) - top} more")
-        lines.append("replicas: serving + spares; util, TTFT, TPOT at target with the spares out")
-    if not p.rejected.empty:
+        more = plans.iloc[shown:]
+        if not more.empty:
+            sim = int((more["check"] != NOT_CHECKED).sum())
+            lines.append(f"... {len(more)} more" + (f" ({sim} of them simulated; --top to see them)" if sim else ""))
+        lines.append(
+            "replicas: serving + spares; util, TTFT, TPOT at target with the spares out, by the queueing model "
+            f"(left) and by the simulation ({slo['stat']}, right); > recommended; one plan number: KV formats that tie"
+        )
+    counts = rejected_counts(p) if not p.rejected.empty else pd.DataFrame()
+    if not counts.empty:
         lines += ["", f"rejected ({len(p.rejected)}):"]
-        kinds = p.rejected["reason"].str.split(":").str[0].value_counts()
-        for kind, n in kinds.items():
-            example = p.rejected[p.rejected["reason"].str.startswith(str(kind))].iloc[0]
-            where = f"{example['gpu']} x{example['gpus_per_replica']} tp={example['tp']}"
-            lines.append(f"  {n:>4}  {kind}  (e.g. {where}: {example['reason'].split(':', 1)[-1].strip()[:110]})")
+        for c in counts.to_dict(orient="records"):
+            if math.isfinite(c["short_GiB"]):
+                example = f"nearest: {c['example option']}, short by {c['short_GiB']:.1f} GiB per GPU"
+            else:
+                example = f"e.g. {c['example option']}: {clip(c['example'].split(':', 1)[-1].strip())}"
+            lines.append(f"  {c['options']:>4}  {c['reason']}  ({example})")
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)

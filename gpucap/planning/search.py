@@ -12,7 +12,8 @@ conversion), found with the queueing model at the statistic the SLO names (mean,
 and a concurrency for concurrency targets (closed loop: requests in flight, means). Latency and
 utilization "at target" are for the target spread over the replicas left when the spares are
 down and no burst is on: the worst state the plan is sized for. A busy GPU is not proof that a
-replica is not overloaded (seed 2): utilization here is arrivals over the service rate.
+replica is not overloaded (seed 2): utilization here is arrivals over the service rate. With
+``check=True`` the cheapest plans are simulated and one is recommended (``gpucap.planning.checks``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import numpy as np
 import pandas as pd
 
 from gpucap.catalog.gpus import GPU, get_gpu
@@ -35,9 +35,10 @@ from gpucap.config import SLO, EngineConfig, Hardware, hardware
 from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.memory import batch_slots, memory_limit, weight_bytes_per_gpu
-from gpucap.planning.capacity import Headroom, concurrency_load, rate_load, replicas_needed, simulated
-from gpucap.planning.result import PLAN_COLUMNS, Plan, Target, simulation_notes, too_big_notes
+from gpucap.physics.memory import batch_slots, memory_limit, short_of_one_request_bytes, weight_bytes_per_gpu
+from gpucap.planning.capacity import Headroom, concurrency_load, rate_load, replicas_needed
+from gpucap.planning.checks import SimulationJob, check_notes, check_plans, with_checks
+from gpucap.planning.result import PLAN_COLUMNS, Plan, Target, number_plans, simulation_notes, too_big_notes
 from gpucap.queueing.lengths import Lengths, as_lengths
 from gpucap.units import COMPUTE_FORMAT, GiB
 
@@ -47,7 +48,6 @@ KV_DTYPES = ("auto", "fp8")
 COMM_BOUND_SHARE = 0.5  # seed 1: more than half the step on the link
 PROGRESS_AFTER_S = 1.0  # show progress once the search has run this long
 PROGRESS_EVERY_S = 0.25
-SIMULATE_MORE = 10  # plans simulated beyond the top ones while none has passed
 # A cheapest plan whose replicas run below this share of their service rate is flagged: its GPUs
 # are bought for an SLO near the physical floor, not for the load (a judgement, not a constant).
 LOW_UTILIZATION = 0.25
@@ -140,42 +140,34 @@ def candidates(
     return out, invalid
 
 
-def _check_by_simulation(plans: pd.DataFrame, ask: _Question, *, top: int) -> pd.DataFrame:
-    """The ``top`` cheapest plans simulated at the target spread over their serving replicas; when
-    none of them passes, the next ones too (up to ``SIMULATE_MORE``) until one does."""
-    plans = plans.copy()
-    for col in ("ttft_s_simulated", "tpot_s_simulated"):
-        plans[col] = np.nan
-    plans["meets_slo_simulated"] = pd.Series([None] * len(plans), dtype=object)
-    plans["simulation_error"] = pd.Series([None] * len(plans), dtype=object)
-    inp, out = ask.inp, ask.out
-    passed = False
-    for k in range(min(top + SIMULATE_MORE, len(plans))):
-        if k >= top and passed:
-            break  # the cheapest that passes is known
-        row = plans.iloc[k]
-        hw = ask.hardware(str(row["gpu"]), row)
-        mem, slots = memory_limit(hw, inp.mean + out.mean)
-        try:
-            ttft, tpot = simulated(
-                hw,
-                ask.coef,
-                inp=inp,
-                out=out,
-                rate=ask.rate / (int(row["replicas"]) - ask.headroom.spares),
-                max_running=batch_slots(hw, slots),
-                kv_capacity_tokens=mem.kv_tokens_per_gpu * hw.layout.attn_dp,
-                stat=ask.stat,
-                burstiness=ask.burstiness,
-            )
-        except ValueError as err:  # the simulation cannot run this plan: say why, keep the others
-            plans.at[k, "simulation_error"] = str(err)
-            continue
-        plans.loc[k, ["ttft_s_simulated", "tpot_s_simulated"]] = [ttft, tpot]
-        tpot_ok = tpot <= ask.tpot_slo_s or (out.mean <= 1 and math.isnan(tpot))  # one token: no TPOT
-        plans.at[k, "meets_slo_simulated"] = bool(ttft <= ask.ttft_slo_s and tpot_ok)
-        passed = passed or bool(plans.at[k, "meets_slo_simulated"])
-    return plans
+def _simulation_job(row: pd.Series, ask: _Question) -> SimulationJob:
+    """The simulation that checks a plan (a row of the plans table): one replica of it at the
+    target spread over its serving replicas (the spares out), its KV cache and batch slots."""
+    hw = ask.hardware(str(row["gpu"]), row)
+    mem, slots = memory_limit(hw, ask.inp.mean + ask.out.mean)
+    return SimulationJob(
+        hw, ask.coef, ask.inp, ask.out, rate=ask.rate / (int(row["replicas"]) - ask.headroom.spares),
+        max_running=batch_slots(hw, slots), kv_capacity_tokens=mem.kv_tokens_per_gpu * hw.layout.attn_dp,
+        stat=ask.stat, burstiness=ask.burstiness, ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s,
+    )  # fmt: skip
+
+
+def _check_by_simulation(
+    plans: pd.DataFrame, ask: _Question, *, minimum: int, workers: int | None
+) -> tuple[pd.DataFrame, list[str], float]:
+    """The plans with the simulation check's columns (``gpucap.planning.checks``: cheapest first
+    until one passes, then every plan within 25% of its cost, at least ``minimum``), numbered;
+    the notes on what it found, and the seconds it took."""
+    started = time.perf_counter()
+    checks, processes = check_plans(
+        plans["cost_per_hour"].to_numpy(dtype=float),
+        lambda k: _simulation_job(plans.iloc[k], ask),
+        minimum=minimum,
+        workers=workers,
+    )
+    seconds = time.perf_counter() - started
+    plans = number_plans(with_checks(plans, checks))
+    return plans, check_notes(plans, seconds=seconds, processes=processes) + simulation_notes(plans), seconds
 
 
 def low_utilization_notes(best: pd.Series, ask: _Question, gpus: dict[str, GPU]) -> list[str]:
@@ -231,25 +223,40 @@ class _Question:
         )  # fmt: skip
 
 
-def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] | str:
+class Rejected(NamedTuple):
+    """Why an option is rejected (the kind of reason up to the first colon), and for memory the
+    GiB per GPU it is short by (NaN for other reasons): the nearest miss is the smallest."""
+
+    reason: str
+    short_GiB: float = math.nan
+
+
+def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] | Rejected:
     """One option: its row of the plans table, or why it is rejected ("does not fit: ...",
     "communication-bound: ...", "misses TTFT: ...", "no price ...")."""
     hw = ask.hardware(cand.gpu, cand)
     inp, out = ask.inp, ask.out
+    longest = inp.longest + out.longest
     try:
-        _, slots_longest = memory_limit(hw, inp.longest + out.longest)
+        mem, slots_longest = memory_limit(hw, longest)
         _, slots = memory_limit(hw, inp.mean + out.mean)
     except DoesNotFit as err:
-        return f"does not fit: {err}"
+        return Rejected(f"does not fit: {err}", err.short_bytes / GiB)
     if slots_longest < 1:
-        return f"does not fit: the KV cache holds less than one {inp.longest + out.longest:.0f}-token request"
+        block, engine = int(hw.engine.block_size or 1), hw.engine.engine
+        short = short_of_one_request_bytes(mem, hw.spec, hw.layout, longest, block, engine) / GiB
+        return Rejected(
+            f"does not fit: the KV cache holds less than one {longest:.0f}-token request (short by {short:.1f} GiB "
+            "per GPU)",
+            short,
+        )
     cap = batch_slots(hw, slots)
     # communication-bound is a property of the option, judged with every slot busy (not at
     # the target's load, so that a looser SLO or a lower target cannot make it pass or fail)
     full = closed_loop(hw, ask.coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
     share = float(full.decode_step.comm_share)
     if share > ask.max_comm_share:
-        return f"communication-bound: the link takes {share:.0%} of a decode step at full batch"
+        return Rejected(f"communication-bound: the link takes {share:.0%} of a decode step at full batch")
     if ask.target.kind == "concurrency":
         load = concurrency_load(
             hw, ask.coef, inp=inp, out=out, cap=cap, concurrency=ask.target.value,
@@ -261,10 +268,10 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
             ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s, headroom=ask.headroom,
         )  # fmt: skip
     if isinstance(load, str):
-        return load
+        return Rejected(load)
     price = prices.usd_per_gpu_hour(cand.gpu)
     if price is None:
-        return f"no price for {cand.gpu.key}: add it to the price list"
+        return Rejected(f"no price for {cand.gpu.key}: add it to the price list")
     per_rate = ask.target.kind != "concurrency"
     _, total_replicas = replicas_needed(ask.rate if per_rate else ask.target.value, load.capacity, ask.headroom)
     total_gpus = total_replicas * cand.gpus_per_replica
@@ -343,7 +350,9 @@ def plan(
     max_comm_share: float = COMM_BOUND_SHARE,
     gpu_file: str | Path | None = None,
     progress: Callable[[int, int, float], None] | bool | None = None,
+    check: bool = False,
     simulate_top: int = 0,
+    workers: int | None = None,
 ) -> Plan:
     """Search GPU type x GPUs per replica x split x formats for the cheapest fleet that carries
     the target within the SLOs; see the module docstring for the rules.
@@ -354,10 +363,18 @@ def plan(
     ``usd_per_gpu_hour`` (default ``data/prices.csv``); ``usd_per_kwh`` adds power at each
     GPU's TDP (owned hardware: give a price file of amortized cost, or none to count power only).
     ``progress``: a callback ``(done, total, started)``, or True for a bar on stderr once the
-    search has run for a second. ``simulate_top``: check the N cheapest plans with the step-level
-    simulation (about a second each), and further ones while none passes: columns
-    ``ttft_s_simulated``, ``tpot_s_simulated`` and ``meets_slo_simulated`` (rate and output-token
-    targets).
+    search has run for a second.
+
+    ``check=True`` checks the plans with the step-level simulation (about a second each, in
+    ``workers`` processes, default ``os.cpu_count()``; rate and output-token targets) and
+    recommends one (``Plan.recommended``: the cheapest that meets the SLOs in simulation). The
+    rule (``gpucap.planning.checks``): cheapest first until one passes, then every plan costing up
+    to 25% more than it (``RECOMMEND_WITHIN``; ``MAX_SIMULATED`` at most). Columns
+    ``ttft_s_simulated``, ``tpot_s_simulated``, ``meets_slo_simulated`` (None: not checked),
+    ``simulation_error`` and ``recommended``. ``simulate_top=N`` (from before the rule) simulates
+    at least the N cheapest and turns the check on. Without a check (the default here: the
+    search alone stays fast for sweeps such as ``frontier``) nothing is recommended; the CLI,
+    the planner page and notebook 04 check.
     """
     target = Target.one_of(
         request_rate=target_request_rate, concurrency=target_concurrency, output_tps=target_output_tps
@@ -384,7 +401,9 @@ def plan(
         headroom=headroom,
         burstiness=burstiness,
         progress=progress,
+        check=check,
         simulate_top=simulate_top,
+        workers=workers,
     )
 
 
@@ -402,10 +421,17 @@ def plan_for(
     headroom: Headroom | None = None,
     burstiness: float = 1.0,
     progress: Callable[[int, int, float], None] | bool | None = None,
+    check: bool = False,
     simulate_top: int = 0,
+    workers: int | None = None,
 ) -> Plan:
     """``plan`` on objects: the ``target``, the ``slo`` (its statistic applies to both SLOs), the
-    lengths (a number or a distribution, ``gpucap.queueing.lengths``) and the ``search`` space."""
+    lengths (a number or a distribution, ``gpucap.queueing.lengths``) and the ``search`` space;
+    ``check``, ``simulate_top`` and ``workers`` as ``plan`` takes them."""
+    if not (isinstance(simulate_top, int) and simulate_top >= 0):
+        raise ValueError(f"simulate_top must be a whole number >= 0, got {simulate_top!r}")
+    if workers is not None and not (isinstance(workers, int) and workers >= 1):
+        raise ValueError(f"workers must be a whole number >= 1 (or None: one per core), got {workers!r}")
     search = search or Search()
     gpus, gpu_counts, weight_dtypes, kv_dtypes = search.gpus, search.gpu_counts, search.weight_dtypes, search.kv_dtypes
     engine, max_comm_share, gpu_file = search.engine, search.max_comm_share, search.gpu_file
@@ -436,30 +462,33 @@ def plan_for(
     )
     rows: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = [{**r, "weight_dtype": None, "kv_dtype": None} for r in invalid]
-    too_big: dict[tuple[str, int, int, int, str], str] = {}  # weights that do not fit: no KV format helps
+    too_big: dict[tuple[str, int, int, int, str], Rejected] = {}  # weights that do not fit: no KV format helps
     progress_bar = _Progress(progress, len(cands), started)
     for k, cand in enumerate(cands):
         progress_bar.tick(k)
         key = (cand.gpu.key, cand.tp, cand.pp, cand.ep, cand.weight_dtype)
         outcome = too_big.get(key) or _assess(ask, cand, table)
-        if isinstance(outcome, str):
-            if outcome.startswith("does not fit:") and "holds less than one" not in outcome:
+        if isinstance(outcome, Rejected):
+            if outcome.reason.startswith("does not fit:") and "holds less than one" not in outcome.reason:
                 too_big[key] = outcome
-            rejected.append({**cand.describe(), "reason": outcome})
+            rejected.append({**cand.describe(), **outcome._asdict()})
         else:
             rows.append(outcome)
     progress_bar.done()
     plans = pd.DataFrame(rows, columns=[*PLAN_COLUMNS, "weights_GiB_per_gpu"])
     if not plans.empty:
         plans = plans.sort_values(["cost_per_hour", "total_gpus", "ttft_s"], kind="stable").reset_index(drop=True)
-    if simulate_top and target.kind != "concurrency" and not plans.empty:
-        plans = _check_by_simulation(plans, ask, top=simulate_top)
-        notes += simulation_notes(plans)
-    elif simulate_top and target.kind == "concurrency":
-        notes.append("the simulation check runs for request-rate and output-token targets only")
+    plans["recommended"] = False
+    plans, check_s = number_plans(plans), 0.0
+    check = check or simulate_top > 0
+    if check and target.kind != "concurrency" and not plans.empty:
+        plans, found, check_s = _check_by_simulation(plans, ask, minimum=simulate_top, workers=workers)
+        notes += found
+    elif check and target.kind == "concurrency":
+        notes.append("the simulation check runs for request-rate and output-token targets only: nothing is recommended")
     if not plans.empty:
         notes += low_utilization_notes(plans.iloc[0], ask, {g.key: g for g in gpu_list})
-    rej = pd.DataFrame(rejected, columns=[*PLAN_COLUMNS[:7], "reason"])
+    rej = pd.DataFrame(rejected, columns=[*PLAN_COLUMNS[:7], "reason", "short_GiB"])
     notes += too_big_notes(rej, gpu_list, plans, max(gpu_counts, default=1))
     if plans.empty:
         notes.append(f"no option carries {target.describe()} within the SLOs; see rejected for why each failed")
@@ -470,6 +499,7 @@ def plan_for(
         plans=plans,
         rejected=rej,
         searched=len(cands) + len(invalid),
-        search_s=time.perf_counter() - started,
+        search_s=time.perf_counter() - started - check_s,
         notes=notes,
+        check_s=check_s,
     )

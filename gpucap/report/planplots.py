@@ -107,17 +107,43 @@ def _per_million_factor(frame: pd.DataFrame) -> float | None:
     return float(ratio[0])
 
 
+MARKERS = ("o", "s", "^", "D", "v")
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def line_looks(names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """A distinct look per line: ``color`` from tab10 for up to 10 lines, else tab20 (its dark
+    shades first, then the light ones), so that up to 20 lines never share a colour; a marker
+    that changes with each line, and past 20 lines another ``linestyle``."""
+    from matplotlib import colormaps
+
+    if len(names) <= 10:
+        palette = list(colormaps["tab10"].colors)  # type: ignore[attr-defined]
+    else:
+        tab20 = list(colormaps["tab20"].colors)  # type: ignore[attr-defined]
+        palette = tab20[0::2] + tab20[1::2]
+    return {
+        name: {
+            "color": palette[k % len(palette)],
+            "marker": MARKERS[k % len(MARKERS)],
+            "linestyle": LINE_STYLES[(k // len(palette)) % len(LINE_STYLES)],
+        }
+        for k, name in enumerate(names)
+    }
+
+
 def frontier_figure(frame: pd.DataFrame, *, title: str = "") -> Figure:
     """Cheapest $/hour against the SLO, one line per GPU type and the cheapest of all (grey), one
     panel per SLO kind in ``frame`` (from ``frontier``); the right axis reads $/M output tokens
-    where the target fixes the fleet's output. Points are labelled with the fleet's GPU count;
-    both axes are logarithmic."""
+    where the target fixes the fleet's output. Each GPU type has its own colour and marker in
+    every panel (``line_looks``), named once in a legend below the panels. Points are labelled
+    with the fleet's GPU count; both axes are logarithmic."""
     if frame.empty:
         raise ValueError("the frontier table is empty: give it at least one SLO value")
     kinds = list(dict.fromkeys(frame["slo"]))
     gpus = sorted(g for g in frame["gpu"].unique() if g != CHEAPEST)
-    colors = {g: f"C{k % 10}" for k, g in enumerate(gpus)}  # the same colour for a GPU in every panel
-    fig = Figure(figsize=(6.2 * len(kinds), 4.2))
+    looks = line_looks(gpus)  # the same look for a GPU in every panel
+    fig = Figure(figsize=(6.2 * len(kinds), 4.6 + 0.25 * math.ceil((len(gpus) + 1) / 4)), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(kinds)))
     for ax, kind in zip(axes, kinds, strict=True):
         part = frame[frame["slo"] == kind]
@@ -127,12 +153,17 @@ def frontier_figure(frame: pd.DataFrame, *, title: str = "") -> Figure:
             if gpu == CHEAPEST:
                 ax.plot(rows["slo_s"], cost, "-", color="0.6", lw=7, alpha=0.45, label=CHEAPEST)
                 continue
-            ax.plot(rows["slo_s"], cost, "o-", color=colors[gpu], label=gpu)
-            lift = 4 + 9 * gpus.index(gpu)  # each GPU's counts at their own height: no two labels on one spot
+            ax.plot(rows["slo_s"], cost, label=gpu, **looks[gpu])
+            lift = 4 + 9 * (gpus.index(gpu) % 5)  # counts at staggered heights: few labels on one spot
             for x, y, n in zip(rows["slo_s"], cost, rows["total_gpus"], strict=True):
                 if np.isfinite(y):
                     ax.annotate(
-                        f"{n:.0f}", (x, y), textcoords="offset points", xytext=(4, lift), fontsize=7, color=colors[gpu]
+                        f"{n:.0f}",
+                        (x, y),
+                        textcoords="offset points",
+                        xytext=(4, lift),
+                        fontsize=7,
+                        color=looks[gpu]["color"],
                     )
         stat = part["stat"].iloc[0]
         ax.set(
@@ -152,8 +183,11 @@ def frontier_figure(frame: pd.DataFrame, *, title: str = "") -> Figure:
             ax.secondary_yaxis("right", functions=(lambda c, f=factor: c * f, lambda m, f=factor: m / f)).set_ylabel(
                 "$ per million output tokens"
             )
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    named: dict[str, Any] = {}  # every line once, in drawing order, whichever panel has it
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            named.setdefault(label, handle)
+    fig.legend(list(named.values()), list(named), loc="outside lower center", ncol=min(4, len(named)), fontsize=8)
     return fig
 
 

@@ -273,3 +273,39 @@ def test_the_planner_page_loads_without_searching(planner_server, tmp_path, caps
             browser.close()
     with capsys.disabled():
         print(f"\nplanner page: Run button shown {load_s:.1f} s after the request (kernel start included)")
+
+
+def test_the_planner_page_shows_the_recommended_plan_first_and_highlighted(planner_server, tmp_path) -> None:
+    """Run on the planner page with its starting inputs: the table's first row is the recommended
+    plan (the one the sentence above the table names), highlighted, and no cell reads None or NaN."""
+    from playwright.sync_api import sync_playwright
+
+    from gpucap.app.planwidgets import RECOMMENDED_CLASS
+
+    with sync_playwright() as pw:
+        browser = _browser(pw)
+        try:
+            page = browser.new_page(viewport=LAPTOP)
+            _local_only(page)
+            page.goto(planner_server, wait_until="commit", timeout=60_000)
+            page.locator(".gpucap-run").wait_for(timeout=90_000)
+            page.locator(".gpucap-run").click()
+            rows = page.locator(".gpucap-plans table tbody tr")
+            rows.first.wait_for(timeout=120_000)
+            first = rows.first
+            assert RECOMMENDED_CLASS in (first.get_attribute("class") or "")
+            assert page.locator(f".gpucap-plans tr.{RECOMMENDED_CLASS}").count() == 1
+            shade = first.evaluate("row => getComputedStyle(row).backgroundColor")
+            other = rows.nth(1).evaluate("row => getComputedStyle(row).backgroundColor")
+            assert shade != other and shade not in ("rgba(0, 0, 0, 0)", "transparent"), (shade, other)
+            said = page.locator(".gpucap-plans .gpucap-recommendation-text").inner_text()
+            match = re.search(r"recommended: plan (\d+),", said)
+            assert match, said
+            cells = first.locator("td").all_inner_texts()
+            assert cells[0].strip() == match.group(1)  # the plan column: the plan the sentence names
+            assert "yes" in [c.strip() for c in cells]  # it meets the SLOs in simulation
+            texts = page.locator(".gpucap-plans td, .gpucap-rejected td").all_inner_texts()
+            assert texts and not [t for t in texts if re.search(r"\b(None|NaN|nan)\b", t)]
+            page.locator(".gpucap-plans").screenshot(path=str(tmp_path / "planner-recommended.png"))
+        finally:
+            browser.close()
