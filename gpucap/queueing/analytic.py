@@ -75,7 +75,7 @@ import numpy.typing as npt
 
 from gpucap.config import Hardware
 from gpucap.physics.attention import prefill_pairs_per_layer
-from gpucap.physics.batching import _frontend_latency, closed_loop
+from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.step import Array, step_time, step_work
@@ -132,11 +132,9 @@ class ServiceCurve:
     slots: int
     output_len: float
     spread_output_len: float  # the output length whose stalls spread as the workload's do (``_spread_length``)
-    front_end_s: float
     requests_per_s: Array  # mu(m)
     ttft_s: Array  # non-decreasing in m
     tpot_s: Array  # non-decreasing in m
-    prefill_step_s: Array  # a step that carries a prompt chunk
     decode_step_s: Array  # a decode-only step of the closed loop's decode batch
     decode_batch: Array  # that batch
     comm_share: Array  # the link's share of a decode step
@@ -223,11 +221,9 @@ def service_curve(
         slots=slots,
         output_len=float(output_len),
         spread_output_len=_spread_length(output_lengths, output_len),
-        front_end_s=_frontend_latency(hw, coef),
         requests_per_s=interp(pt.requests_per_s),
         ttft_s=np.maximum.accumulate(interp(pt.ttft_s)),
         tpot_s=np.maximum.accumulate(interp(pt.tpot_s)),
-        prefill_step_s=interp(pt.prefill_step.total_s),
         decode_step_s=interp(decode_s),
         decode_batch=interp(np.maximum(pt.decode_batch, 1e-300)),
         comm_share=np.interp(np.log(m), np.log(grid), pt.decode_step.comm_share),
