@@ -18,6 +18,7 @@ widget update < 100 ms; fit < 2 s.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -113,7 +114,23 @@ def main() -> None:
 
     s = best_of(search, 1)
     p = found[-1]
-    print(f"   {p.searched} options ({len(p.plans)} plans, {len(p.rejected)} rejected) in {s:.2f} s")
+    print(f"   {p.searched} options ({len(p.plans)} plans, {len(p.rejected)} rejected) in {s:.2f} s on one core")
+    print(f"   search rate {p.searched / s:.0f} options/s (target >= 120)")
+    checked = plan(
+        "meta-llama/Llama-3.3-70B-Instruct",
+        input_len=2000,
+        output_len=300,
+        target_request_rate=20.0,
+        gpus=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"],
+        weight_dtypes=["bf16", "fp8"],
+        check=True,
+    )
+    print(
+        f"   simulation check: {checked.simulated} plans simulated in {checked.check_s:.2f} s "
+        f"({os.cpu_count()} cores), recommended plan {int(checked.recommended['plan'])}"
+        if checked.recommended is not None
+        else f"   simulation check: {checked.simulated} plans in {checked.check_s:.2f} s, none recommended"
+    )
 
     print("3. widget update (value change to new figure)")
     if args.skip_widget:

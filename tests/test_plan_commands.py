@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -311,7 +312,7 @@ def test_nvfp4_plan_names_the_checkpoint_it_needs() -> None:
 
 
 def test_plan_commands_carry_the_plans_target_and_slos(result, fp8_row) -> None:
-    c = plan_commands(result, input_len=IN, output_len=OUT)
+    c = plan_commands(result, input_len=IN, output_len=OUT, row=0)
     assert c == verify_commands(
         MODEL, result.plans.iloc[0], target=Target("request_rate", RPS), input_len=IN, output_len=OUT,
         slo=SLO(ttft_s=2.0, tpot_s=0.1, statistic="p99"),
@@ -320,6 +321,19 @@ def test_plan_commands_carry_the_plans_target_and_slos(result, fp8_row) -> None:
     assert one(c.replan, "--gpus") == GPU
     assert one(c.calibrate, "--out") == one(c.replan, "--coefficients") == "results-coefficients.json"
     assert one(c.replan, "--failure-spares") == str(result.plans.iloc[0]["spare_replicas"])
+
+
+def test_plan_commands_default_to_the_recommended_plan_at_its_own_lengths() -> None:
+    checked = plan(MODEL, input_len=IN, output_len=OUT, target_request_rate=RPS, gpus=[GPU], check=True)
+    rec = checked.recommended
+    assert rec is not None
+    c = plan_commands(checked)  # lengths, engine and Hardware from the plan itself
+    row = int(np.flatnonzero(checked.plans["recommended"].to_numpy())[0])
+    assert c == plan_commands(checked, input_len=IN, output_len=OUT, row=row)
+    assert one(c.serve, "--tensor-parallel-size") == str(rec["tp"])
+    assert f"{rec['replicas']} replica(s)" in c.title
+    unchecked = plan(MODEL, input_len=IN, output_len=OUT, target_request_rate=RPS, gpus=[GPU])
+    assert plan_commands(unchecked) == plan_commands(unchecked, row=0)  # nothing recommended: the cheapest
 
 
 def test_gpucap_commands_parse_with_gpucaps_own_cli(commands) -> None:

@@ -231,6 +231,9 @@ def test_planner_app_runs_and_shows_the_cheapest_plans(prices) -> None:
     assert not re.search(r"\b(None|NaN|nan)\b", app.table.value + app.rejected.value)
     assert "<table" in app.table.value and shown["gpu"].iloc[0] in app.table.value
     assert app.progress.value == app.progress.max and app.progress.bar_style == "success"
+    # the commands that verify the recommended plan: its split on the server's line
+    assert f"plan {rec['plan']}, recommended" in app.commands.value
+    assert f"--tensor-parallel-size {rec['tp']} --pipeline-parallel-size {rec['pp']}" in app.commands.value
     # the same search called directly
     direct = plan(
         MODEL,

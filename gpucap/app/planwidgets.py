@@ -22,6 +22,7 @@ from gpucap.catalog.gpus import load_gpus
 from gpucap.catalog.lookup import model_cards
 from gpucap.catalog.prices import Prices
 from gpucap.planning.capacity import Headroom
+from gpucap.planning.commands import plan_commands
 from gpucap.planning.result import (
     NOT_CHECKED,
     PLAN_COLUMNS,
@@ -78,7 +79,8 @@ class PlannerApp:
     ``run()`` (the Run button) searches, checks the cheapest plans by simulation and fills
     ``table`` (HTML: the recommended plan in words, then a table of ``TOP`` plans, the recommended
     one first in a row of CSS class ``RECOMMENDED_CLASS``, the others cheapest first, each with
-    its ``plan`` number), ``rejected`` (HTML, rejected options counted by reason) and ``status``;
+    its ``plan`` number), ``commands`` (HTML: the commands that verify the recommended plan,
+    ``commands_html``), ``rejected`` (HTML, rejected options counted by reason) and ``status``;
     ``result`` is the ``Plan``, ``error`` the message of an input the planner refused (then
     ``result`` is None).
     """
@@ -138,6 +140,7 @@ class PlannerApp:
         self.status = widgets.HTML().add_class("gpucap-status")
         self.table = widgets.HTML().add_class("gpucap-plans")
         self.rejected = widgets.HTML().add_class("gpucap-rejected")
+        self.commands = widgets.HTML().add_class("gpucap-commands")
         self.run_button.on_click(self._on_run)
 
         def column(title: str, names: tuple[str, ...]) -> Any:
@@ -153,7 +156,14 @@ class PlannerApp:
             ]
         )
         self.widget = widgets.VBox(
-            [controls, widgets.HBox([self.run_button, self.progress]), self.status, self.table, self.rejected]
+            [
+                controls,
+                widgets.HBox([self.run_button, self.progress]),
+                self.status,
+                self.table,
+                self.commands,
+                self.rejected,
+            ]
         ).add_class("gpucap-planner")
         self.result: Plan | None = None
         self.error: str | None = None
@@ -197,7 +207,7 @@ class PlannerApp:
         started = time.perf_counter()
         self.progress.value, self.progress.bar_style = 0, ""
         self.status.value = "searching..."
-        self.table.value = self.rejected.value = ""
+        self.table.value = self.rejected.value = self.commands.value = ""
         self.run_button.disabled = True
         try:
             kwargs = self.plan_arguments()
@@ -228,6 +238,7 @@ class PlannerApp:
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
         self.status.value = head + (f"<ul>{notes}</ul>" if notes else "")
         self.table.value = plans_html(result, TOP)
+        self.commands.value = commands_html(result)
         counts = rejected_counts(result).drop(columns="short_GiB")
         self.rejected.value = (
             "" if counts.empty else f"<b>Rejected: {len(result.rejected)} options</b>" + _html_table(counts)
@@ -257,6 +268,25 @@ def plans_html(result: Plan, top: int = TOP) -> str:
         + ("The recommended plan, then the cheapest" if first else "The cheapest plans")
         + "</b> (plans are numbered cheapest first; KV formats that tie on fleet, cost and check share a row)"
         + _html_table(readable_checks(table), highlight=0 if first else None)
+    )
+
+
+def commands_html(result: Plan) -> str:
+    """The commands that verify the recommended plan (the cheapest where nothing is recommended:
+    ``gpucap.planning.commands.plan_commands``) as a collapsed block to copy: serve one replica,
+    load-test it, calibrate, plan again. Empty where there is no plan."""
+    if result.plans.empty:
+        return ""
+    try:
+        commands = plan_commands(result)
+    except ValueError as err:  # e.g. a split the engine's CLI cannot express
+        return f"<p>No verify commands for this plan: {html.escape(str(err))}</p>"
+    rec = result.recommended
+    which = f"plan {rec['plan']}, recommended" if rec is not None else f"plan {result.plans.iloc[0]['plan']}, cheapest"
+    return (
+        f"<details><summary><b>Commands to verify it</b> ({html.escape(which)}): serve one replica, load-test it, "
+        "fit the coefficients, plan again</summary>"
+        f'<pre style="white-space:pre-wrap;font-size:11px">{html.escape(commands.text())}</pre></details>'
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -12,7 +13,8 @@ import numpy as np
 from gpucap.cli.args import count, names, non_negative_float, positive_float, positive_int, positive_ints
 from gpucap.config import SLO
 from gpucap.planning.capacity import Headroom
-from gpucap.planning.result import Target
+from gpucap.planning.commands import VerifyCommands, plan_commands
+from gpucap.planning.result import Plan, Target
 from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Search, plan_for
 from gpucap.queueing.lengths import Lengths
 from gpucap.types import ENGINES, STATISTICS
@@ -85,6 +87,19 @@ def add_parser(sub: Any) -> None:
         "--workers", type=positive_int, default=None, help="processes for the simulation checks (default: one per core)"
     )
     p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10; --json prints all)")
+    p.add_argument(
+        "--no-commands",
+        action="store_true",
+        help="do not print the commands that verify the recommended plan (serve, load-test sweep, calibrate, re-plan)",
+    )
+    p.add_argument(
+        "--served-model",
+        default=None,
+        help="the checkpoint the verify commands serve (Hugging Face id or path; default the --model catalog id)",
+    )
+    p.add_argument(
+        "--results-dir", default="results", help="where the verify commands' load tests save (default results)"
+    )
     p.add_argument("--json", action="store_true", help='{"plans": [...], "rejected": [...]}, cheapest first')
 
 
@@ -135,15 +150,27 @@ def run(a: argparse.Namespace) -> int:
         simulate_top=a.simulate_top or 0,
         workers=a.workers,
     )
+    commands = None if a.no_commands or result.plans.empty else verify(result, a)
     if a.json:
-        print(json.dumps(result.to_dict(), indent=1))
+        out = result.to_dict()
+        if commands is not None:
+            out["verify"] = dataclasses.asdict(commands)
+        print(json.dumps(out, indent=1))
     else:
         from gpucap.planning.result import format_plan
 
         print(format_plan(result, top=a.top))
+        if commands is not None:
+            print()
+            print(commands.text(), end="")
     if a.disaggregated:
         print_disaggregated(a, Lengths.parse(a.input_len, "--input-len"), Lengths.parse(a.output_len, "--output-len"))
     return 0 if not result.plans.empty else EXIT_NOTHING_FITS
+
+
+def verify(result: Plan, a: argparse.Namespace) -> VerifyCommands:
+    """The commands that verify the recommended plan (the cheapest where nothing is recommended)."""
+    return plan_commands(result, model_id=a.served_model, result_dir=a.results_dir)
 
 
 def print_disaggregated(a: argparse.Namespace, inp: Lengths, out: Lengths) -> None:

@@ -18,7 +18,7 @@ from gpucap.config import Hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import charged_tokens_per_layer
-from gpucap.queueing.analytic import max_request_rate, open_loop_latency, service_curve
+from gpucap.queueing.analytic import ServiceCurve, max_request_rate, open_loop_latency, service_curve
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.simulate import Simulation, simulate
 from gpucap.types import QUANTILES
@@ -101,15 +101,14 @@ def rate_load(
     stat: str,
     burstiness: float,
     headroom: Headroom,
+    curve: ServiceCurve | None = None,
 ) -> Load | str:
     extra = ttft_extra_s(hw, coef, inp, out, stat)
     kw: dict[str, Any] = dict(input_len=inp.mean, output_len=out.mean, max_running=cap, burstiness=burstiness)
     if extra >= ttft_slo_s:
         q = QUANTILES[stat]
         return f"misses TTFT: the {stat} prompt ({inp.quantile(q):.0f} tokens) alone takes {extra:.2f} s more than the mean one"
-    curve = service_curve(
-        hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap, input_lengths=inp, output_lengths=out
-    )
+    curve = curve or replica_curve(hw, coef, inp=inp, out=out, cap=cap)
     kw["curve"] = curve
     # one output token has no TPOT: only the TTFT SLO applies
     tpot_slo = tpot_slo_s if out.mean > 1 else None
@@ -132,6 +131,15 @@ def rate_load(
         utilization=float(lat.utilization[0]),
         output_tps=rate * out.mean,
         comm_share=float(np.interp(in_system, np.arange(1, curve.slots + 1), curve.comm_share)),
+    )
+
+
+def replica_curve(hw: Hardware, coef: Coefficients, *, inp: Lengths, out: Lengths, cap: float) -> ServiceCurve:
+    """One replica's ``service_curve`` at the workload's mean lengths and their spread, up to
+    ``cap`` batch slots; its last point is the full batch (``ServiceCurve.comm_share[-1]``: the
+    link's share of a decode step with every slot busy)."""
+    return service_curve(
+        hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap, input_lengths=inp, output_lengths=out
     )
 
 

@@ -193,25 +193,37 @@ def verify_commands(
 def plan_commands(
     result: Plan,
     *,
-    input_len: float | Lengths,
-    output_len: float | Lengths,
-    row: int = 0,
+    input_len: float | Lengths | None = None,
+    output_len: float | Lengths | None = None,
+    row: int | None = None,
     model_id: str | None = None,
-    engine: str = "vllm",
+    engine: str | None = None,
     hw: Hardware | None = None,
     result_dir: str = "results",
 ) -> VerifyCommands:
-    """``verify_commands`` for plan ``row`` of ``result`` (0: the cheapest), with the plan's own
-    target, SLOs and burstiness; ``model_id`` None serves the planned model by its catalog id."""
+    """``verify_commands`` for plan ``row`` of ``result`` (an index into ``result.plans``; None:
+    the recommended plan, or the cheapest where nothing is recommended), with the plan's own
+    target, SLOs, burstiness, lengths, engine and ``Hardware`` (``Plan.row_hardware``); each can
+    be given instead. ``model_id`` None serves the planned model by its catalog id."""
     if result.plans.empty:
         raise ValueError("the plan has no option to verify (result.plans is empty; see result.rejected)")
+    if row is None:
+        chosen = result.plans.index[result.plans["recommended"].astype(bool)] if "recommended" in result.plans else []
+        row = int(result.plans.index.get_loc(chosen[0])) if len(chosen) else 0
     if not 0 <= row < len(result.plans):
         raise ValueError(f"row {row} is not a plan; give 0 to {len(result.plans) - 1}")
+    inp = input_len if input_len is not None else result.input_len
+    out = output_len if output_len is not None else result.output_len
+    if inp is None or out is None:
+        raise ValueError("give input_len and output_len: the plan does not record the lengths it was made for")
+    engine = engine or result.engine
+    chosen_row = result.plans.iloc[row]
+    if hw is None and result.row_hardware is not None and engine == result.engine:
+        hw = result.row_hardware(chosen_row)
     slo = SLO(ttft_s=result.slo["ttft_s"], tpot_s=result.slo["tpot_s"], statistic=result.slo["stat"])
     return verify_commands(
-        model_id or result.model, result.plans.iloc[row], target=result.target, input_len=input_len,
-        output_len=output_len, engine=engine, hw=hw, slo=slo, burstiness=float(result.slo.get("burstiness", 1.0)),
-        result_dir=result_dir,
+        model_id or result.model, chosen_row, target=result.target, input_len=inp, output_len=out, engine=engine,
+        hw=hw, slo=slo, burstiness=float(result.slo.get("burstiness", 1.0)), result_dir=result_dir,
     )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ check ran (``gpucap.planning.checks``), ``ttft_s_simulated``, ``tpot_s_simulated
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from gpucap.catalog.gpus import GPU
+from gpucap.config import Hardware
+from gpucap.queueing.lengths import Lengths
 
 TARGETS = ("request_rate", "concurrency", "output_tps")
 PLAN_COLUMNS = [
@@ -77,7 +79,10 @@ class Target:
 @dataclass
 class Plan:
     """Options ranked by cost (``plans``), the ones that failed and why (``rejected``), and the
-    seconds the search (``search_s``) and the simulation check (``check_s``, 0 without one) took."""
+    seconds the search (``search_s``) and the simulation check (``check_s``, 0 without one) took.
+    ``input_len``, ``output_len`` and ``engine``: the question's lengths and engine;
+    ``row_hardware``: the ``Hardware`` of one replica of a row, as the planner built it (for the
+    commands that verify a plan, ``gpucap.planning.commands.plan_commands``)."""
 
     model: str
     target: Target
@@ -88,6 +93,10 @@ class Plan:
     search_s: float
     notes: list[str] = field(default_factory=list)
     check_s: float = 0.0
+    input_len: Lengths | None = None
+    output_len: Lengths | None = None
+    engine: str = "vllm"
+    row_hardware: Callable[[pd.Series], Hardware] | None = field(default=None, repr=False, compare=False)
 
     @property
     def best(self) -> pd.Series | None:

@@ -18,6 +18,7 @@ replica is not overloaded (seed 2): utilization here is arrivals over the servic
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -36,7 +37,7 @@ from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit, short_of_one_request_bytes, weight_bytes_per_gpu
-from gpucap.planning.capacity import Headroom, concurrency_load, rate_load, replicas_needed
+from gpucap.planning.capacity import Headroom, concurrency_load, rate_load, replica_curve, replicas_needed
 from gpucap.planning.checks import SimulationJob, check_notes, check_plans, with_checks
 from gpucap.planning.result import PLAN_COLUMNS, Plan, Target, number_plans, simulation_notes, too_big_notes
 from gpucap.queueing.lengths import Lengths, as_lengths
@@ -253,11 +254,16 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
     cap = batch_slots(hw, slots)
     # communication-bound is a property of the option, judged with every slot busy (not at
     # the target's load, so that a looser SLO or a lower target cannot make it pass or fail)
-    full = closed_loop(hw, ask.coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
-    share = float(full.decode_step.comm_share)
+    per_rate = ask.target.kind != "concurrency"
+    curve = replica_curve(hw, ask.coef, inp=inp, out=out, cap=cap) if per_rate else None
+    if curve is not None:
+        share = float(curve.comm_share[-1])  # the curve's last point is the full batch
+    else:
+        full = closed_loop(hw, ask.coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
+        share = float(full.decode_step.comm_share)
     if share > ask.max_comm_share:
         return Rejected(f"communication-bound: the link takes {share:.0%} of a decode step at full batch")
-    if ask.target.kind == "concurrency":
+    if not per_rate:
         load = concurrency_load(
             hw, ask.coef, inp=inp, out=out, cap=cap, concurrency=ask.target.value,
             ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s, headroom=ask.headroom,
@@ -265,14 +271,13 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
     else:
         load = rate_load(
             hw, ask.coef, inp=inp, out=out, cap=cap, rate=ask.rate, stat=ask.stat, burstiness=ask.burstiness,
-            ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s, headroom=ask.headroom,
+            ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s, headroom=ask.headroom, curve=curve,
         )  # fmt: skip
     if isinstance(load, str):
         return Rejected(load)
     price = prices.usd_per_gpu_hour(cand.gpu)
     if price is None:
         return Rejected(f"no price for {cand.gpu.key}: add it to the price list")
-    per_rate = ask.target.kind != "concurrency"
     _, total_replicas = replicas_needed(ask.rate if per_rate else ask.target.value, load.capacity, ask.headroom)
     total_gpus = total_replicas * cand.gpus_per_replica
     cost = total_gpus * price
@@ -502,4 +507,15 @@ def plan_for(
         search_s=time.perf_counter() - started - check_s,
         notes=notes,
         check_s=check_s,
+        input_len=inp,
+        output_len=out,
+        engine=engine,
+        row_hardware=functools.partial(_row_hardware, ask, {g.key: g for g in gpu_list}),
     )
+
+
+def _row_hardware(ask: _Question, gpus: dict[str, GPU], row: pd.Series) -> Hardware:
+    """``Plan.row_hardware``: one replica of a plans row, as ``_assess`` built it."""
+    if row["gpu"] not in gpus:
+        raise ValueError(f"the row's GPU {row['gpu']!r} was not searched; searched: {', '.join(gpus)}")
+    return ask.hardware(gpus[row["gpu"]], row)

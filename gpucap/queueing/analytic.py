@@ -54,8 +54,8 @@ first come first served, for a slot. Arrivals: Poisson, or gamma gaps of shape `
      (3 Var m)``, at most 1.
    - e2e = TTFT + (O - 1) TPOT.
 
-Percentiles come from these mixtures: bisection on the mixture CDF for TTFT and e2e; for TPOT the
-quantile of m (interpolated between states) carried through the non-decreasing TPOT(m), with the
+Percentiles come from these mixtures: a grid search on the mixture CDF for TTFT and e2e
+(``gpucap.queueing.brackets``); for TPOT the quantile of m (interpolated between states) carried through the non-decreasing TPOT(m), with the
 stalls at the same quantile. The prompt lengths' distribution enters through the budget's queue,
 the steps and the stalls (``input_lengths``), the output lengths' through how widely the stalls
 spread TPOT (``output_lengths``). Agreement with the step-level simulation on a grid of models,
@@ -80,6 +80,7 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.step import Array, step_time, step_work
 from gpucap.queueing.benchstats import sample_stats
+from gpucap.queueing.brackets import first_true
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.promptqueue import (
     PromptWait,
@@ -97,7 +98,8 @@ Ints = npt.NDArray[np.int64]
 CURVE_POINTS = 64  # concurrencies at which the closed loop is solved; log-interpolated between
 EXACT_STATES = 48  # states kept one by one; above, merged into log-spaced bins
 STATE_BINS = 64  # bins above EXACT_STATES
-BISECTION_STEPS = 32
+QUANTILE_POINTS = 63  # points a round of the quantile search
+QUANTILE_ROUNDS = 4  # rounds: the quantile to 64^-4 (6e-8) of its first bracket
 RATE_GRID = 24  # utilizations tried by max_request_rate: this many log-spaced up to 1/2, as many above
 RATE_REFINE = (24, 24)  # points per refinement round between the last pass and the first miss
 # bins of a request's own prompt length in the TTFT mixture: finer towards the tail, which P90
@@ -404,8 +406,9 @@ class _Mixture:
     queue_cap: Array  # (rows,)
 
     def _wait(self, t: Array) -> Array:
-        """The budget wait W that, with the prompts behind it, ends at ``t`` past the base."""
-        gain, cap = self.queue_gain[:, None], self.queue_cap[:, None]
+        """The budget wait W that, with the prompts behind it, ends at ``t`` past the base
+        (``t`` (rows, P, K))."""
+        gain, cap = self.queue_gain[:, None, None], self.queue_cap[:, None, None]
         knee = cap * (1.0 + gain) / np.maximum(gain, 1e-300)
         return np.where(t < knee, t / (1.0 + gain), t - cap)
 
@@ -420,26 +423,31 @@ class _Mixture:
         return (self.weight * own).sum(axis=1) + self.tail_weight * (self.tail_base + self.tail_mean)
 
     def cdf(self, t: Array) -> Array:
-        """P(X <= t) for each row's t."""
-        inv_span = 1.0 / np.maximum(self.span, 1e-300)  # a point mass counts once t passes it
-        below = np.clip((t[:, None] - self.base) * inv_span, 0.0, 1.0)
-        waited = self._wait(t[:, None] - self.base - self.queue_offset) - self.queue_shift[:, None]
-        queued = np.where(waited > 0.0, -np.expm1(-self.queue_rate[:, None] * np.maximum(waited, 0.0)), 0.0)
-        own = (1.0 - self.queue_p) * below + self.queue_p * queued
-        tail = -np.expm1(-np.maximum(t - self.tail_base, 0.0) / self.tail_mean)
-        return np.einsum("ij,ij->i", self.weight, own) + self.tail_weight * tail
+        """P(X <= t) for each row's t: ``t`` (rows,), or (rows, P) for P points a row."""
+        t = np.asarray(t, dtype=float)
+        pts = t[:, :, None] if t.ndim == 2 else t[:, None, None]  # (rows, P, 1)
+        base, span = self.base[:, None, :], self.span[:, None, :]
+        inv_span = 1.0 / np.maximum(span, 1e-300)  # a point mass counts once t passes it
+        below = np.clip((pts - base) * inv_span, 0.0, 1.0)
+        waited = self._wait(pts - base - self.queue_offset[:, None, :]) - self.queue_shift[:, None, None]
+        rate = self.queue_rate[:, None, None]
+        queued = np.where(waited > 0.0, -np.expm1(-rate * np.maximum(waited, 0.0)), 0.0)
+        p = self.queue_p[:, None, :]
+        own = ((1.0 - p) * below + p * queued) @ self.weight[:, :, None]  # (rows, P, 1)
+        t2 = pts[:, :, 0]
+        tail = -np.expm1(-np.maximum(t2 - self.tail_base[:, None], 0.0) / self.tail_mean[:, None])
+        out = own[:, :, 0] + self.tail_weight[:, None] * tail
+        return out if t.ndim == 2 else out[:, 0]
 
     def quantile(self, q: float) -> Array:
-        """Smallest t with P(X <= t) >= q, by bisection."""
+        """Smallest t with P(X <= t) >= q, to ``64^-4`` (6e-8) of a first bracket a few times the
+        answer (``gpucap.queueing.brackets.first_true``)."""
         tail_q = self.tail_mean * np.log(np.maximum(self.tail_weight / (1.0 - q), 1.0))
         queue_q = self.queue_shift + np.log(np.maximum(self.queue_p.max(axis=1) / (1.0 - q), 1.0)) / self.queue_rate
         lo = self.base.min(axis=1)
         top = (self.base + self.span).max(axis=1)
         hi = np.maximum(top + queue_q * (1.0 + self.queue_gain) + self.queue_cap, self.tail_base + tail_q) + 1e-12
-        for _ in range(BISECTION_STEPS):
-            t = 0.5 * (lo + hi)
-            low = self.cdf(t) < q
-            lo, hi = np.where(low, t, lo), np.where(low, hi, t)
+        _, hi = first_true(lo, hi, lambda t: self.cdf(t) >= q, points=QUANTILE_POINTS, rounds=QUANTILE_ROUNDS)
         return hi
 
 

@@ -59,9 +59,12 @@ import numpy.typing as npt
 from scipy.special import gammaincinv
 from scipy.stats import norm
 
-Array = npt.NDArray[np.float64]
+from gpucap.queueing.brackets import first_true
 
-ROOT_STEPS = 26  # bisection steps on log theta: the bracket's 28 nats to 4e-7
+Array = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+
+ROOT_POINTS, ROOT_ROUNDS = 63, 4  # log theta: the bracket's 28 nats to 28 / 64^4 = 2e-6
 THETA_SPAN = 1e6  # bracket: theta from 1 / (THETA_SPAN x mean q) to THETA_SPAN / shortest q
 
 
@@ -89,19 +92,23 @@ def lundberg_root(rate: Array, burstiness: float, hold_s: Array, weights: Array)
     Rows with ``lambda E[q] >= 1`` have no root: NaN."""
     lam = np.asarray(rate, dtype=float)[:, None]
     k = float(burstiness)
-    w = np.asarray(weights, dtype=float)[None, :]
+    weights = np.asarray(weights, dtype=float)
     top = hold_s.max(axis=1)
     mean_q = (hold_s * weights[None, :]).sum(axis=1)
     lo = np.log(1.0 / (THETA_SPAN * np.maximum(mean_q, 1e-300)))
     hi = np.log(THETA_SPAN / np.maximum(hold_s.min(axis=1), 1e-300))
-    for _ in range(ROOT_STEPS):
-        mid = 0.5 * (lo + hi)
-        theta = np.exp(mid)[:, None]
+
+    def above(log_theta: Array) -> Bools:
+        """Past the root at each (row, point): g > 0 (g < 0 between 0 and the root, its slope at
+        0 being E[q] - 1/lambda; g is convex)."""
+        theta = np.exp(log_theta)[:, :, None]  # (rows, P, 1)
         # log E[exp(theta q)], taken out at the longest q so that it cannot overflow
-        log_mgf = theta[:, 0] * top + np.log((w * np.exp(theta * (hold_s - top[:, None]))).sum(axis=1))
-        g = log_mgf - k * np.log1p(theta[:, 0] / (k * lam[:, 0]))
-        above = g > 0.0  # past the root (g < 0 between 0 and the root: its slope at 0 is E[q] - 1/lambda)
-        lo, hi = np.where(above, lo, mid), np.where(above, mid, hi)
+        scaled = np.exp(theta * (hold_s - top[:, None])[:, None, :]) @ weights[:, None]
+        log_mgf = theta[:, :, 0] * top[:, None] + np.log(scaled[:, :, 0])
+        g = log_mgf - k * np.log1p(theta[:, :, 0] / (k * lam))
+        return g > 0.0
+
+    lo, hi = first_true(lo, hi, above, points=ROOT_POINTS, rounds=ROOT_ROUNDS)
     stable = lam[:, 0] * mean_q < 1.0
     return np.where(stable, np.exp(0.5 * (lo + hi)), np.nan)
 

@@ -306,6 +306,13 @@ def test_the_planner_page_shows_the_recommended_plan_first_and_highlighted(plann
             assert "yes" in [c.strip() for c in cells]  # it meets the SLOs in simulation
             texts = page.locator(".gpucap-plans td, .gpucap-rejected td").all_inner_texts()
             assert texts and not [t for t in texts if re.search(r"\b(None|NaN|nan)\b", t)]
+            # the commands that verify it, collapsed under the table: open them and read the server line
+            commands = page.locator(".gpucap-commands details")
+            assert f"plan {match.group(1)}, recommended" in commands.locator("summary").inner_text()
+            commands.locator("summary").click()
+            block = commands.locator("pre").inner_text()
+            assert re.search(r"^vllm serve \S+ .*--tensor-parallel-size \d", block, re.M), block[:400]
+            assert "vllm bench serve" in block and "gpucap calibrate" in block
             page.locator(".gpucap-plans").screenshot(path=str(tmp_path / "planner-recommended.png"))
         finally:
             browser.close()
