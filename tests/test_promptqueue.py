@@ -6,7 +6,16 @@ import math
 import numpy as np
 import pytest
 
-from gpucap.queueing.promptqueue import lundberg_root, normal_quantile, prompt_wait, stalled_tpot
+from gpucap.queueing.promptqueue import (
+    GROUP_STATES,
+    group_costs,
+    lundberg_root,
+    normal_quantile,
+    per_prompt_costs,
+    prompt_wait,
+    stalled_tpot,
+    step_groups,
+)
 
 
 def exponential_holds(mean_s: float, points: int = 4000) -> tuple[np.ndarray, np.ndarray]:
@@ -90,3 +99,29 @@ def test_stalled_tpot_without_prompts_is_the_decode_step() -> None:
         weights=np.ones(1), z=2.326,
     )  # fmt: skip
     assert none[0] == pytest.approx(0.02)
+
+
+# ---- prompts per step: the chain n' ~ Poisson(lambda (t_dec + n s_n)) -----------------------------
+def test_step_groups_mean_count_solves_the_linear_balance() -> None:
+    """With one cost s per prompt, E[n'] = lambda (t_dec + s E[n]) in steady state, so
+    E[n] = lambda t_dec / (1 - lambda s): 4/s x 50 ms / (1 - 4 x 0.1) = 1/3 prompt a step."""
+    pi = step_groups(np.array([4.0]), np.array([0.05]), np.full((1, GROUP_STATES), 0.1))
+    assert pi.sum() == pytest.approx(1.0)
+    assert pi[0] @ np.arange(GROUP_STATES) == pytest.approx(0.2 / 0.6, rel=1e-6)
+
+
+def test_group_costs_between_alone_and_shared() -> None:
+    """A pipeline of two stages: a lone prompt costs 2 sigma (its micro-batch runs while the other
+    stage waits), two or more cost sigma each. At a trickle every prompt rides alone (2 sigma);
+    the more arrive, the more share: the cost falls toward sigma, and each prompt pays
+    sigma (1 + pi_1 / E[n]), the share of prompts that ride alone being pi_1 / E[n]."""
+    sigma, dec = 0.1, 0.04
+    sizes = np.array([[[2 * sigma, sigma, sigma, sigma]]])  # at 1, 2, 4, 8 prompts a step
+    lam = np.array([1e-4, 2.0, 5.0, 8.0])
+    cost = group_costs(lam, np.full(4, dec), np.repeat(sizes, 4, axis=0), np.array([1.0]))[:, 0]
+    assert cost[0] == pytest.approx(2 * sigma, rel=1e-3)
+    assert np.all(np.diff(cost) < 0) and np.all(cost > sigma)
+    per_prompt = per_prompt_costs(np.repeat(sizes[:, 0, :], 4, axis=0))
+    pi = step_groups(lam, np.full(4, dec), per_prompt)
+    n = np.arange(GROUP_STATES)
+    assert cost[1:] == pytest.approx(sigma * (1 + pi[1:, 1] / (pi[1:] @ n)), rel=1e-9)

@@ -39,7 +39,7 @@ first come first served, for a slot. Arrivals: Poisson, or gamma gaps of shape `
      token budget ahead of it (``gpucap.queueing.promptqueue``):
      TTFT = ``TTFT_closed(m) + U d + rho d`` with probability 1 - p: the closed-loop prefill and
      front-end time, the rest of the step in progress d (U uniform on [0, 1); d from the steps'
-     length-biased distribution, ``step_chain``; none when n = 0) and the prompts gathered during
+     length-biased distribution, ``group_chain``; none when n = 0) and the prompts gathered during
      it (``rho = lambda E[s]``, the prompts' share of time);
      TTFT = ``TTFT_closed(m) + W + min(rho W, full step)`` with probability p: the budget's wait
      (GI/G/1, Cramer-Lundberg tail, ``prompt_wait``) and the prompts that arrived during it. Each
@@ -67,6 +67,7 @@ engine saturates first.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -83,12 +84,14 @@ from gpucap.queueing.benchstats import sample_stats
 from gpucap.queueing.brackets import first_true
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.promptqueue import (
+    GROUP_SIZES,
     PromptWait,
     StepChain,
+    group_chain,
+    group_costs,
     normal_quantile,
     prompt_wait,
     stalled_tpot,
-    step_chain,
 )
 from gpucap.types import QUANTILES, STATISTICS
 
@@ -101,15 +104,19 @@ STATE_BINS = 64  # bins above EXACT_STATES
 QUANTILE_POINTS = 63  # points a round of the quantile search
 QUANTILE_ROUNDS = 4  # rounds: the quantile to 64^-4 (6e-8) of its first bracket
 RATE_GRID = 24  # utilizations tried by max_request_rate: this many log-spaced up to 1/2, as many above
-RATE_REFINE = (24, 24)  # points per refinement round between the last pass and the first miss
+RATE_REFINE = 24  # points per even cut of the bracket between the last pass and the first miss
+RATE_PRECISION = 625  # the bracket is refined to 1/625 of the first (two even cuts of 24 points)...
+RATE_TOLERANCE = 1e-3  # ... or to 0.1% of the rate, whichever is wider
 # bins of a request's own prompt length in the TTFT mixture: finer towards the tail, which P90
 # and P99 read
 OWN_EDGES = (0.5, 0.8, 0.95, 0.99)
 STATE_GROUP_EDGES = (0.5, 0.8, 0.95, 0.99)  # running states merged for the TTFT mixture, by probability
-STEP_PROMPTS = (1.0, 2.0, 4.0, 8.0)  # prompts sharing a step, at which their cost is found
+STEP_PROMPTS = GROUP_SIZES  # prompts sharing a step, at which their cost is found
+CHAIN_POINTS = 4  # concurrencies at which the chain of prompts per step is solved (``ServiceCurve.mean_stall_s``)
 PROMPT_POINTS = 16  # prompt lengths the budget queue is solved at (quantile bins of the distribution)
 LOWEST_UTILIZATION = 1e-6
 HIGHEST_UTILIZATION = 1.0 - 1e-4
+MAX_PROMPT_SHARE = 1.0 - 1e-6  # the prompts' share of a replica's time, lambda s, kept below 1
 
 
 @dataclass(frozen=True)
@@ -134,7 +141,7 @@ class ServiceCurve:
     slots: int
     output_len: float
     spread_output_len: float  # the output length whose stalls spread as the workload's do (``_spread_length``)
-    requests_per_s: Array  # mu(m)
+    requests_per_s: Array  # X(m), the closed loop's throughput
     ttft_s: Array  # non-decreasing in m
     tpot_s: Array  # non-decreasing in m
     decode_step_s: Array  # a decode-only step of the closed loop's decode batch
@@ -148,9 +155,58 @@ class ServiceCurve:
     own_extra_s: Array  # (J,) TTFT alone of a prompt of each length bin over the mean prompt's
     own_weights: Array  # (J,) their probabilities
 
-    @property
+    def mean_stall_s(self, rate: Array, m_index: int | None = None) -> Array:
+        """s(lambda, m) (rows, R), or (rows,) at ``m_index`` (index m - 1): the mean time a prompt
+        adds to the steps at concurrency m when prompts arrive at ``rate`` (rows,), over the
+        prompts a step carries (``gpucap.queueing.promptqueue.group_costs``). Solved at
+        ``CHAIN_POINTS`` concurrencies and interpolated in log m between them."""
+        lam = np.asarray(rate, dtype=float)
+        if m_index is not None:
+            at = np.full(lam.shape, m_index)
+            return group_costs(lam, self.decode_step_s[at], self.stall_s[at], self.prompt_weights) @ self.prompt_weights
+        points, j, frac = self._chain_points
+        rows = np.repeat(lam, points.size)
+        at = np.tile(points, lam.size)
+        costs = group_costs(rows, self.decode_step_s[at], self.stall_s[at], self.prompt_weights) @ self.prompt_weights
+        by_point = costs.reshape(lam.size, points.size)
+        return by_point[:, j] * (1.0 - frac) + by_point[:, j + 1] * frac
+
+    @cached_property
+    def _chain_points(self) -> tuple[Ints, Ints, Array]:
+        """``mean_stall_s``'s concurrencies (indices m - 1) and, for every m, the pair of them it
+        sits between in log m and how far along."""
+        points = np.unique(np.round(np.geomspace(1, self.slots, min(CHAIN_POINTS, self.slots)))).astype(np.int64) - 1
+        if points.size == 1:
+            return np.array([0, 0]), np.zeros(self.slots, dtype=np.int64), np.zeros(self.slots)
+        m = np.log(np.arange(1, self.slots + 1, dtype=float))
+        grid = np.log(points + 1.0)
+        j = np.clip(np.searchsorted(grid, m, side="right") - 1, 0, points.size - 2)
+        return points, j, np.clip((m - grid[j]) / (grid[j + 1] - grid[j]), 0.0, 1.0)
+
+    def completion_rates(self, rate: Array) -> Array:
+        """c(m, lambda) (rows, R), requests/s finishing with m running under arrivals at ``rate``
+        (rows,): ``m / (TTFT(m) + (O - 1) t_dec(m) / (1 - lambda s(lambda, m)))`` (module
+        docstring, step 1)."""
+        lam = np.asarray(rate, dtype=float)[:, None]
+        busy = np.minimum(lam * self.mean_stall_s(lam[:, 0]), MAX_PROMPT_SHARE)
+        life = self.ttft_s[None, :] + (self.output_len - 1.0) * self.decode_step_s[None, :] / (1.0 - busy)
+        return np.arange(1, self.slots + 1, dtype=float)[None, :] / life
+
+    @cached_property
     def service_rate(self) -> float:
-        return float(self.requests_per_s[-1])
+        """mu, the largest request rate the replica carries: the lambda with ``lambda = c(R,
+        lambda)`` (every slot busy, arrivals as fast as completions)."""
+        top = self.slots / (self.ttft_s[-1] + (self.output_len - 1.0) * self.decode_step_s[-1])
+        full = self.slots - 1
+
+        def done(lam: Array) -> Array:
+            """c(R, lambda) at each of ``lam``."""
+            busy = np.minimum(lam * self.mean_stall_s(lam, full), MAX_PROMPT_SHARE)
+            return self.slots / (self.ttft_s[-1] + (self.output_len - 1.0) * self.decode_step_s[-1] / (1.0 - busy))
+
+        lo, hi = first_true(np.array([0.0]), np.array([top]), lambda lam: lam >= done(lam[0])[None, :], rounds=3)
+        # c(R, .) at the bracket's middle: the root to 64^-3 of ``top``, exact where prompts cost nothing
+        return float(done(0.5 * (lo + hi))[0])
 
 
 def check_burstiness(burstiness: float) -> float:
@@ -338,6 +394,7 @@ class _States:
     life_shrink: Array  # (rates,) k: life-average batch = mean m + k (m - mean m)
 
 
+@functools.lru_cache(maxsize=256)
 def _bins(slots: int) -> Ints:
     """Left edges of the state bins over n = 0..R-1: one per state up to EXACT_STATES, then log."""
     if slots <= EXACT_STATES + STATE_BINS:
@@ -349,7 +406,8 @@ def _bins(slots: int) -> Ints:
 def state_distribution(curve: ServiceCurve, rate: Array, burstiness: float, service_scv: float) -> _States:
     """The chain of the module docstring (steps 1 and 2) for every stable rate (rows)."""
     lam = np.maximum(np.asarray(rate, dtype=float), 1e-300)[:, None]
-    log_ratio = np.log(lam) - np.log(curve.requests_per_s)[None, :]  # ln(lambda / mu(k)), k = 1..R
+    done = curve.completion_rates(lam[:, 0])  # (rows, R): c(k, lambda), k = 1..R
+    log_ratio = np.log(lam) - np.log(done)  # ln(lambda / c(k))
     log_pi = np.concatenate([np.zeros((lam.shape[0], 1)), np.cumsum(burstiness * log_ratio, axis=1)], axis=1)
     pi = np.exp(log_pi - log_pi.max(axis=1, keepdims=True))  # n = 0..R
     r = np.exp(burstiness * log_ratio[:, -1])
@@ -371,7 +429,7 @@ def state_distribution(curve: ServiceCurve, rate: Array, burstiness: float, serv
         weight=weight,
         state=state,
         wait_probability=p_wait,
-        wait_mean_s=scale / (mu * (1.0 - r)),
+        wait_mean_s=scale / (done[:, -1] * (1.0 - r)),
         mean_m=mean_m,
         life_shrink=np.sqrt(np.minimum(k2, 1.0)),
     )
@@ -532,27 +590,26 @@ def _at_rows(values: Array, n: Array) -> Array:
     return np.stack([np.interp(n, idx, values[:, k]) for k in range(values.shape[1])], axis=1)
 
 
-def _prompt_costs_at(curve: ServiceCurve, rate: Array, n: Array) -> tuple[Array, Array]:
-    """s(I) and q(I) (rows, K) at each rate's mean state n. Each step's prompts are the ones the
-    step before gathered (a gated queue): under Poisson arrivals a step that carries any carries
-    ``N = a / (1 - exp(-a))``, ``a = lambda (t_dec + E[s_1])``, and each costs ``s_N(I)``
-    (interpolated in log N between ``STEP_PROMPTS``: a mixture-of-experts step shares its expert
-    reads, a pipeline fills with pp prompts). Queued for the budget, a prompt holds it for
-    ``q(I) = s_N(I) + t_dec I / (M - B)``, its share of the full steps' decode part."""
+def _prompt_costs_at(curve: ServiceCurve, rate: Array, n: Array) -> tuple[Array, Array, StepChain]:
+    """s(I) and q(I) (rows, K) at each rate's mean state n, and the steps (``group_chain``). Each step's prompts are the ones the
+    step before gathered (a gated queue); a prompt costs ``s_N(I)`` at the N prompts it shares a
+    step with, over the chain of prompts per step (``gpucap.queueing.promptqueue.group_costs``: a
+    mixture-of-experts step shares its expert reads, a pipeline fills with pp prompts). The
+    budget's queue forms only when steps are full, each then carrying ``G = (M - B) / I`` prompts
+    of that length: queued, a prompt holds the budget for its share of such a step,
+    ``q(I) = s_G(I) + t_dec I / (M - B)``."""
     idx = np.arange(curve.stall_s.shape[0], dtype=float)
     groups = curve.stall_s.shape[2]
     stall_g = np.stack([_at_rows(curve.stall_s[:, :, j], n) for j in range(groups)], axis=2)  # (rows, K, G)
-    dec = np.interp(n, idx, curve.decode_step_s)[:, None]
-    gathered = np.asarray(rate, dtype=float)[:, None] * (dec + (stall_g[:, :, 0] @ curve.prompt_weights)[:, None])
-    per_step = np.where(gathered > 1e-9, gathered / -np.expm1(-np.maximum(gathered, 1e-9)), 1.0)  # (rows, 1)
-    at = np.clip(np.interp(np.log(per_step[:, 0]), np.log(STEP_PROMPTS), np.arange(groups)), 0, groups - 1)
+    dec = np.interp(n, idx, curve.decode_step_s)
+    stall, chain = group_chain(np.asarray(rate, dtype=float), dec, stall_g, curve.prompt_weights)
+    room = _at_rows(curve.room_share, n)  # I / (M - B) = 1 / G
+    at = np.interp(np.log(1.0 / np.maximum(room, 1e-300)), np.log(STEP_PROMPTS), np.arange(groups, dtype=float))
     lo = np.floor(at).astype(int)
     hi = np.minimum(lo + 1, groups - 1)
-    frac = (at - lo)[:, None]
-    rows = np.arange(n.size)
-    stall = stall_g[rows, :, lo] * (1.0 - frac) + stall_g[rows, :, hi] * frac
-    hold = stall + dec * _at_rows(curve.room_share, n)
-    return stall, hold
+    full = np.take_along_axis(stall_g, lo[..., None], 2)[..., 0] * (1.0 - (at - lo))
+    full += np.take_along_axis(stall_g, hi[..., None], 2)[..., 0] * (at - lo)
+    return stall, full + dec[:, None] * room, chain
 
 
 def _state_groups(st: _States, first: Array) -> tuple[Array, Array, Bools]:
@@ -582,10 +639,8 @@ def _parts(curve: ServiceCurve, rate: Array, burstiness: float, service_scv: flo
     first = _at(curve.ttft_s, n)  # TTFT at concurrency n + 1
     busy = n > 0  # a step in progress, made of the n present
     mean_n = st.mean_m - 1.0
-    stall_s, hold_s = _prompt_costs_at(curve, lam[:, 0], mean_n)
+    stall_s, hold_s, chain = _prompt_costs_at(curve, lam[:, 0], mean_n)
     prompt = prompt_wait(lam[:, 0], burstiness, hold_s, curve.prompt_weights)
-    dec = np.interp(mean_n, np.arange(curve.slots, dtype=float), curve.decode_step_s)
-    chain = step_chain(dec, rate=lam[:, 0], stall_s=stall_s, weights=curve.prompt_weights)
     # only an arrival that finds others running can find prompts ahead of it
     others = (st.weight * busy[None, :]).sum(axis=1)
     # (rows where prompts outrun the budget have no steady state: kept finite here, set to inf by
@@ -773,10 +828,11 @@ def max_request_rate(
     given; 0.0 when even a trickle misses them.
 
     The statistics rise with the rate, so the rate is searched on utilizations from 1e-6 to
-    1 - 1e-4 (log-spaced in rho below 1/2 and in 1 - rho above), then refined twice between the
-    last rate that met the SLOs and the first that missed. The rate returned is one that was
-    evaluated and met them, below the limit by at most 1/25^2 of the first bracket (the bracket is
-    at most 77% of the rate below rho = 1/2 and 30% of 1 - rho above: 0.12% of the rate at worst).
+    1 - 1e-4 (log-spaced in rho below 1/2 and in 1 - rho above), then refined between the last
+    rate that met the SLOs and the first that missed, in even cuts of 24 until the bracket is 1/625
+    of the first or 0.1% of the rate. The rate returned is one that was evaluated and met them, below the limit
+    by at most that (the first bracket is at most 77% of the rate below rho = 1/2 and 30% of 1 - rho
+    above: 0.12% of the rate at worst).
     """
     if stat not in STATISTICS:
         raise ValueError(f"stat must be one of {', '.join(STATISTICS)}, got {stat!r}")
@@ -793,33 +849,38 @@ def max_request_rate(
             input_lengths=input_lengths, output_lengths=output_lengths,
         )  # fmt: skip
 
-    def ok(rates: Array) -> Bools:
-        """Whether each (stable) rate meets the SLOs: a percentile is within its SLO when the
-        CDF at the SLO reaches the percentile's level."""
+    def margin(rates: Array) -> Array:
+        """How far each rate is inside the SLOs (>= 0: it meets them; -1 where unstable): the least
+        of ``(CDF(SLO) - q) / (1 - q)`` for a TTFT percentile (a percentile is within its SLO when
+        the CDF at the SLO reaches the percentile's level) and ``1 - figure / SLO`` otherwise."""
         parts = _parts(curve, rates, b, scv)
-        good = parts.prompt.stable.copy()
+        out = np.full(rates.shape, np.inf)
         q = QUANTILES.get(stat, 0.0)
         if ttft_slo_s is not None:
-            slo = np.full(rates.shape, float(ttft_slo_s))
-            good &= parts.ttft.mean() <= slo if stat == "mean" else parts.ttft.cdf(slo) >= q
+            if stat == "mean":
+                out = np.minimum(out, 1.0 - parts.ttft.mean() / ttft_slo_s)
+            else:
+                out = np.minimum(out, (parts.ttft.cdf(np.full(rates.shape, float(ttft_slo_s))) - q) / (1.0 - q))
         if tpot_slo_s is not None:
-            good &= (parts.tpot_mean() if stat == "mean" else _tpot_quantile(curve, parts, q)) <= tpot_slo_s
-        return good
+            tpot = parts.tpot_mean() if stat == "mean" else _tpot_quantile(curve, parts, q)
+            out = np.minimum(out, 1.0 - tpot / tpot_slo_s)
+        return np.where(parts.prompt.stable, out, -1.0)
 
     low = np.geomspace(LOWEST_UTILIZATION, 0.5, RATE_GRID)
     high = 1.0 - np.geomspace(0.5, 1.0 - HIGHEST_UTILIZATION, RATE_GRID + 1)[1:]
     rates = curve.service_rate * np.concatenate([low, high])
-    miss = np.flatnonzero(~ok(rates))
+    miss = np.flatnonzero(margin(rates) < 0.0)
     if miss.size == 0:
         return float(rates[-1])
     if miss[0] == 0:
         return 0.0
     lo, hi = float(rates[miss[0] - 1]), float(rates[miss[0]])
-    for points in RATE_REFINE:
-        rates = np.linspace(lo, hi, points + 2)[1:-1]
-        miss = np.flatnonzero(~ok(rates))
+    width = max((hi - lo) / RATE_PRECISION, RATE_TOLERANCE * lo)
+    while hi - lo > width:
+        rates = np.linspace(lo, hi, RATE_REFINE + 2)[1:-1]
+        miss = np.flatnonzero(margin(rates) < 0.0)
         if miss.size == 0:
             lo = float(rates[-1])
-            continue
-        lo, hi = (float(rates[miss[0] - 1]) if miss[0] > 0 else lo), float(rates[miss[0]])
+        else:
+            lo, hi = (float(rates[miss[0] - 1]) if miss[0] > 0 else lo), float(rates[miss[0]])
     return lo

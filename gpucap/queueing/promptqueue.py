@@ -30,7 +30,15 @@ tail above where it matters (P90, P99) and the right probability of waiting at a
 queue): ``D' = t_dec + S``, S the stalls of the ~``lambda D`` prompts the step before gathered. In
 steady state ``E[D] = t_dec / (1 - rho)`` (``rho = lambda E[s]``) and ``Var D = lambda E[s^2] E[D]
 / (1 - rho^2)`` (``Var D = E[Var(S | D)] + Var E[S | D] = lambda E[s^2] E[D] + rho^2 Var D``).
-``D - t_dec`` is taken as gamma with that mean and variance. An arrival finds a step in progress
+``D - t_dec`` is taken as gamma with that mean and variance. How many prompts share a step
+matters on its own where a step's cost is not linear in its prompts: a pipeline (pp > 1) runs a
+lone prompt's micro-batch while the other stages wait, and a mixture-of-experts step, or a
+memory-bound decode step with compute to spare, takes its first prompt cheaper than the next.
+With ``c(n) = n s_n`` the cost of n prompts in one step (``s_n`` interpolated in log n between
+the costs found at 1, 2, 4 and 8 prompts), the count is a Markov chain, ``n' ~ Poisson(lambda
+(t_dec + c(n)))`` (``step_groups``): after a decode-only step the next prompt most often rides
+alone, after a long prompt step several ride together. Its stationary distribution gives each
+prompt's expected cost, ``E[c(n)] / E[n]``, weighted by the prompts (``group_costs``). An arrival finds a step in progress
 with the length-biased density ``d f(d) / E[D]``, waits for its rest ``U d``, and rides in the
 next with the ~``lambda d`` prompts that arrived during it: ``TTFT = own step + U d + rho d``.
 Prompts the budget cannot take in one step queue beyond it: that is the wait above.
@@ -56,7 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import gammaincinv
+from scipy.special import gammaln
 from scipy.stats import norm
 
 from gpucap.queueing.brackets import first_true
@@ -171,8 +179,12 @@ def normal_quantile(q: float) -> float:
 
 # quantile bins of the step in progress (its length-biased distribution), with their
 # representative levels: finer towards the tail, which P90 and P99 read
-STEP_LEVELS = (0.25, 0.65, 0.875, 0.97, 0.995)
-STEP_BIN_WEIGHTS = (0.5, 0.3, 0.15, 0.04, 0.01)
+GROUP_STATES = (
+    12  # prompts a step may carry in the chain of ``step_groups``; the last holds the rest (costs are flat past 8)
+)
+GROUP_SQUARINGS = 6  # the chain run 2^6 = 64 steps from an empty step (``step_groups``)
+LOG_FACTORIALS = gammaln(np.arange(GROUP_STATES) + 1.0)
+GROUP_SIZES = (1.0, 2.0, 4.0, 8.0)  # prompts in a step at which ``group_costs`` is given its costs
 
 
 @dataclass(frozen=True)
@@ -186,29 +198,80 @@ class StepChain:
     rho: Array
 
 
-def step_chain(decode_step_s: Array, *, rate: Array, stall_s: Array, weights: Array) -> StepChain:
-    """Steps of ``D = t_dec + sum of s(I)`` over the prompts gathered in the step before (module
-    docstring, "Steps"), per row: ``decode_step_s`` (rows,), ``stall_s`` (rows, K) of probability
-    ``weights`` (K,), prompts at ``rate`` (rows,)."""
-    lam = np.asarray(rate, dtype=float)
+def per_prompt_costs(cost_at_sizes: Array) -> Array:
+    """``s_n`` for n = 0..GROUP_STATES-1 (last axis) from the costs at ``GROUP_SIZES`` (last
+    axis), interpolated in log n and held beyond the ends; ``s_0`` is ``s_1`` (never charged)."""
+    n = np.maximum(np.arange(GROUP_STATES, dtype=float), 1.0)
+    at = np.interp(np.log(n), np.log(GROUP_SIZES), np.arange(len(GROUP_SIZES), dtype=float))
+    lo = np.floor(at).astype(int)
+    hi = np.minimum(lo + 1, len(GROUP_SIZES) - 1)
+    frac = at - lo
+    return cost_at_sizes[..., lo] * (1.0 - frac) + cost_at_sizes[..., hi] * frac
+
+
+def step_groups(rate: Array, decode_step_s: Array, per_prompt_s: Array) -> Array:
+    """Stationary share of steps that carry n = 0..GROUP_STATES-1 prompts (rows, N) (module
+    docstring, "Steps"): ``n' ~ Poisson(lambda (t_dec + n s_n))``, the last state holding the tail;
+    ``rate`` and ``decode_step_s`` (rows,), ``per_prompt_s`` (rows, N) the cost ``s_n``. The chain
+    forgets its start about as fast as ``lambda s`` (the prompts' share of time) shrinks, so the
+    row of ``P^(2^GROUP_SQUARINGS)`` is its stationary distribution to ``(lambda s)^64``."""
+    lam = np.asarray(rate, dtype=float)[:, None, None]
+    n = np.arange(GROUP_STATES, dtype=float)
+    length = np.asarray(decode_step_s, dtype=float)[:, None, None] + (n * per_prompt_s)[:, :, None]  # (rows, N, 1)
+    mean = np.maximum(lam * length, 1e-300)
+    move = np.exp(n[None, None, :] * np.log(mean) - mean - LOG_FACTORIALS[None, None, :])  # (rows, from, to)
+    move[:, :, -1] = np.maximum(1.0 - move[:, :, :-1].sum(axis=2), 0.0)
+    for _ in range(GROUP_SQUARINGS):
+        move = move @ move
+    pi = move[:, 0, :]
+    return pi / pi.sum(axis=1, keepdims=True)
+
+
+def _riders(rate: Array, decode_step_s: Array, per_length: Array, weights: Array) -> tuple[Array, Array, Array]:
+    """``(pi, share, mean_cost)``: ``step_groups`` on the costs averaged over the lengths
+    (``mean_cost``, (rows, N)), and the share of prompts that ride n to a step (rows, N)."""
+    mean_cost = np.einsum("rkn,k->rn", per_length, weights)
+    pi = step_groups(rate, decode_step_s, mean_cost)
+    riders = pi * np.arange(GROUP_STATES, dtype=float)[None, :]
+    total = riders.sum(axis=1, keepdims=True)
+    # at a trickle no step carries two: every prompt rides alone
+    share = np.where(total > 1e-12, riders / np.maximum(total, 1e-300), np.eye(GROUP_STATES)[1][None, :])
+    return pi, share, mean_cost
+
+
+def group_costs(rate: Array, decode_step_s: Array, stall_at_sizes: Array, weights: Array) -> Array:
+    """Each prompt length's expected cost in the steps it rides in (rows, K): ``sum_n w_n s_n(I)``
+    with ``w_n = n pi_n / E[n]`` the share of prompts that ride n to a step (``step_groups``, on the
+    costs averaged over the lengths); ``stall_at_sizes`` (rows, K, len(GROUP_SIZES)), ``weights``
+    (K,) the lengths' probabilities."""
+    per_length = per_prompt_costs(stall_at_sizes)  # (rows, K, N)
+    _, share, _ = _riders(rate, decode_step_s, per_length, np.asarray(weights, dtype=float))
+    return np.einsum("rkn,rn->rk", per_length, share)
+
+
+def group_chain(rate: Array, decode_step_s: Array, stall_at_sizes: Array, weights: Array) -> tuple[Array, StepChain]:
+    """``group_costs`` and the steps themselves (``StepChain``): a step that carries n prompts
+    lasts ``t_dec + n s_n``, with the spread of their lengths as two points at ``+- sqrt(n Var
+    s_n(I))`` (none for one length; the lower one held at ``t_dec``); an arrival finds one in
+    progress with probability ``pi_n D / E[D]`` (length-biased), and the prompts' share of the
+    time is ``E[n s_n] / E[D]``."""
+    w = np.asarray(weights, dtype=float)
+    per_length = per_prompt_costs(stall_at_sizes)  # (rows, K, N)
     dec = np.asarray(decode_step_s, dtype=float)
-    s1 = (stall_s * weights[None, :]).sum(axis=1)
-    s2 = (stall_s**2 * weights[None, :]).sum(axis=1)
-    rho = np.minimum(lam * s1, 1.0 - 1e-6)
-    mean = dec / (1.0 - rho)
-    var = lam * s2 * mean / (1.0 - rho * rho)
-    extra = mean - dec
-    shape = np.where(var > 0, extra * extra / np.maximum(var, 1e-300), np.inf)
-    scale = np.where(extra > 0, var / np.maximum(extra, 1e-300), 0.0)
-    levels = np.asarray(STEP_LEVELS)[None, :]
-    # length-biased: D f(D) / E[D] = (t_dec f(x) + x f(x)) / E[D], x = D - t_dec ~ Gamma(shape, scale),
-    # and x f(x) is Gamma(shape + 1)'s density times shape x scale
-    finite = np.isfinite(shape) & (shape > 0)
-    a = np.where(finite, shape, 1.0)[:, None]
-    plain = np.where(finite[:, None], gammaincinv(a, levels) * scale[:, None], extra[:, None])
-    biased = np.where(finite[:, None], gammaincinv(a + 1.0, levels) * scale[:, None], extra[:, None])
-    share = (extra / mean)[:, None]  # weight of the x f(x) part
-    length = np.concatenate([dec[:, None] + plain, dec[:, None] + biased], axis=1)
-    w = np.asarray(STEP_BIN_WEIGHTS)
-    weight = np.concatenate([(1.0 - share) * w[None, :], share * w[None, :]], axis=1)
-    return StepChain(length_s=length, weight=weight, rho=rho)
+    pi, share, mean_cost = _riders(rate, dec, per_length, w)
+    costs = np.einsum("rkn,rn->rk", per_length, share)
+    n = np.arange(GROUP_STATES, dtype=float)[None, :]
+    work = n * mean_cost  # (rows, N)
+    spread = np.sqrt(np.maximum(n * (np.einsum("rkn,k->rn", per_length**2, w) - mean_cost**2), 0.0))
+    if np.any(spread > 0.0):
+        length = dec[:, None] + np.concatenate([np.maximum(work - spread, 0.0), work + spread], axis=1)
+        prob = np.concatenate([pi, pi], axis=1) / 2.0
+    else:
+        length, prob = dec[:, None] + work, pi
+    busy = prob * length
+    chain = StepChain(
+        length_s=length,
+        weight=busy / busy.sum(axis=1, keepdims=True),
+        rho=(pi * work).sum(axis=1) / (pi * (dec[:, None] + work)).sum(axis=1),
+    )
+    return costs, chain
