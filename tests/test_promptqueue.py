@@ -116,12 +116,13 @@ def test_group_costs_between_alone_and_shared() -> None:
     the more arrive, the more share: the cost falls toward sigma, and each prompt pays
     sigma (1 + pi_1 / E[n]), the share of prompts that ride alone being pi_1 / E[n]."""
     sigma, dec = 0.1, 0.04
-    sizes = np.array([[[2 * sigma, sigma, sigma, sigma]]])  # at 1, 2, 4, 8 prompts a step
+    sizes = np.array([[2 * sigma, sigma, sigma, sigma]])  # at 1, 2, 4, 8 prompts a step
     lam = np.array([1e-4, 2.0, 5.0, 8.0])
-    cost = group_costs(lam, np.full(4, dec), np.repeat(sizes, 4, axis=0), np.array([1.0]))[:, 0]
+    per_prompt = per_prompt_costs(np.repeat(sizes, 4, axis=0))  # (rows, N)
+    assert per_prompt[0, 1] == 2 * sigma and np.all(per_prompt[0, 2:] == sigma)
+    cost = group_costs(lam, np.full(4, dec), per_prompt)
     assert cost[0] == pytest.approx(2 * sigma, rel=1e-3)
     assert np.all(np.diff(cost) < 0) and np.all(cost > sigma)
-    per_prompt = per_prompt_costs(np.repeat(sizes[:, 0, :], 4, axis=0))
     pi = step_groups(lam, np.full(4, dec), per_prompt)
     n = np.arange(GROUP_STATES)
     assert cost[1:] == pytest.approx(sigma * (1 + pi[1:, 1] / (pi[1:] @ n)), rel=1e-9)

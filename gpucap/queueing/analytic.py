@@ -90,6 +90,7 @@ from gpucap.queueing.promptqueue import (
     group_chain,
     group_costs,
     normal_quantile,
+    per_prompt_costs,
     prompt_wait,
     stalled_tpot,
 )
@@ -103,8 +104,8 @@ EXACT_STATES = 48  # states kept one by one; above, merged into log-spaced bins
 STATE_BINS = 64  # bins above EXACT_STATES
 QUANTILE_POINTS = 63  # points a round of the quantile search
 QUANTILE_ROUNDS = 4  # rounds: the quantile to 64^-4 (6e-8) of its first bracket
-RATE_GRID = 24  # utilizations tried by max_request_rate: this many log-spaced up to 1/2, as many above
-RATE_REFINE = 24  # points per even cut of the bracket between the last pass and the first miss
+RATE_GRID = 16  # utilizations tried by max_request_rate: this many log-spaced up to 1/2, as many above
+RATE_REFINE = 12  # points per even cut of the bracket between the last pass and the first miss
 RATE_PRECISION = 625  # the bracket is refined to 1/625 of the first (two even cuts of 24 points)...
 RATE_TOLERANCE = 1e-3  # ... or to 0.1% of the rate, whichever is wider
 # bins of a request's own prompt length in the TTFT mixture: finer towards the tail, which P90
@@ -112,10 +113,11 @@ RATE_TOLERANCE = 1e-3  # ... or to 0.1% of the rate, whichever is wider
 OWN_EDGES = (0.5, 0.8, 0.95, 0.99)
 STATE_GROUP_EDGES = (0.5, 0.8, 0.95, 0.99)  # running states merged for the TTFT mixture, by probability
 STEP_PROMPTS = GROUP_SIZES  # prompts sharing a step, at which their cost is found
-CHAIN_POINTS = 4  # concurrencies at which the chain of prompts per step is solved (``ServiceCurve.mean_stall_s``)
+CHAIN_POINTS = 3  # concurrencies at which the chain of prompts per step is solved (``ServiceCurve.mean_stall_s``)
 PROMPT_POINTS = 16  # prompt lengths the budget queue is solved at (quantile bins of the distribution)
 LOWEST_UTILIZATION = 1e-6
 HIGHEST_UTILIZATION = 1.0 - 1e-4
+SECANT_STEPS = 8  # ServiceCurve.service_rate's secant steps before a bracket search
 MAX_PROMPT_SHARE = 1.0 - 1e-6  # the prompts' share of a replica's time, lambda s, kept below 1
 
 
@@ -162,12 +164,12 @@ class ServiceCurve:
         ``CHAIN_POINTS`` concurrencies and interpolated in log m between them."""
         lam = np.asarray(rate, dtype=float)
         if m_index is not None:
-            at = np.full(lam.shape, m_index)
-            return group_costs(lam, self.decode_step_s[at], self.stall_s[at], self.prompt_weights) @ self.prompt_weights
+            return group_costs(
+                lam, np.full(lam.shape, self.decode_step_s[m_index]), self.mean_cost_s[[m_index] * lam.size]
+            )
         points, j, frac = self._chain_points
-        rows = np.repeat(lam, points.size)
         at = np.tile(points, lam.size)
-        costs = group_costs(rows, self.decode_step_s[at], self.stall_s[at], self.prompt_weights) @ self.prompt_weights
+        costs = group_costs(np.repeat(lam, points.size), self.decode_step_s[at], self.mean_cost_s[at])
         by_point = costs.reshape(lam.size, points.size)
         return by_point[:, j] * (1.0 - frac) + by_point[:, j + 1] * frac
 
@@ -182,6 +184,17 @@ class ServiceCurve:
         grid = np.log(points + 1.0)
         j = np.clip(np.searchsorted(grid, m, side="right") - 1, 0, points.size - 2)
         return points, j, np.clip((m - grid[j]) / (grid[j + 1] - grid[j]), 0.0, 1.0)
+
+    @cached_property
+    def per_length_s(self) -> Array:
+        """s_n(I) (R, K, N): ``stall_s`` at n = 0..GROUP_STATES-1 prompts a step
+        (``gpucap.queueing.promptqueue.per_prompt_costs``)."""
+        return per_prompt_costs(self.stall_s)
+
+    @cached_property
+    def mean_cost_s(self) -> Array:
+        """s_n (R, N): ``per_length_s`` averaged over the prompt lengths."""
+        return np.einsum("mkn,k->mn", self.per_length_s, self.prompt_weights)
 
     def completion_rates(self, rate: Array) -> Array:
         """c(m, lambda) (rows, R), requests/s finishing with m running under arrivals at ``rate``
@@ -204,9 +217,22 @@ class ServiceCurve:
             busy = np.minimum(lam * self.mean_stall_s(lam, full), MAX_PROMPT_SHARE)
             return self.slots / (self.ttft_s[-1] + (self.output_len - 1.0) * self.decode_step_s[-1] / (1.0 - busy))
 
+        # secant steps on g = lambda - c(R, lambda), increasing in lambda, from the closed loop's
+        # throughput (exact at once where prompts cost nothing: c constant); a bracket search
+        # where they do not settle within the bracket [0, top]
+        x = np.array([self.requests_per_s[-1], 0.98 * self.requests_per_s[-1]])
+        g = x - done(x)
+        for _ in range(SECANT_STEPS):
+            if g[1] == g[0]:
+                break
+            nxt = x[1] - g[1] * (x[1] - x[0]) / (g[1] - g[0])
+            if not 0.0 < nxt <= top:
+                break
+            x, g = np.array([x[1], nxt]), np.array([g[1], nxt - done(np.array([nxt]))[0]])
+            if abs(x[1] - x[0]) <= 1e-10 * x[1]:
+                return float(x[1])
         lo, hi = first_true(np.array([0.0]), np.array([top]), lambda lam: lam >= done(lam[0])[None, :], rounds=3)
-        # c(R, .) at the bracket's middle: the root to 64^-3 of ``top``, exact where prompts cost nothing
-        return float(done(0.5 * (lo + hi))[0])
+        return float(0.5 * (lo[0] + hi[0]))
 
 
 def check_burstiness(burstiness: float) -> float:
@@ -585,9 +611,13 @@ def _life_tpot(curve: ServiceCurve, life: tuple[Array, Array], m: Array, stalls:
 
 
 def _at_rows(values: Array, n: Array) -> Array:
-    """A per-concurrency table (R, K) at each row's fractional state n (rows,): (rows, K)."""
-    idx = np.arange(values.shape[0], dtype=float)
-    return np.stack([np.interp(n, idx, values[:, k]) for k in range(values.shape[1])], axis=1)
+    """A per-concurrency table (R, ...) at each row's fractional state n (rows,): (rows, ...),
+    linear between the neighbouring whole states (held at the ends)."""
+    at = np.clip(np.asarray(n, dtype=float), 0.0, values.shape[0] - 1.0)
+    lo = np.floor(at).astype(np.int64)
+    hi = np.minimum(lo + 1, values.shape[0] - 1)
+    frac = (at - lo).reshape(-1, *([1] * (values.ndim - 1)))
+    return values[lo] * (1.0 - frac) + values[hi] * frac
 
 
 def _prompt_costs_at(curve: ServiceCurve, rate: Array, n: Array) -> tuple[Array, Array, StepChain]:
@@ -598,11 +628,12 @@ def _prompt_costs_at(curve: ServiceCurve, rate: Array, n: Array) -> tuple[Array,
     budget's queue forms only when steps are full, each then carrying ``G = (M - B) / I`` prompts
     of that length: queued, a prompt holds the budget for its share of such a step,
     ``q(I) = s_G(I) + t_dec I / (M - B)``."""
-    idx = np.arange(curve.stall_s.shape[0], dtype=float)
     groups = curve.stall_s.shape[2]
-    stall_g = np.stack([_at_rows(curve.stall_s[:, :, j], n) for j in range(groups)], axis=2)  # (rows, K, G)
-    dec = np.interp(n, idx, curve.decode_step_s)
-    stall, chain = group_chain(np.asarray(rate, dtype=float), dec, stall_g, curve.prompt_weights)
+    stall_g = _at_rows(curve.stall_s, n)  # (rows, K, G)
+    dec = _at_rows(curve.decode_step_s, n)
+    stall, chain = group_chain(
+        np.asarray(rate, dtype=float), dec, _at_rows(curve.per_length_s, n), curve.prompt_weights
+    )
     room = _at_rows(curve.room_share, n)  # I / (M - B) = 1 / G
     at = np.interp(np.log(1.0 / np.maximum(room, 1e-300)), np.log(STEP_PROMPTS), np.arange(groups, dtype=float))
     lo = np.floor(at).astype(int)
@@ -869,18 +900,34 @@ def max_request_rate(
     low = np.geomspace(LOWEST_UTILIZATION, 0.5, RATE_GRID)
     high = 1.0 - np.geomspace(0.5, 1.0 - HIGHEST_UTILIZATION, RATE_GRID + 1)[1:]
     rates = curve.service_rate * np.concatenate([low, high])
-    miss = np.flatnonzero(margin(rates) < 0.0)
+    slack = margin(rates)
+    miss = np.flatnonzero(slack < 0.0)
     if miss.size == 0:
         return float(rates[-1])
     if miss[0] == 0:
         return 0.0
-    lo, hi = float(rates[miss[0] - 1]), float(rates[miss[0]])
+    k = miss[0]
+    (lo, hi), (m_lo, m_hi) = (float(rates[k - 1]), float(rates[k])), (float(slack[k - 1]), float(slack[k]))
     width = max((hi - lo) / RATE_PRECISION, RATE_TOLERANCE * lo)
+    cuts = 0
     while hi - lo > width:
-        rates = np.linspace(lo, hi, RATE_REFINE + 2)[1:-1]
-        miss = np.flatnonzero(margin(rates) < 0.0)
-        if miss.size == 0:
-            lo = float(rates[-1])
+        if cuts and m_hi > -1.0:
+            # a narrow bracket: the margin is near linear in it; look at points ``width`` apart
+            # around where it crosses zero, then cut evenly again if the crossing is not among them
+            guess = lo + (hi - lo) * m_lo / (m_lo - m_hi)
+            rates = guess + width * (np.arange(RATE_REFINE) - (RATE_REFINE - 1) / 2.0)
+            rates = rates[(rates > lo) & (rates < hi)]
         else:
-            lo, hi = (float(rates[miss[0] - 1]) if miss[0] > 0 else lo), float(rates[miss[0]])
+            rates = np.linspace(lo, hi, RATE_REFINE + 2)[1:-1]
+        cuts += 1
+        slack = margin(rates)
+        miss = np.flatnonzero(slack < 0.0)
+        if miss.size == 0:
+            lo, m_lo = float(rates[-1]), float(slack[-1])
+        else:
+            if miss[0] > 0:
+                lo, m_lo = float(rates[miss[0] - 1]), float(slack[miss[0] - 1])
+            hi, m_hi = float(rates[miss[0]]), float(slack[miss[0]])
+        if miss.size == 0 or miss[0] == 0:
+            cuts = 0  # the crossing was outside the points: cut evenly next
     return lo

@@ -64,8 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import gammaln
-from scipy.stats import norm
+from scipy.special import gammaln, ndtri
 
 from gpucap.queueing.brackets import first_true
 
@@ -174,14 +173,10 @@ def stalled_tpot(
 
 def normal_quantile(q: float) -> float:
     """z with Phi(z) = q."""
-    return float(norm.ppf(q))
+    return float(ndtri(q))
 
 
-# quantile bins of the step in progress (its length-biased distribution), with their
-# representative levels: finer towards the tail, which P90 and P99 read
-GROUP_STATES = (
-    12  # prompts a step may carry in the chain of ``step_groups``; the last holds the rest (costs are flat past 8)
-)
+GROUP_STATES = 12  # prompts a step may carry in ``step_groups``' chain; the last holds the rest (costs flat past 8)
 GROUP_SQUARINGS = 6  # the chain run 2^6 = 64 steps from an empty step (``step_groups``)
 LOG_FACTORIALS = gammaln(np.arange(GROUP_STATES) + 1.0)
 GROUP_SIZES = (1.0, 2.0, 4.0, 8.0)  # prompts in a step at which ``group_costs`` is given its costs
@@ -227,38 +222,37 @@ def step_groups(rate: Array, decode_step_s: Array, per_prompt_s: Array) -> Array
     return pi / pi.sum(axis=1, keepdims=True)
 
 
-def _riders(rate: Array, decode_step_s: Array, per_length: Array, weights: Array) -> tuple[Array, Array, Array]:
-    """``(pi, share, mean_cost)``: ``step_groups`` on the costs averaged over the lengths
-    (``mean_cost``, (rows, N)), and the share of prompts that ride n to a step (rows, N)."""
-    mean_cost = np.einsum("rkn,k->rn", per_length, weights)
+def _riders(rate: Array, decode_step_s: Array, mean_cost: Array) -> tuple[Array, Array]:
+    """``(pi, share)``: ``step_groups`` on the costs ``mean_cost`` (rows, N) averaged over the
+    lengths, and the share of prompts that ride n to a step (rows, N)."""
     pi = step_groups(rate, decode_step_s, mean_cost)
     riders = pi * np.arange(GROUP_STATES, dtype=float)[None, :]
     total = riders.sum(axis=1, keepdims=True)
     # at a trickle no step carries two: every prompt rides alone
     share = np.where(total > 1e-12, riders / np.maximum(total, 1e-300), np.eye(GROUP_STATES)[1][None, :])
-    return pi, share, mean_cost
+    return pi, share
 
 
-def group_costs(rate: Array, decode_step_s: Array, stall_at_sizes: Array, weights: Array) -> Array:
-    """Each prompt length's expected cost in the steps it rides in (rows, K): ``sum_n w_n s_n(I)``
-    with ``w_n = n pi_n / E[n]`` the share of prompts that ride n to a step (``step_groups``, on the
-    costs averaged over the lengths); ``stall_at_sizes`` (rows, K, len(GROUP_SIZES)), ``weights``
-    (K,) the lengths' probabilities."""
-    per_length = per_prompt_costs(stall_at_sizes)  # (rows, K, N)
-    _, share, _ = _riders(rate, decode_step_s, per_length, np.asarray(weights, dtype=float))
-    return np.einsum("rkn,rn->rk", per_length, share)
+def group_costs(rate: Array, decode_step_s: Array, mean_cost: Array) -> Array:
+    """A prompt's expected cost in the steps it rides in (rows,): ``sum_n w_n s_n`` with ``w_n = n
+    pi_n / E[n]`` the share of prompts that ride n to a step (``step_groups``); ``mean_cost``
+    (rows, N) the cost ``s_n`` averaged over the prompt lengths (``per_prompt_costs``)."""
+    _, share = _riders(rate, decode_step_s, mean_cost)
+    return (share * mean_cost).sum(axis=1)
 
 
-def group_chain(rate: Array, decode_step_s: Array, stall_at_sizes: Array, weights: Array) -> tuple[Array, StepChain]:
-    """``group_costs`` and the steps themselves (``StepChain``): a step that carries n prompts
-    lasts ``t_dec + n s_n``, with the spread of their lengths as two points at ``+- sqrt(n Var
-    s_n(I))`` (none for one length; the lower one held at ``t_dec``); an arrival finds one in
-    progress with probability ``pi_n D / E[D]`` (length-biased), and the prompts' share of the
-    time is ``E[n s_n] / E[D]``."""
+def group_chain(rate: Array, decode_step_s: Array, per_length: Array, weights: Array) -> tuple[Array, StepChain]:
+    """Each prompt length's expected cost in the steps it rides in (rows, K), as ``group_costs``,
+    and the steps themselves (``StepChain``): a step that carries n prompts lasts ``t_dec + n
+    s_n``, with the spread of their lengths as two points at ``+- sqrt(n Var s_n(I))`` (none for
+    one length; the lower one held at ``t_dec``); an arrival finds one in progress with
+    probability ``pi_n D / E[D]`` (length-biased), and the prompts' share of the time is
+    ``E[n s_n] / E[D]``. ``per_length`` (rows, K, N): ``s_n(I)`` (``per_prompt_costs``),
+    ``weights`` (K,) the lengths' probabilities."""
     w = np.asarray(weights, dtype=float)
-    per_length = per_prompt_costs(stall_at_sizes)  # (rows, K, N)
     dec = np.asarray(decode_step_s, dtype=float)
-    pi, share, mean_cost = _riders(rate, dec, per_length, w)
+    mean_cost = np.einsum("rkn,k->rn", per_length, w)
+    pi, share = _riders(rate, dec, mean_cost)
     costs = np.einsum("rkn,rn->rk", per_length, share)
     n = np.arange(GROUP_STATES, dtype=float)[None, :]
     work = n * mean_cost  # (rows, N)
