@@ -915,7 +915,7 @@ def max_request_rate(
             # a narrow bracket: the margin is near linear in it; look at points ``width`` apart
             # around where it crosses zero, then cut evenly again if the crossing is not among them
             guess = lo + (hi - lo) * m_lo / (m_lo - m_hi)
-            rates = guess + width * (np.arange(RATE_REFINE) - (RATE_REFINE - 1) / 2.0)
+            rates = guess + width * (np.arange(RATE_REFINE, dtype=float) - (RATE_REFINE - 1) / 2.0)
             rates = rates[(rates > lo) & (rates < hi)]
         else:
             rates = np.linspace(lo, hi, RATE_REFINE + 2)[1:-1]
