@@ -165,10 +165,57 @@ def cli_family() -> tuple[int, list[str]]:
     return tried, bad
 
 
+def files_family(tmp: Path) -> tuple[int, list[str]]:
+    """Every option that names a file, given a device that never ends, a pipe that never answers,
+    a file of NUL bytes and a folder: each in its own process under a 3 GiB limit and a 60 s
+    timeout (the cases of tests/test_hostile_files.py, over every such option)."""
+    import os
+    import resource
+    import subprocess
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    fifo = tmp / "pipe.json"
+    os.mkfifo(fifo)
+    zeros = tmp / "zeros.csv"
+    zeros.write_bytes(bytes(1 << 20))
+    est = ["estimate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100-SXM-80GB", "--input-len", "1000",
+           "--output-len", "200"]  # fmt: skip
+    results = str(LOADTESTS / "datacrunch-h200-sglang")
+    out = str(tmp / "never-written.json")
+    commands = {
+        "estimate --startup-log": [*est, "--startup-log"],
+        "estimate --coefficients": [*est, "--coefficients"],
+        "estimate --gpu-file": [*est, "--gpu-file"],
+        "calibrate --manifest": ["calibrate", results, "--out", out, "--manifest"],
+        "calibrate RESULTS": ["calibrate", "--out", out],
+        "validate CASES": ["validate"],
+        "plan --trace": ["plan", "--model", "meta-llama/Llama-3.1-8B", "--gpus", "H100-SXM-80GB", "--trace"],
+        "plan --price": ["plan", "--model", "meta-llama/Llama-3.1-8B", "--gpus", "H100-SXM-80GB", "--target-rps", "5",
+                         "--input-len", "1000", "--output-len", "200", "--simulate-top", "0", "--price"],
+    }  # fmt: skip
+    tried, bad = 0, []
+    for name, argv in commands.items():
+        for target in ("/dev/zero", str(fifo), str(zeros), str(tmp)):
+            tried += 1
+            try:
+                run = subprocess.run([sys.executable, "-m", "gpucap", *argv, target], capture_output=True, text=True,
+                                     timeout=60, preexec_fn=limit, cwd=ROOT)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                bad.append(f"{name} {target}: no answer in 60 s")
+                continue
+            lines = [ln for ln in run.stderr.strip().splitlines() if ln]
+            if run.returncode != 2 or "Traceback" in run.stderr or len(lines) != 1 or Path(out).exists():
+                bad.append(f"{name} {target}: rc {run.returncode}, {run.stderr.strip()[-100:]!r}")
+    return tried, bad
+
+
 FAMILIES: dict[str, Callable[[Path], tuple[int, list[str]]]] = {
     "model configs (shipped configs, one field at a time)": config_family,
     "result files (metrics set to bad values, damaged shapes)": results_family,
     "estimate / plan options (bad numbers)": lambda tmp: cli_family(),
+    "files an option names (/dev/zero, a pipe, NUL bytes, a folder)": files_family,
 }
 
 

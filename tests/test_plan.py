@@ -524,3 +524,22 @@ def test_a_long_reason_is_cut_at_a_clause_never_inside_a_number() -> None:
     assert said.endswith(" ...)")
     numbers = set(re.findall(r"\d+(?:\.\d+)?", text))
     assert set(re.findall(r"\d+(?:\.\d+)?", said)) <= numbers  # every number whole
+
+
+def test_plan_table_columns_never_run_together() -> None:
+    """A fleet of millions of replicas (10^8 requests/s) widens the columns instead of running
+    the replicas into the GPU count or the cost into the next figure."""
+    from gpucap.planning.result import aligned, format_plan
+
+    assert aligned([["a", "bb"], ["ccc", "1"]], "<>") == ["a   bb", "ccc  1"]
+    huge = plan(
+        "meta-llama/Llama-3.1-8B", input_len=2000, output_len=300, target_request_rate=1e8, gpus=["H100-SXM-80GB"]
+    )
+    text = format_plan(huge, top=3)
+    rows = [ln for ln in text.splitlines() if re.match(r"^[> ] +\d+ H100", ln)]
+    assert len(rows) == 3
+    for row in rows:
+        cells = re.search(r" (\d+)\+\d+ +(\d+) .* ([\d,]+\.\d\d) ", row)
+        assert cells, row
+        replicas, total, cost = cells.groups()
+        assert int(total) > int(replicas) > 1_000_000 and float(cost.replace(",", "")) > 1e6, row

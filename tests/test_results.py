@@ -459,3 +459,20 @@ def test_reading_is_linear_in_the_number_of_runs(tmp_path: Path) -> None:
     bad: list[tuple[str, str]] = []
     runs = read_result_file(path, bad)
     assert len(runs) == 20_000 and bad == []
+
+
+def test_truncated_json_line_keeps_the_complete_ones(tmp_path: Path) -> None:
+    """An interrupted ``--append-result`` leaves a last line cut short: the two complete runs load
+    and the broken line is reported by its line number; read strictly, the file is refused naming
+    that line; a pretty-printed document cut short is refused as a whole."""
+    a, b = vllm_serve_result(), vllm_serve_result(request_rate=4.0)
+    path = write(tmp_path / "runs.jsonl", json.dumps(a) + "\n" + json.dumps(b) + "\n" + json.dumps(a)[:57])
+    bad: list[tuple[str, str]] = []
+    rows = read_result_file(path, bad)
+    assert len(rows) == 2 and [r["request_rate"] for r in rows][1] == 4.0
+    assert len(bad) == 1 and bad[0][0].endswith("line 3") and "truncated" in bad[0][1]
+    with pytest.raises(ValueError, match="line 3"):
+        read_result_file(path)
+    pretty = write(tmp_path / "cut.json", json.dumps(a, indent=1)[:200])
+    with pytest.raises(ValueError, match="truncated or invalid JSON"):
+        read_result_file(pretty, [])

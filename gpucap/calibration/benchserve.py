@@ -61,9 +61,12 @@ def bench_run(d: Any, where: str) -> dict[str, Any]:
     return row
 
 
-def json_values(text: str, where: str) -> list[tuple[Any, int]]:
+def json_values(text: str, where: str, broken: list[tuple[str, str]] | None = None) -> list[tuple[Any, int]]:
     """Every JSON value in ``text`` (one document, JSON lines, or concatenated), with its line;
-    linear in the text's length (lines counted from the previous value on)."""
+    linear in the text's length (lines counted from the previous value on). A value that does not
+    parse is an error naming its line; with ``broken``, it is listed there (name, reason) and
+    reading goes on from the next line (the state an interrupted ``--append-result`` leaves: the
+    complete lines keep their runs; reading resumes at the next line that begins with ``{``)."""
     decoder, i, line, counted = json.JSONDecoder(), 0, 1, 0
     space = re.compile(r"\s*")
     out: list[tuple[Any, int]] = []
@@ -76,9 +79,13 @@ def json_values(text: str, where: str) -> list[tuple[Any, int]]:
         try:
             obj, i = decoder.raw_decode(text, i)
         except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"{where}: truncated or invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
-            ) from None
+            why = f"truncated or invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
+            if broken is None:
+                raise ValueError(f"{where}: {why}") from None
+            broken.append((f"{where}, line {line}", why))
+            nxt = text.find("\n{", i)  # the next line that opens a value (not a line inside this one)
+            i = len(text) if nxt < 0 else nxt + 1
+            continue
         except RecursionError:
             raise ValueError(f"{where}: JSON nested too deeply at line {line} (not a load-test result)") from None
         except ValueError as exc:  # e.g. an integer longer than Python reads
@@ -89,7 +96,12 @@ def json_values(text: str, where: str) -> list[tuple[Any, int]]:
 def read_bench_json(text: str, where: str, bad_runs: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """The runs of a JSON file; with ``bad_runs``, a run that does not read (a non-finite or
     absurd value, a missing key) is listed there and the file's other runs still load."""
-    objs = json_values(text, where)
+    broken: list[tuple[str, str]] = []
+    objs = json_values(text, where, None if bad_runs is None else broken)
+    if not objs:  # nothing parsed: the file itself is broken, not one of its lines
+        raise ValueError(f"{where}: {broken[0][1]}")
+    if bad_runs is not None:
+        bad_runs.extend(broken)
     if len(objs) == 1 and isinstance(objs[0][0], dict) and "benchmarks" in objs[0][0]:
         return read_guidellm(objs[0][0], where)
     if len(objs) == 1 and isinstance(objs[0][0], list):

@@ -6,7 +6,9 @@ row resolved into hardware and a load (``gpucap.calibration.validate.prepare_cas
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +21,12 @@ from gpucap.catalog.gpus import scaled
 from gpucap.config import VLLM_UTILIZATION_BEFORE_0_20, EngineConfig, Hardware
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import Load
+from gpucap.textfiles import read_text
 
 # Prompts of a closed-loop or single-request row that does not say how many it sent.
 DEFAULT_PROMPTS_PER_SLOT = 8
 SINGLE_REQUEST_PROMPTS = 8
+MAX_TABLE_BYTES = 256 << 20  # a cases or corrections CSV: ~1M rows at most
 
 
 def read_table(path: Path, what: str, required: tuple[str, ...], **read_csv: Any) -> pd.DataFrame:
@@ -30,15 +34,29 @@ def read_table(path: Path, what: str, required: tuple[str, ...], **read_csv: Any
     a CSV, or a missing ``required`` column is a ValueError naming the file (``what`` says which
     kind: "cases file", "corrections file")."""
     try:
-        df = pd.read_csv(path, **read_csv)
+        df = pd.read_csv(io.StringIO(read_text(path, what, MAX_TABLE_BYTES)), **read_csv)
     except FileNotFoundError:
         raise ValueError(f"{what} {path} does not exist") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, MemoryError) as exc:
         raise ValueError(f"{what} {path} is not a readable CSV ({exc})") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ValueError(f"{what} {path} lacks required columns: {', '.join(missing)}")
     return df
+
+
+def csv_columns(path: Path, what: str) -> list[str]:
+    """The header of a CSV the user names (read as ``read_table`` reads it: a regular file of
+    bounded size); ValueError naming the file otherwise."""
+    try:
+        text = read_text(path, what, MAX_TABLE_BYTES)
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path} does not exist") from None
+    first = text.split("\n", 1)[0]
+    try:
+        return [c.strip() for c in next(csv.reader([first]), [])]
+    except csv.Error as exc:
+        raise ValueError(f"{what} {path} is not a readable CSV ({exc})") from None
 
 
 def cell_number(row: pd.Series, col: str, default: float | None = None) -> float | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucap.calibration.resultfields import hardware_fields
+from gpucap.textfiles import read_text
 
 MANIFEST_NAMES = ("manifest.json", "manifest.csv")
 Manifest = list[tuple[Path | None, str, dict[str, Any]]]  # (folder, glob, fields)
@@ -32,12 +33,14 @@ def read_manifest(source: str | Path | Mapping[str, Mapping[str, Any]]) -> Manif
         path = Path(source)
         folder, where = path.parent, str(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path, "manifest")
             if path.suffix.lower() == ".csv":
                 entries = {r.pop("pattern", "") or "": r for r in csv.DictReader(io.StringIO(text))}
             else:
                 entries = json.loads(text)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error) as exc:
+        except FileNotFoundError:
+            raise ValueError(f"{where}: no such manifest file") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, csv.Error, RecursionError) as exc:
             raise ValueError(f"{where}: unreadable manifest ({exc})") from None
     if not isinstance(entries, dict):
         raise ValueError(f"{where}: a manifest maps file globs to {{gpu, num_gpus, tp, pp, ep, engine, model}}")

@@ -153,7 +153,10 @@ def _files(item: Path) -> tuple[list[Path], list[Path], list[tuple[str, str]]]:
     if item.is_file():
         return [item], [item.parent / n for n in MANIFEST_NAMES if (item.parent / n).is_file()], []
     if not item.is_dir():
-        raise ValueError(f"{item}: no such file or folder")
+        there = item.exists()
+        raise ValueError(
+            f"{item}: {'not a regular file or folder (a pipe or device)' if there else 'no such file or folder'}"
+        )
     found = sorted(f for f in item.rglob("*") if f.is_file() and f.suffix.lower() in SUFFIXES)
     manifests = sorted((f for f in found if f.name in MANIFEST_NAMES), key=lambda m: len(m.parts))
     files = [f for f in found if f.name not in MANIFEST_NAMES]
@@ -170,6 +173,8 @@ def _files(item: Path) -> tuple[list[Path], list[Path], list[tuple[str, str]]]:
 
 def _text_kind(file: Path) -> str:
     """Why the text file ``file`` is not a result (``TEXT_NOT_RESULTS``, by how it begins), or ""."""
+    if not file.is_file():
+        return "not a regular file (a pipe or device is never read)"
     with file.open("rb") as fh:
         head = fh.read(64).decode("utf-8", "replace").lstrip("\ufeff")
     return next((why for start, why in TEXT_NOT_RESULTS.items() if head.startswith(start)), "")

@@ -27,7 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from gpucap.physics.memory import MemoryBreakdown
+from gpucap.textfiles import read_text
 from gpucap.units import GiB
+
+MAX_LOG_BYTES = 64 << 20  # a vLLM start-up log is a few hundred KiB; 64 MiB is a whole day's server log
 
 _NUM = r"(-?\d[\d,]*(?:\.\d+)?)"
 # (field, pattern, keep): the first group is the number; keep says which of several lines wins
@@ -131,9 +134,9 @@ def read_startup_log(path: str | Path) -> StartupMemory:
     """``parse_startup_log`` of a file; a missing or unreadable file is named in the error."""
     p = Path(path)
     try:
-        text = p.read_text(errors="replace")
-    except OSError as e:
-        raise ValueError(f"cannot read start-up log {p}: {e.strerror or e}") from e
+        text = read_text(p, "start-up log", MAX_LOG_BYTES)
+    except FileNotFoundError:
+        raise ValueError(f"start-up log {p} does not exist") from None
     return parse_startup_log(text, str(p))
 
 

@@ -211,13 +211,16 @@ def read_gpu_file(path: str | Path) -> dict[str, GPU]:
         text = read_text(path, "GPU file")
     except FileNotFoundError:
         raise ValueError(f"GPU file {path} does not exist") from None
-    reader = csv.DictReader(text.splitlines())
-    missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+    try:
+        reader = csv.DictReader(text.splitlines())
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        rows = [(reader.line_num, row) for row in reader]
+    except csv.Error as exc:
+        raise ValueError(f"GPU file {path} is not a readable CSV ({exc})") from None
     if missing:
         raise ValueError(f"GPU file {path} lacks columns: {', '.join(missing)}")
     gpus: dict[str, GPU] = {}
-    for row in reader:
-        line = reader.line_num
+    for line, row in rows:
         if not (row.get("key") or "").strip():
             raise ValueError(f"{path}, line {line}: empty key")
         gpu = _gpu_from_row(row, f"{path}, line {line} ({row['key']})")

@@ -93,15 +93,15 @@ def add_gpu_file(a: argparse.Namespace) -> None:
 
 def read_calibration_cases(a: argparse.Namespace) -> tuple[Any, Any]:
     """Cases to fit (schema of measured-public.csv) and the tidy runs they came from (or None)."""
-    import pandas as pd
 
     add_gpu_file(a)
+    from gpucap.calibration.cases import csv_columns
     from gpucap.calibration.loadtests import cases_from_runs
     from gpucap.calibration.results import read_results, runs_needing
     from gpucap.calibration.validate import read_cases
 
     first = Path(a.results[0])
-    if len(a.results) == 1 and first.suffix == ".csv" and "load_mode" in pd.read_csv(first, nrows=0).columns:
+    if len(a.results) == 1 and first.suffix == ".csv" and "load_mode" in csv_columns(first, "results file"):
         return read_cases(first), None
     defaults = {
         k: v
@@ -144,8 +144,16 @@ def run(a: argparse.Namespace) -> int:
 
         read_history(history_path(a.history))
     cases, _ = read_calibration_cases(a)
+    # the files a fit is traced to: result files and manifests (what was read), not everything
+    # beside them (a checkpoint in the same folder is neither read nor hashed)
+    from gpucap.calibration.manifests import MANIFEST_NAMES
+    from gpucap.calibration.results import SUFFIXES
+
     sources = [
-        str(p) for arg in a.results for p in ([Path(arg)] if Path(arg).is_file() else sorted(Path(arg).rglob("*")))
+        str(p)
+        for arg in a.results
+        for p in ([Path(arg)] if Path(arg).is_file() else sorted(Path(arg).rglob("*")))
+        if p.is_file() and (p.suffix.lower() in SUFFIXES or p.name in MANIFEST_NAMES)
     ]
     fit = calibrate(
         cases,

@@ -328,13 +328,24 @@ def clip(text: str, limit: int = CLIP) -> str:
     return (text[:at] if at > 0 else text).rstrip() + " ..."
 
 
-def _check_cells(r: Any) -> str:
+def _check_cells(r: Any) -> list[str]:
+    """The simulation's verdict, TTFT s and TPOT ms of a plans row (blank where not simulated)."""
     state = getattr(r, "check", NOT_CHECKED)
     if state != "meets" and state != "misses":
-        return f"  {state:<13}{'':>8}{'':>9}"
-    verdict = "meets" if state == "meets" else "MISSES"
+        return [state, "", ""]
     tpot = r.tpot_s_simulated * 1e3
-    return f"  {verdict:<13}{r.ttft_s_simulated:>8.3g}{'-' if math.isnan(tpot) else f'{tpot:.3g}':>9}"
+    return [
+        "meets" if state == "meets" else "MISSES",
+        f"{r.ttft_s_simulated:.3g}",
+        "-" if math.isnan(tpot) else f"{tpot:.3g}",
+    ]
+
+
+def aligned(rows: list[list[str]], aligns: str) -> list[str]:
+    """Rows of cells as text columns, each as wide as its widest cell (a header included) and
+    one space apart: ``aligns`` gives each column ``<`` (left) or ``>`` (right)."""
+    widths = [max(len(row[k]) for row in rows) for k in range(len(aligns))]
+    return [" ".join(f"{cell:{a}{w}}" for cell, a, w in zip(row, aligns, widths, strict=True)).rstrip() for row in rows]
 
 
 def format_plan(p: Plan, top: int = 10) -> str:
@@ -357,20 +368,20 @@ def format_plan(p: Plan, top: int = 10) -> str:
             plans = number_plans(plans)
         rec = p.recommended
         shown = max(top, int(plans.index[plans["recommended"]][0]) + 1 if rec is not None else 0)
-        lines.append(
-            f"{'':<2}{'plan':>4} {'gpu':<16}{'gpus':>5}{'tp':>4}{'pp':>4}{'ep':>4} {'weights':<8}{'kv':<6}{'replicas':>9}"
-            f"{'total':>7}{'util':>6}{'TTFT s':>8}{'TPOT ms':>9}{'$/hour':>9}{'$/M out':>9}  {'simulated':<13}"
-            f"{'TTFT s':>8}{'TPOT ms':>9}"
-        )
+        header = ["", "plan", "gpu", "gpus", "tp", "pp", "ep", "weights", "kv", "replicas", "total", "util", "TTFT s",
+                  "TPOT ms", "$/hour", "$/M out", "simulated", "TTFT s", "TPOT ms"]  # fmt: skip
+        rows = [header]
         for r in plans.head(shown).itertuples():
-            mark = ">" if getattr(r, "recommended", False) else ""
-            tpot = "-" if math.isnan(r.tpot_s) else f"{r.tpot_s * 1e3:.3g}"
-            lines.append(
-                f"{mark:<2}{r.plan:>4} {r.gpu:<16}{r.gpus_per_replica:>5}{r.tp:>4}{r.pp:>4}{r.ep:>4} "
-                f"{r.weight_dtype:<8}{r.kv_dtype:<6}{f'{r.replicas - r.spare_replicas}+{r.spare_replicas}':>9}"
-                f"{r.total_gpus:>7}{r.utilization:>6.0%}{r.ttft_s:>8.3g}{tpot:>9}{r.cost_per_hour:>9.2f}"
-                f"{r.cost_per_million_output_tokens:>9.3g}" + _check_cells(r).rstrip()
-            )
+            rows.append(
+                [
+                    ">" if getattr(r, "recommended", False) else "", str(r.plan), str(r.gpu), str(r.gpus_per_replica),
+                    str(r.tp), str(r.pp), str(r.ep), str(r.weight_dtype), str(r.kv_dtype),
+                    f"{r.replicas - r.spare_replicas}+{r.spare_replicas}", str(r.total_gpus), f"{r.utilization:.0%}",
+                    f"{r.ttft_s:.3g}", "-" if math.isnan(r.tpot_s) else f"{r.tpot_s * 1e3:.3g}",
+                    f"{r.cost_per_hour:,.2f}", f"{r.cost_per_million_output_tokens:.3g}", *_check_cells(r),
+                ]
+            )  # fmt: skip
+        lines += aligned(rows, "<><>>>><<>>>>>>><>>")
         more = plans.iloc[shown:]
         if not more.empty:
             sim = int((more["check"] != NOT_CHECKED).sum())
