@@ -140,6 +140,7 @@ def closed_loop(
     prompt_steps: str = "auto",
     waits: bool = True,
     cached_tokens: ArrayLike = 0.0,
+    context_tokens: ArrayLike | None = None,
 ) -> LoadPoint:
     """Steady state with ``concurrency`` requests always in the system (each finished request is
     replaced at once, as ``vllm bench serve --max-concurrency`` does).
@@ -182,6 +183,10 @@ def closed_loop(
     the last token of a full hit) and their attention pairs over the whole prompt,
     ``P(I) - P(h)`` (``prefill_pairs_per_layer``); I above reads ``I - h`` for the prompt work
     and I for the context every token attends to.
+
+    ``context_tokens``: the mean context a decoding token attends to (prompt included, images
+    not), ``I + O / 2`` by default. Where lengths differ, the running requests are the long-lived
+    ones more often: ``E[I] + E[O^2] / (2 E[O])`` (``gpucap.queueing.kvfit.held_moments``).
     """
     apart = _prompt_steps_apart(hw, prompt_steps)
     ex = Extras(images, speculative)
@@ -194,6 +199,7 @@ def closed_loop(
         output_len=output_len,
         max_running=max_running,
         cached_tokens=cached_tokens,
+        context_tokens=context_tokens,
     )
     lead_s = _frontend_latency(hw, coef)
     r = load.running

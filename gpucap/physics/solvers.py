@@ -196,18 +196,23 @@ def closed_load(
     output_len: ArrayLike,
     max_running: ArrayLike,
     cached_tokens: ArrayLike,
+    context_tokens: ArrayLike | None = None,
 ) -> ClosedLoad:
     """The load of ``closed_loop``: inputs broadcast and flattened, the prompt after the prefix
     cache (``I - h`` tokens computed, at least one, and ``P(I) - P(h)`` pairs), image tokens
     added, ``D = (O - 1) / tau`` decode steps and the budget's ``a = M / (I + (k + 1) D)``."""
-    c, i, o, cap, h = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running, cached_tokens))
+    context = np.nan if context_tokens is None else context_tokens
+    c, i, o, cap, h, held = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running, cached_tokens, context))
     )
     shape = c.shape
-    c, i, o, cap, h = (np.ravel(v) for v in (c, i, o, cap, h))
+    c, i, o, cap, h, held = (np.ravel(v) for v in (c, i, o, cap, h, held))
     if np.any(h < 0) or np.any(h > i):
         raise ValueError("cached_tokens must lie between 0 and the prompt's input_len")
-    ctx = i + ex.image_tokens(hw) + o / 2.0  # what a decoding token attends to, cached or not
+    if context_tokens is not None and not np.all(held >= 1.0):
+        raise ValueError(f"context_tokens must be a number of tokens >= 1, got {context_tokens!r}")
+    # what a decoding token attends to, cached or not: I + O / 2 for one length, else the given mean
+    ctx = np.where(np.isnan(held), i + o / 2.0, held) + ex.image_tokens(hw)
     pairs_one = prefill_pairs_per_layer(hw.spec, i + ex.image_tokens(hw)) - prefill_pairs_per_layer(hw.spec, h)
     i = np.maximum(i - h, 1.0) + ex.image_tokens(hw)  # from here on: the prompt tokens computed
     m = float(hw.engine.max_num_batched_tokens or 8192)

@@ -134,13 +134,17 @@ def rate_load(
     )
 
 
-def replica_curve(hw: Hardware, coef: Coefficients, *, inp: Lengths, out: Lengths, cap: float) -> ServiceCurve:
+def replica_curve(
+    hw: Hardware, coef: Coefficients, *, inp: Lengths, out: Lengths, cap: float, kv_slots: float | None = None
+) -> ServiceCurve:
     """One replica's ``service_curve`` at the workload's mean lengths and their spread, up to
-    ``cap`` batch slots; its last point is the full batch (``ServiceCurve.comm_share[-1]``: the
-    link's share of a decode step with every slot busy)."""
+    ``cap`` batch slots, with ``kv_slots`` requests of mean length in its KV cache (None: not
+    counted); its last point is the full batch (``ServiceCurve.comm_share[-1]``: the link's
+    share of a decode step with every slot busy)."""
     return service_curve(
-        hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap, input_lengths=inp, output_lengths=out
-    )
+        hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap, input_lengths=inp, output_lengths=out,
+        kv_slots=kv_slots,
+    )  # fmt: skip
 
 
 def mean_in_system(rate: float, lat: Any) -> float:

@@ -255,7 +255,7 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
     # communication-bound is a property of the option, judged with every slot busy (not at
     # the target's load, so that a looser SLO or a lower target cannot make it pass or fail)
     per_rate = ask.target.kind != "concurrency"
-    curve = replica_curve(hw, ask.coef, inp=inp, out=out, cap=cap) if per_rate else None
+    curve = replica_curve(hw, ask.coef, inp=inp, out=out, cap=cap, kv_slots=slots) if per_rate else None
     if curve is not None:
         share = float(curve.comm_share[-1])  # the curve's last point is the full batch
     else:

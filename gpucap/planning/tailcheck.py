@@ -48,6 +48,12 @@ class TailCase:
         return float(batch_slots(self.hw, held))
 
     @property
+    def kv_slots(self) -> float:
+        """Requests of mean length the KV cache holds (``memory_limit``)."""
+        _, held = memory_limit(self.hw, self.inp.mean + self.out.mean)
+        return float(held)
+
+    @property
     def kv_tokens(self) -> float:
         mem, _ = memory_limit(self.hw, self.inp.mean + self.out.mean)
         return float(mem.kv_tokens_per_gpu * self.hw.layout.attn_dp)
@@ -68,6 +74,7 @@ def analytic_tail(
         max_running=cap,
         input_lengths=inp,
         output_lengths=out,
+        kv_slots=case.kv_slots,
     )
     lat = open_loop_latency(
         case.hw, coef, request_rate=np.asarray(rates, dtype=float), input_len=inp.mean, output_len=out.mean,
@@ -97,9 +104,7 @@ def compare(
     for s in stats:
         if s not in QUANTILES:
             raise ValueError(f"stats must be percentiles among {', '.join(QUANTILES)}, got {s!r}")
-    mu = service_curve(
-        case.hw, coef, input_len=case.inp.mean, output_len=case.out.mean, max_running=case.slots
-    ).service_rate
+    mu = analytic_tail(case, coef, [1e-6], ("p99",), burstiness).attrs["service_rate"]
     rates = [u * mu for u in utilizations]
     ana = analytic_tail(case, coef, rates, stats, burstiness)
     rows = []

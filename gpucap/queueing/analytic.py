@@ -1,18 +1,29 @@
 """Tail latency of one replica under open-loop arrivals (DESIGN.md section 5, "Open loop").
 
 The replica is a queue whose speed depends on how many requests it holds. With n requests in the
-engine and R = ``max_running`` batch slots, min(n, R) run and finish at ``mu(n) = X(min(n, R))``,
-the closed-loop throughput at that concurrency (``gpucap.physics.batching.closed_loop``); the rest wait,
-first come first served, for a slot. Arrivals: Poisson, or gamma gaps of shape ``burstiness``
-(squared coefficient of variation ``c_a^2 = 1 / burstiness``).
+engine and R = ``max_running`` batch slots, min(n, R) run and the rest wait, first come first
+served, for a slot. m running finish at
+
+    c(m, lambda) = m / (TTFT(m) + (O - 1) t_dec(m) / (1 - lambda s(lambda, m))),
+
+the closed loop's prefill time and decode-only step at m (``gpucap.physics.batching.closed_loop``,
+at the running requests' length-biased mean context), each decode step stretched by the prompts
+that arrive at lambda, a share ``lambda s`` of the time, s a prompt's cost over the prompts a step
+carries (``gpucap.queueing.promptqueue.group_costs``). The closed loop's own throughput X(m) is
+this at lambda = X(m); under open-loop arrivals the prompts come at lambda whatever m is. The
+service rate mu is the fixed point ``mu = c(R, mu)``. Where lengths differ and the KV cache binds,
+fewer than R may fit at once: N of them, random (``gpucap.queueing.kvfit``); then min(m, N) run,
+the rates are ``E[c(min(m, N))]`` and an arrival that finds n >= N waits. Arrivals: Poisson, or
+gamma gaps of shape ``burstiness`` (squared coefficient of variation ``c_a^2 = 1 / burstiness``).
 
 1. Number in system. Below R, continuous batching is processor sharing with a state-dependent
    rate (every running request advances one token a step). Under Poisson arrivals that queue has
    the product form ``pi(n) = pi(0) prod_{k <= n} lambda / mu(k)`` whatever the distribution of
    the work (insensitivity: Cohen, "The multiple phase service network with generalized processor
    sharing", Acta Informatica 12, 1979; Kelly, "Reversibility and Stochastic Networks", 1979,
-   section 3.3). For gamma arrivals the chain is taken in its diffusion form (Kobayashi, JACM 21,
-   1974): drift ``lambda - mu(n)``, variance ``c_a^2 lambda + c_d^2 mu(n)``, so that
+   section 3.3), mu(n) = c(n, lambda) above. For gamma arrivals the chain is taken in its
+   diffusion form (Kobayashi, JACM 21, 1974): drift ``lambda - mu(n)``, variance ``c_a^2 lambda +
+   c_d^2 mu(n)``, so that
    ``ln pi(n) - ln pi(n-1) = ln(lambda / mu(n)) (lambda + mu(n)) / (c_a^2 lambda + c_d^2 mu(n))``.
    Departures repeat the arrival pattern (each request enters at once and leaves about one
    sojourn later, as in an infinite-server queue), ``c_d^2 = c_a^2``, and the exponent is
@@ -55,8 +66,8 @@ first come first served, for a slot. Arrivals: Poisson, or gamma gaps of shape `
    - e2e = TTFT + (O - 1) TPOT.
 
 Percentiles come from these mixtures: a grid search on the mixture CDF for TTFT and e2e
-(``gpucap.queueing.brackets``); for TPOT the quantile of m (interpolated between states) carried through the non-decreasing TPOT(m), with the
-stalls at the same quantile. The prompt lengths' distribution enters through the budget's queue,
+(``gpucap.queueing.brackets``); for TPOT the quantile of m (interpolated between states) carried
+through the non-decreasing TPOT(m), with the stalls at the same quantile. The prompt lengths' distribution enters through the budget's queue,
 the steps and the stalls (``input_lengths``), the output lengths' through how widely the stalls
 spread TPOT (``output_lengths``). Agreement with the step-level simulation on a grid of models,
 lengths, splits and loads: ``gpucap.planning.tailcheck``, ``benchmarks/tailgrid.py``. TTFT and
@@ -82,6 +93,7 @@ from gpucap.physics.memory import ArrayLike
 from gpucap.physics.step import Array, step_time, step_work
 from gpucap.queueing.benchstats import sample_stats
 from gpucap.queueing.brackets import first_true
+from gpucap.queueing.kvfit import held_moments, slot_shares
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.promptqueue import (
     GROUP_SIZES,
@@ -156,6 +168,7 @@ class ServiceCurve:
     room_share: Array  # (R, K) the prompt's tokens over the budget's room, I / (M - B)
     own_extra_s: Array  # (J,) TTFT alone of a prompt of each length bin over the mean prompt's
     own_weights: Array  # (J,) their probabilities
+    slot_shares: Array  # (R,) P(N = k) requests fit in the KV cache at once, k = 1..R (``gpucap.queueing.kvfit``)
 
     def mean_stall_s(self, rate: Array, m_index: int | None = None) -> Array:
         """s(lambda, m) (rows, R), or (rows,) at ``m_index`` (index m - 1): the mean time a prompt
@@ -199,11 +212,23 @@ class ServiceCurve:
     def completion_rates(self, rate: Array) -> Array:
         """c(m, lambda) (rows, R), requests/s finishing with m running under arrivals at ``rate``
         (rows,): ``m / (TTFT(m) + (O - 1) t_dec(m) / (1 - lambda s(lambda, m)))`` (module
-        docstring, step 1)."""
+        docstring, step 1); where lengths differ and the KV cache binds, min(m, N) of them run
+        (``slot_shares``), ``E[c(min(m, N))]``."""
         lam = np.asarray(rate, dtype=float)[:, None]
         busy = np.minimum(lam * self.mean_stall_s(lam[:, 0]), MAX_PROMPT_SHARE)
         life = self.ttft_s[None, :] + (self.output_len - 1.0) * self.decode_step_s[None, :] / (1.0 - busy)
-        return np.arange(1, self.slots + 1, dtype=float)[None, :] / life
+        done = np.arange(1, self.slots + 1, dtype=float)[None, :] / life
+        if self.slot_shares[-1] >= 1.0:
+            return done
+        # with m in the replica, min(m, N) run: the mean of c over the requests that fit, N
+        p = self.slot_shares[None, :]
+        below = np.concatenate([np.zeros((done.shape[0], 1)), np.cumsum(p * done, axis=1)[:, :-1]], axis=1)
+        return below + self.fits_at_least[None, :] * done
+
+    @cached_property
+    def fits_at_least(self) -> Array:
+        """P(N >= m) (R,), m = 1..R: the KV cache holds at least m of the requests at once."""
+        return np.cumsum(self.slot_shares[::-1])[::-1]
 
     @cached_property
     def service_rate(self) -> float:
@@ -214,6 +239,8 @@ class ServiceCurve:
 
         def done(lam: Array) -> Array:
             """c(R, lambda) at each of ``lam``."""
+            if self.slot_shares[-1] < 1.0:
+                return self.completion_rates(lam)[:, -1]
             busy = np.minimum(lam * self.mean_stall_s(lam, full), MAX_PROMPT_SHARE)
             return self.slots / (self.ttft_s[-1] + (self.output_len - 1.0) * self.decode_step_s[-1] / (1.0 - busy))
 
@@ -268,13 +295,16 @@ def service_curve(
     max_running: float,
     input_lengths: Lengths | None = None,
     output_lengths: Lengths | None = None,
+    kv_slots: float | None = None,
 ) -> ServiceCurve:
     """``closed_loop`` at up to ``CURVE_POINTS`` concurrencies from 1 to R = floor(max_running),
     interpolated in log m to every whole m (one vectorized call); and at the same points the
     decode-only step and what each prompt length (``input_lengths``, default ``input_len`` for
     every request) costs the token budget and the decodes (``gpucap.queueing.promptqueue``);
     ``output_lengths`` (default ``output_len`` for every request) sets how widely the stalls
-    spread TPOT."""
+    spread TPOT. ``kv_slots``: the requests of mean length the KV cache holds (``memory_limit``);
+    with it, how many of the workload's lengths fit at once (``gpucap.queueing.kvfit``); None: R
+    always fit."""
     for name, v in (("input_len", input_len), ("output_len", output_len)):
         if not (np.isfinite(v) and v >= 1):
             raise ValueError(f"{name} must be a number of tokens >= 1, got {v!r}")
@@ -282,9 +312,13 @@ def service_curve(
         raise ValueError(f"max_running must be a finite number of batch slots >= 1, got {max_running!r}")
     slots = int(np.floor(max_running))
     grid = np.unique(np.round(np.geomspace(1.0, slots, min(CURVE_POINTS, slots))))
+    inp = input_lengths if input_lengths is not None else Lengths.fixed(input_len)
+    out = output_lengths if output_lengths is not None else Lengths.fixed(output_len)
+    ctx, held_sd = held_moments(inp, out)  # the running requests' mean context: length-biased
     pt = closed_loop(
-        hw, coef, concurrency=grid, input_len=input_len, output_len=output_len, max_running=slots, waits=False
-    )  # the wait for the step in progress is the model's own (below)
+        hw, coef, concurrency=grid, input_len=input_len, output_len=output_len, max_running=slots, waits=False,
+        context_tokens=ctx,
+    )  # the wait for the step in progress is the model's own (below)  # fmt: skip
     m = np.arange(1, slots + 1, dtype=float)
 
     def interp(y: Array) -> Array:
@@ -292,7 +326,6 @@ def service_curve(
 
     tokens, weights = _prompt_points(input_lengths, input_len)
     own_extra, own_weights = _own_extra(hw, coef, tokens, weights, input_len, output_len)
-    ctx = input_len + output_len / 2.0
     decode_s, stall, room = prompt_costs(hw, coef, pt.decode_batch, ctx, tokens)
 
     def interp_cols(y: Array) -> Array:
@@ -318,7 +351,20 @@ def service_curve(
         room_share=interp_cols(room),
         own_extra_s=own_extra,
         own_weights=own_weights,
+        slot_shares=_slot_shares(slots, kv_slots, input_len + output_len, ctx, held_sd),
     )
+
+
+def _slot_shares(slots: int, kv_slots: float | None, length: float, held_mean: float, held_sd: float) -> Array:
+    """``ServiceCurve.slot_shares``: all R fit without ``kv_slots``; else ``kvfit.slot_shares``
+    on ``kv_slots`` x ``length`` (I + O) tokens of context."""
+    hard = np.zeros(slots)
+    hard[-1] = 1.0
+    if kv_slots is None:
+        return hard
+    if not (np.isfinite(kv_slots) and kv_slots > 0):
+        raise ValueError(f"kv_slots must be a positive number of requests, got {kv_slots!r}")
+    return slot_shares(float(kv_slots) * length, slots, held_mean, held_sd)
 
 
 def _own_extra(
@@ -439,7 +485,10 @@ def state_distribution(curve: ServiceCurve, rate: Array, burstiness: float, serv
     r = np.exp(burstiness * log_ratio[:, -1])
     tail = pi[:, -1] / (1.0 - r)  # sum over n >= R
     edges = _bins(curve.slots)
-    weight = np.add.reduceat(pi[:, :-1], edges, axis=1)
+    # an arrival that finds n waits when the KV cache holds no more than n (P(N <= n))
+    blocked = 1.0 - curve.fits_at_least  # (R,), n = 0..R-1: P(N < n + 1)
+    weight = np.add.reduceat(pi[:, :-1] * (1.0 - blocked)[None, :], edges, axis=1)
+    tail = tail + pi[:, :-1] @ blocked
     total = weight.sum(axis=1) + tail
     weight, p_wait = weight / total[:, None], tail / total
     n = np.arange(curve.slots, dtype=float)

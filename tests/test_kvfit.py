@@ -1,0 +1,54 @@
+"""``gpucap.queueing.kvfit``: the tokens running requests hold and how many of them fit. Expected
+values are worked out by hand below."""
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from gpucap.config import hardware
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.queueing.kvfit import held_moments, slot_shares
+from gpucap.queueing.lengths import Lengths
+
+
+def test_held_tokens_are_length_biased() -> None:
+    """Prompts of 1,000; outputs of 100 or 300, even odds. A running request is the 300-token one
+    three times in four (it lives three times as long), at a uniform point of its life: h is
+    uniform on [1000, 1100] w.p. 1/4 and on [1000, 1300] w.p. 3/4, so E[h] = 0.25 x 1050 + 0.75 x
+    1150 = 1125 (not I + E[O] / 2 = 1100), and E[h^2] = 0.25 (1050^2 + 100^2 / 12) + 0.75 (1150^2 +
+    300^2 / 12) = 1,273,333.3, sd = sqrt(1,273,333.3 - 1125^2) = 87.80."""
+    mean, sd = held_moments(Lengths.fixed(1000), Lengths((100.0, 300.0), (0.5, 0.5)))
+    assert mean == pytest.approx(1125.0)
+    assert sd == pytest.approx(np.sqrt(0.25 * (1050**2 + 100**2 / 12) + 0.75 * (1150**2 + 300**2 / 12) - 1125**2))
+    assert held_moments(Lengths.fixed(1000), Lengths.fixed(200)) == pytest.approx((1100.0, 200 / np.sqrt(12)))
+
+
+def test_requests_that_fit() -> None:
+    """5,000 tokens of context, h of mean 1,000 and sd 300, at most 6 slots: P(N >= n) =
+    Phi((5000 - 1000 n) / (300 sqrt(n))): 0.5 at n = 5, Phi(-1000 / (300 sqrt 6)) = 0.0868 at 6."""
+    p = slot_shares(5000.0, 6, 1000.0, 300.0)
+    at_least = np.cumsum(p[::-1])[::-1]
+    assert p.sum() == pytest.approx(1.0)
+    assert at_least[4] == pytest.approx(0.5)
+    assert p[5] == pytest.approx(norm.cdf(-1000 / (300 * np.sqrt(6))))
+    assert at_least[0] == 1.0  # one request always runs
+    hard = slot_shares(5000.0, 6, 1000.0, 0.0)  # no spread: exactly 5 fit
+    assert hard.tolist() == [0, 0, 0, 0, 1, 0]
+    with pytest.raises(ValueError, match="kv_context_tokens"):
+        slot_shares(-1.0, 6, 1000.0, 300.0)
+
+
+def test_decode_context_reaches_the_step() -> None:
+    """The default context is I + O / 2; a longer one (the length-biased mean) makes the decode
+    step read more KV and lowers throughput; an impossible one is refused."""
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    coef = Coefficients.for_engine("vllm")
+    kw = dict(concurrency=256.0, input_len=500.0, output_len=300.0, max_running=256.0)
+    base = closed_loop(hw, coef, **kw)
+    same = closed_loop(hw, coef, context_tokens=650.0, **kw)
+    longer = closed_loop(hw, coef, context_tokens=1300.0, **kw)
+    assert float(same.requests_per_s) == pytest.approx(float(base.requests_per_s), rel=1e-12)
+    assert float(longer.requests_per_s) < float(base.requests_per_s)
+    with pytest.raises(ValueError, match="context_tokens"):
+        closed_loop(hw, coef, context_tokens=0.0, **kw)
