@@ -211,11 +211,57 @@ def files_family(tmp: Path) -> tuple[int, list[str]]:
     return tried, bad
 
 
+LAYER_LISTS = ("layer_types", "no_rope_layers", "attn_type_list")
+
+
+def layer_list_family(tmp: Path) -> tuple[int, list[str]]:
+    """Per-layer lists of the shipped configs (``LAYER_LISTS``) one entry short, empty, absent,
+    or with an unknown kind: clean if refused with one line naming the file, or if the layers
+    read the same as the original's (an absent or empty list with a documented default)."""
+    tried, bad = 0, []
+    for path in sorted((ROOT / "data" / "models").glob("*/*/config.json")):
+        cfg = json.loads(path.read_text())
+        for section in ("", "text_config"):
+            part = cfg if not section else cfg.get(section)
+            if not isinstance(part, dict):
+                continue
+            for key in LAYER_LISTS:
+                if not isinstance(part.get(key), list) or not part[key]:
+                    continue
+                original = ModelSpec.from_hf_config(path).layer_window
+                cuts = {"short": part[key][:-1], "empty": [], "absent": None,
+                        "unknown kind": ["bogus", *part[key][1:]] if isinstance(part[key][0], str) else [7, *part[key][1:]]}  # fmt: skip
+                for what, value in cuts.items():
+                    tried += 1
+                    new = json.loads(json.dumps(cfg))
+                    target = new if not section else new[section]
+                    if value is None:
+                        target.pop(key)
+                    else:
+                        target[key] = value
+                    probe = tmp / "probe" / "config.json"
+                    probe.parent.mkdir(exist_ok=True)
+                    probe.write_text(json.dumps(new))
+                    try:
+                        spec = ModelSpec.from_hf_config(probe)
+                    except ValueError as exc:
+                        if "\n" in str(exc) or str(probe) not in str(exc):
+                            bad.append(f"{path.parent.name} {key} {what}: {str(exc)[:80]!r}")
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - the probe lists what escapes
+                        bad.append(f"{path.parent.name} {key} {what}: {type(exc).__name__}: {exc}")
+                        continue
+                    if spec.layer_window != original:
+                        bad.append(f"{path.parent.name} {key} {what}: accepted with other layers, silently")
+    return tried, bad
+
+
 FAMILIES: dict[str, Callable[[Path], tuple[int, list[str]]]] = {
     "model configs (shipped configs, one field at a time)": config_family,
     "result files (metrics set to bad values, damaged shapes)": results_family,
     "estimate / plan options (bad numbers)": lambda tmp: cli_family(),
     "files an option names (/dev/zero, a pipe, NUL bytes, a folder)": files_family,
+    "per-layer lists (short, empty, absent, unknown kind)": layer_list_family,
 }
 
 

@@ -68,8 +68,10 @@ def linear_layers(f: Fields, family: str, n: int) -> tuple[bool, ...]:
     MiniMax-M1 / Text-01: ``attn_type_list`` (0 = lightning, 1 = softmax attention).
     """
     if family == "qwen3_next":
-        types = f.items("layer_types", (str,))
-        if types and len(types) == n:
+        from gpucap.catalog.modelfields import layer_kinds
+
+        types = layer_kinds(f, n, ("linear_attention", "full_attention"))
+        if types is not None:
             return tuple(t == "linear_attention" for t in types)
         interval = f.count("full_attention_interval", default=4)
         return tuple((i + 1) % interval != 0 for i in range(n))
@@ -81,7 +83,7 @@ def linear_layers(f: Fields, family: str, n: int) -> tuple[bool, ...]:
         return tuple(mixer == "mamba2" for mixer, _ in nemotron_blocks(f))
     if family in ("minimax_m1", "minimax_text_01"):
         kinds = f.items("attn_type_list", (int,))
-        if kinds is None or len(kinds) != n:
+        if kinds is None or len(kinds) != n or not set(kinds) <= {0, 1}:
             raise ValueError(f"{f.where}: attn_type_list must list one 0 (lightning) or 1 (softmax) per layer ({n})")
         return tuple(k == 0 for k in kinds)
     return (False,) * n

@@ -50,20 +50,54 @@ def merge_text_config(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
     return {k: v for k, v in raw.items() if k != "vision_config"}, vision
 
 
+ATTENTION_KINDS = ("full_attention", "sliding_attention")
+# families whose configs always list each layer's attention (no default pattern to fall back on)
+LAYER_TYPES_REQUIRED = ("gpt_oss",)
+
+
+def layer_kinds(f: Fields, n: int, kinds: tuple[str, ...]) -> list[str] | None:
+    """``layer_types``, checked: one of ``kinds`` per layer (``n``); None when absent. A list of
+    another length, empty, or with a kind gpucap does not know is an error naming the field."""
+    if "layer_types" not in f.cfg or f.cfg["layer_types"] is None:
+        return None
+    types = f.items("layer_types", (str,))
+    if types is None or len(types) != n:
+        got = 0 if types is None else len(types)
+        raise ValueError(
+            f"{f.where}: layer_types lists {got} layers but the model has {n} (num_hidden_layers); give one of "
+            f"{' or '.join(kinds)} per layer"
+        )
+    unknown = sorted(set(types) - set(kinds))
+    if unknown:
+        raise ValueError(
+            f"{f.where}: layer_types has {', '.join(repr(u) for u in unknown)}, not a layer kind gpucap knows here; "
+            f"use {' or '.join(kinds)}"
+        )
+    return types
+
+
 def layer_windows(f: Fields, family: str, n: int) -> tuple[int | None, ...]:
     """Tokens each layer's attention keeps: None = full context, 0 = a linear layer (no KV)."""
     if family in HYBRID_FAMILIES:
         return tuple(0 if lin else None for lin in linear_layers(f, family, n))
-    types = f.items("layer_types", (str,))
+    types = layer_kinds(f, n, ATTENTION_KINDS)
+    if types is None and family in LAYER_TYPES_REQUIRED:
+        raise ValueError(
+            f"{f.where}: {family} configs list layer_types, one of {' or '.join(ATTENTION_KINDS)} per layer "
+            f"({n}, num_hidden_layers); this one has none: use the checkpoint's own config.json"
+        )
     window = f.count("sliding_window", default=0, least=0)
     if family in ("llama4", "llama4_text") and f.count("attention_chunk_size", default=0, least=0):
         chunk = f.count("attention_chunk_size")
+        # an empty list is the default pattern, as transformers' Llama4TextConfig reads it; any
+        # other list gives one flag per layer
         nope = f.items("no_rope_layers", (int, bool))
-        if nope and len(nope) == n:  # 1 = RoPE layer with chunked attention, 0 = global NoPE
+        if nope:  # 1 = RoPE layer with chunked attention, 0 = global NoPE
+            f.items("no_rope_layers", (int, bool), n)  # of the model's length, or an error naming it
             return tuple(chunk if r else None for r in nope)
         interval = f.count("nope_layer_interval", default=4)
         return tuple(None if (i + 1) % interval == 0 else chunk for i in range(n))
-    if types and len(types) == n:
+    if types is not None:
         return tuple(window if t == "sliding_attention" else None for t in types)
     if family in ("gemma3", "gemma3_text"):
         pattern = f.count("sliding_window_pattern", default=6)

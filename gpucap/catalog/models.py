@@ -62,6 +62,22 @@ SUPPORTED_FAMILIES: dict[str, str] = {
 }
 
 
+def _unique_keys(path: Path) -> Any:
+    """A ``json.loads`` hook that refuses a key given twice in one object (JSON parsers keep the
+    last silently: a config edited by hand with ``num_hidden_layers`` twice would size the wrong
+    model)."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in items:
+            if key in seen:
+                raise ValueError(f"{path}: key {key!r} appears twice in one object; keep one")
+            seen[key] = value
+        return seen
+
+    return pairs
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Architecture of a decoder-only transformer, as the serving physics sees it.
@@ -124,7 +140,7 @@ class ModelSpec:
             if path.is_dir():
                 path = path / "config.json"
             try:
-                raw = json.loads(read_text(path, "config.json"))
+                raw = json.loads(read_text(path, "config.json"), object_pairs_hook=_unique_keys(path))
             except FileNotFoundError:
                 raise ValueError(f"{path}: no such config.json") from None
             except json.JSONDecodeError as exc:

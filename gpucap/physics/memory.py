@@ -378,6 +378,10 @@ class MemoryBreakdown:
 
     @property
     def kv_tokens_per_gpu(self) -> float:
+        """Tokens of context the KV budget holds; infinite for a model with no attention layer
+        that keeps a KV cache (all linear or state-space: memory binds on the state alone)."""
+        if self.kv_bytes_per_token_per_gpu <= 0.0:
+            return math.inf if self.kv_budget > 0 else 0.0
         return max(self.kv_budget, 0.0) / self.kv_bytes_per_token_per_gpu
 
 
