@@ -57,6 +57,11 @@ def vllm_serve_result(**overrides: object) -> dict[str, object]:
         "mean_itl_ms": 19.5, "median_itl_ms": 18.0, "std_itl_ms": 3.0, "p90_itl_ms": 25.0, "p99_itl_ms": 60.0,
     }  # fmt: skip
     result.update(overrides)
+    # the tool writes request_throughput = completed / duration: keep a changed duration consistent
+    duration, completed = result.get("duration"), result.get("completed")
+    if "request_throughput" not in overrides and isinstance(duration, (int, float)) and duration > 0:
+        if isinstance(completed, (int, float)) and not isinstance(completed, bool):
+            result["request_throughput"] = completed / duration
     return result
 
 
@@ -121,12 +126,14 @@ def test_every_shared_example_parses() -> None:
     files = sorted(f for f in FORMATS.iterdir() if f.is_file() and f.suffix != ".md")
     assert len(files) >= 6
     for f in files:
+        if f.name == GENAI_FIXTURE:  # synthetic values that cannot all be true: test_genai_perf_shared_fixture
+            continue
         assert read_result_file(f), f
     rs = read_results(FORMATS)
-    # 23 runs in the top-level files, and vllm-metrics-0.32-cpu/bench.json's one run; that
+    # 22 runs in the top-level files, and vllm-metrics-0.32-cpu/bench.json's one run; that
     # folder's /metrics scrapes and header dump are left out by name, not listed as bad.
     metrics = FORMATS / "vllm-metrics-0.32-cpu"
-    assert rs.bad == [] and len(rs.runs) == 23 + metrics.is_dir()
+    assert [Path(f).name for f, _ in rs.bad] == [GENAI_FIXTURE] and len(rs.runs) == 22 + metrics.is_dir()
     if metrics.is_dir():
         left_out = {Path(f).name: why for f, why in rs.skipped if Path(f).parent == metrics}
         assert set(left_out) == {"headers.txt", "metrics_after.txt", "metrics_idle.txt", "metrics_t030.txt"}
@@ -237,11 +244,16 @@ def test_genai_perf_csv(tmp_path: Path) -> None:
     assert run["goodput_per_s"] == 100 and run["concurrency"] == 8
 
 
+GENAI_FIXTURE = "genai_perf_profile_export_genai_perf__TEST_FIXTURE.csv"
+
+
 @pytest.mark.skipif(not FORMATS.is_dir(), reason="../shared/formats not present")
 def test_genai_perf_shared_fixture() -> None:
-    [run] = read_result_file(FORMATS / "genai_perf_profile_export_genai_perf__TEST_FIXTURE.csv")
-    # "Request Latency (ms),5.00,..."; "Request Count (count),3.00"
-    assert run["e2el_mean_s"] == pytest.approx(0.005) and run["completed"] == 3
+    """The shared GenAI-Perf file is the tool's own synthetic test fixture (its notes say so):
+    "Time To First Token (ms),8.00" beside "Request Latency (ms),5.00", a first token 3 ms after
+    the whole request. Its layout reads; the run is refused as impossible, naming both figures."""
+    with pytest.raises(ValueError, match=r"mean TTFT \(0\.008 s\) is longer than mean E2E latency \(0\.005 s\)"):
+        read_result_file(FORMATS / GENAI_FIXTURE)
 
 
 def test_guidellm_benchmarks_json(tmp_path: Path) -> None:
@@ -279,6 +291,15 @@ def _bad_cases() -> list[tuple[str, str, str]]:
         ("bad.csv", GENAI_PERF_CSV.replace("8.98", "fast"), "Time To First Token (ms) p99"),
         ("bad.txt", CONSOLE.read_text().replace("44.40", "-44.40"), "Benchmark duration (s)"),
         ("tp.json", json.dumps(vllm_serve_result(tp="two")), "tp"),
+        # figures that cannot all be true (each alone reads)
+        ("p99_below_median.json", json.dumps(vllm_serve_result(p99_ttft_ms=150.0)), "ttft p99"),
+        ("p90_above_p99.json", json.dumps(vllm_serve_result(p90_tpot_ms=40.0)), "tpot p99"),
+        ("more_done_than_sent.json", json.dumps(vllm_serve_result(completed=200)), "num_prompts"),
+        ("throughput_1000x.json", json.dumps(vllm_serve_result(request_throughput=2000.0)), "request_throughput"),
+        ("nanosecond.json", json.dumps(vllm_serve_result(duration=1e-9)), "duration"),
+        ("ttft_after_e2e.json", json.dumps(vllm_serve_result(mean_e2el_ms=100.0)), "E2E"),
+        ("concurrency_zero.json", json.dumps(vllm_serve_result(max_concurrency=0)), "max_concurrency"),
+        ("concurrency_half.json", json.dumps(vllm_serve_result(max_concurrency=1.5)), "max_concurrency"),
     ]
 
 
@@ -454,7 +475,7 @@ def test_reading_is_linear_in_the_number_of_runs(tmp_path: Path) -> None:
     one = json.dumps(vllm_serve_result())
     path = write(
         tmp_path / "many.jsonl",
-        "\n".join(one.replace('"duration": 50.0', f'"duration": {50 + k}') for k in range(20_000)),
+        "\n".join(one.replace('"max_concurrency": 16', f'"max_concurrency": {16 + k}') for k in range(20_000)),
     )
     bad: list[tuple[str, str]] = []
     runs = read_result_file(path, bad)

@@ -33,6 +33,7 @@ to the files under it, deeper ones winning; the ``manifest=`` argument wins over
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,8 +88,45 @@ def _check(row: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where}: missing required key request_throughput or output_throughput")
     if all(row[c] is None for c in LATENCY):
         raise ValueError(f"{where}: missing required latency keys (no TTFT, TPOT, ITL or E2E latency)")
+    _check_consistent(row, where)
     if row["request_throughput_per_s"] is None and row["completed"] and row["duration_s"]:
         row["request_throughput_per_s"] = row["completed"] / row["duration_s"]
+
+
+# a run's own figures that cannot all be true at once; a load test's rounding stays far inside
+THROUGHPUT_SLACK = 0.05  # request throughput against completed / duration
+MIN_DURATION_S = 1e-3  # no load test finishes a request in under a millisecond
+
+
+def _check_consistent(row: dict[str, Any], where: str) -> None:
+    """Figures of one run that contradict each other: percentiles out of order, more completed
+    than sent, a throughput its own count and duration deny, a first token after the last, a
+    concurrency that is not a whole number of requests. ValueError naming the field."""
+    for metric in ("ttft", "tpot", "itl"):
+        ladder = [(s, row.get(f"{metric}_{s}_s")) for s in ("median", "p90", "p99")]
+        given = [(s, v) for s, v in ladder if v is not None]
+        for (s0, v0), (s1, v1) in zip(given, given[1:], strict=False):
+            if v1 < v0 * (1.0 - 1e-9):
+                raise ValueError(f"{where}: {metric} {s1} ({v1:g} s) is below its {s0} ({v0:g} s); percentiles rise")
+    sent, done = row.get("num_prompts"), row.get("completed")
+    if sent is not None and done is not None and done > sent:
+        raise ValueError(f"{where}: completed = {done:g} is more than num_prompts = {sent:g}")
+    duration = row.get("duration_s")
+    if duration is not None and duration < MIN_DURATION_S:
+        raise ValueError(f"{where}: duration = {duration:g} s: no load test runs in under {MIN_DURATION_S:g} s")
+    rate = row.get("request_throughput_per_s")
+    if rate is not None and done and duration:
+        implied = done / duration
+        if abs(rate - implied) > THROUGHPUT_SLACK * implied:
+            raise ValueError(
+                f"{where}: request_throughput = {rate:g}/s but completed / duration = {implied:g}/s; one of them is wrong"
+            )
+    first, whole = row.get("ttft_mean_s"), row.get("e2el_mean_s")
+    if first is not None and whole is not None and first > whole * (1.0 + 1e-9):
+        raise ValueError(f"{where}: mean TTFT ({first:g} s) is longer than mean E2E latency ({whole:g} s)")
+    conc = row.get("concurrency")
+    if conc is not None and math.isfinite(conc) and (conc < 1 or conc != int(conc)):
+        raise ValueError(f"{where}: max_concurrency = {conc:g} is not a whole number of requests >= 1")
 
 
 def read_result_file(path: str | Path, bad_runs: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
