@@ -85,3 +85,17 @@ def test_calibration_traces_only_what_it_read(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     inputs = {Path(i["path"]).name for i in json.loads(out.read_text())["provenance"]["inputs"]}
     assert "manifest.json" in inputs and "model.safetensors" not in inputs and "stream.json" not in inputs
+
+
+def test_ctrl_c_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C during a long command: exit 130 (the shell's code for SIGINT) with one line, not a
+    traceback of the step it was in."""
+    from gpucap.cli import main as cli
+
+    def interrupted(_args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "plan", (cli.COMMANDS["plan"][0], interrupted))
+    assert cli.main(["plan", "--model", "meta-llama/Llama-3.1-8B", "--target-rps", "1"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "gpucap plan: interrupted"

@@ -497,3 +497,24 @@ def test_truncated_json_line_keeps_the_complete_ones(tmp_path: Path) -> None:
     pretty = write(tmp_path / "cut.json", json.dumps(a, indent=1)[:200])
     with pytest.raises(ValueError, match="truncated or invalid JSON"):
         read_result_file(pretty, [])
+
+
+def test_byte_order_mark_and_gzip_results_read(tmp_path: Path) -> None:
+    """A result saved with a UTF-8 byte-order mark (Windows editors) reads as without one; a
+    gzipped one (.json.gz, .jsonl.gz) in a results folder is read, not skipped without a word."""
+    import gzip
+
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(vllm_serve_result()).encode())
+    assert read_result_file(bom)[0]["completed"] == 100
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    with gzip.open(folder / "runs.jsonl.gz", "wt") as f:
+        f.write(
+            json.dumps(vllm_serve_result())
+            + "\n"
+            + json.dumps(vllm_serve_result(max_concurrency=32, duration=40.0))
+            + "\n"
+        )
+    rs = read_results(folder)
+    assert sorted(rs.runs["concurrency"]) == [16, 32] and rs.bad == []

@@ -102,3 +102,50 @@ def test_replay_gives_up_once_the_slo_is_lost():
         **{**run, "input_len": np.full(20, 1500.0), "output_len": np.full(20, 50.0)},
     )
     assert np.isfinite(ttft).all() and batch_slots(hw, context_tokens=1550) >= 1
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "match"),
+    [
+        ("nan.json", '{"start_times": [0, NaN], "input_lens": [5, 5], "output_lens": [5, 5]}', "arrival time nan"),
+        ("inf.json", '{"start_times": [0, Infinity], "input_lens": [5, 5], "output_lens": [5, 5]}', "arrival time inf"),
+        ("flat.json", '{"start_times": [[0, 1]], "input_lens": [[5, 5]], "output_lens": [[5, 5]]}', "flat lists"),
+        ("cut.json", '{"start_times": [0, 1], "input_lens": [5', "the file is not complete JSON"),
+        ("deep.json", '{"a": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
+        ("list.jsonl", '{"arrival_s": 0, "input_len": 5, "output_len": 7}\n[1, 2, 3]\n', "line 2 is a JSON list"),
+        (
+            "cutline.jsonl",
+            '{"arrival_s": 0, "input_len": 5, "output_len": 7}\n{"arrival_s": 1, "inp\n',
+            "line 2 is not",
+        ),
+    ],
+)
+def test_damaged_traces_name_the_file(tmp_path, name, text, match):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match) as err:
+        read_trace(path)
+    assert str(path) in str(err.value)
+
+
+def test_a_trace_with_a_byte_order_mark_reads(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"arrival_s": 0, "input_len": 5, "output_len": 7}\n')
+    assert read_trace(path).input_len.tolist() == [5]
+
+
+def test_cli_trace_at_one_instant_or_of_one_token_outputs(tmp_path, capsys):
+    """All requests at one time (or just one) is not a rate to size from: one line saying so. A
+    trace of one-token outputs has no TPOT: only the TTFT SLO decides (it no longer counts as a miss
+    all the way to the search's end)."""
+    once = _csv(tmp_path, "arrival_s,input_tokens,output_tokens\n3,10,10\n3,10,10\n")
+    base = ["plan", "--model", "meta-llama/Llama-3.1-8B", "--gpus", "H100-SXM-80GB"]
+    assert main([*base, "--trace", str(once)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "all arrive at 0 s" in err and "--target-concurrency" in err
+    one_token = tmp_path / "one.csv"
+    rows = "\n".join(f"{k * 0.05:.2f},500,1" for k in range(200))
+    one_token.write_text("arrival_s,input_tokens,output_tokens\n" + rows + "\n")
+    hw, coef = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB"), Coefficients.for_engine("vllm")
+    res = size_trace(hw, coef, read_trace(one_token), SLO(2.0, 0.05, "p99"), start=1)
+    assert res.replicas == 1 and np.isnan(res.tried.iloc[0]["tpot_s"])  # 20 short prompts/s: one replica

@@ -46,6 +46,7 @@ from gpucap.calibration.consoletext import CONSOLE_HEADER, read_console
 from gpucap.calibration.genaiperf import read_genai_perf
 from gpucap.calibration.manifests import MANIFEST_NAMES, Manifest, manifest_fields, model_beside, read_manifest
 from gpucap.calibration.resultfields import COLUMNS, HARDWARE, LATENCY, TEXT_FIELDS, hardware_fields
+from gpucap.textfiles import read_text_gz
 
 BACKEND_ENGINES = {"vllm": "vllm", "sglang": "sglang", "sglang-oai": "sglang", "trt": "trtllm"}
 # What the calibration fit needs of each run; "a|b" means either will do.
@@ -147,7 +148,10 @@ def read_result_file(path: str | Path, bad_runs: list[tuple[str, str]] | None = 
                 f"{where}: {size / 2**30:.1f} GiB, more than the {MAX_RESULT_BYTES / 2**30:g} GiB read into memory; "
                 "split it (one file per sweep or per run)"
             )
-        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() == ".gz":  # a compressed result (.json.gz, .jsonl.gz): read inflated, same cap
+            text = read_text_gz(path, "result file", MAX_RESULT_BYTES)
+        else:
+            text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the JSON
     except FileNotFoundError:
         raise ValueError(f"{where}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -186,6 +190,14 @@ def read_result_file(path: str | Path, bad_runs: list[tuple[str, str]] | None = 
     return good
 
 
+def _result_suffix(f: Path) -> bool:
+    """A result file's name: one of ``SUFFIXES``, or one of them then ``.gz``."""
+    suffixes = [s.lower() for s in f.suffixes[-2:]]
+    return bool(suffixes) and (
+        suffixes[-1] in SUFFIXES or (suffixes[-1] == ".gz" and len(suffixes) == 2 and suffixes[0] in SUFFIXES)
+    )
+
+
 def _files(item: Path) -> tuple[list[Path], list[Path], list[tuple[str, str]]]:
     """(result files, manifests that apply, shallowest first; files skipped) for a file or folder."""
     if item.is_file():
@@ -195,7 +207,7 @@ def _files(item: Path) -> tuple[list[Path], list[Path], list[tuple[str, str]]]:
         raise ValueError(
             f"{item}: {'not a regular file or folder (a pipe or device)' if there else 'no such file or folder'}"
         )
-    found = sorted(f for f in item.rglob("*") if f.is_file() and f.suffix.lower() in SUFFIXES)
+    found = sorted(f for f in item.rglob("*") if f.is_file() and _result_suffix(f))
     manifests = sorted((f for f in found if f.name in MANIFEST_NAMES), key=lambda m: len(m.parts))
     files = [f for f in found if f.name not in MANIFEST_NAMES]
     skipped = [(str(f), SKIP[n]) for f in files for n in SKIP if f.name.endswith(n)]

@@ -72,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head`
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT, nothing half-written
+        print(f"gpucap {args.command}: interrupted", file=sys.stderr)
+        return 130
     except DoesNotFit as exc:
         flags = f" (as flags: {'; or '.join(as_flags(o) for o in exc.options)})" if exc.options else ""
         print(f"gpucap: does not fit: {exc}{flags}", file=sys.stderr)

@@ -216,6 +216,11 @@ def run_trace(a: argparse.Namespace) -> int:
     if a.target_rps or a.target_concurrency or a.target_output_tps or a.input_len or a.output_len:
         raise ValueError("--trace gives the target and the lengths: leave out --target-* and --input-len/--output-len")
     trace = read_trace(a.trace)
+    if trace.duration_s <= 0:
+        raise ValueError(
+            f"{a.trace}: its {trace.arrival_s.size} request(s) all arrive at {trace.arrival_s[0]:g} s; a trace to size "
+            "from needs arrivals spread over time (for a burst sent at once, plan with --target-concurrency)"
+        )
     shape = burstiness(trace)
     result = plan_for(
         a.model,

@@ -85,6 +85,10 @@ def checked_trace(arrival: Array, inp: Array, out: Array, where: str) -> Trace:
     times that are >= 0 and never go back, whole positive lengths."""
     if arrival.size == 0:
         raise ValueError(f"{where}: the trace has no requests")
+    for name, v in (("arrival time", arrival), ("input tokens", inp), ("output tokens", out)):
+        bad = np.flatnonzero(~np.isfinite(v))
+        if bad.size:
+            raise ValueError(f"{where}: request {bad[0] + 1} has {name} {float(v[bad[0]]):g}, not a finite number")
     if np.any(arrival < 0):
         raise ValueError(
             f"{where}: request {int(np.argmax(arrival < 0)) + 1} arrives at a negative time ({arrival.min():g} s)"
@@ -105,6 +109,25 @@ def checked_trace(arrival: Array, inp: Array, out: Array, where: str) -> Trace:
     return Trace(arrival - arrival[0], inp, out, where)
 
 
+def _json(text: str, where: str, what: str) -> Any:
+    """One JSON value, or an error naming the file and ``what`` (the file, a line)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: {what} is not complete JSON ({exc.msg}, column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: {what} is JSON nested too deeply to be a trace") from None
+
+
+def _is_json(line: str) -> bool:
+    """Whether ``line`` is one complete JSON value (then the file is JSON lines)."""
+    try:
+        json.loads(line)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+    return True
+
+
 def read_trace(path: str | Path) -> Trace:
     """Read a trace file (module docstring); errors name the file, the request and the field."""
     path = Path(path)
@@ -114,8 +137,9 @@ def read_trace(path: str | Path) -> Trace:
     except FileNotFoundError:
         raise ValueError(f"trace file {where} does not exist") from None
     stripped = text.lstrip()
-    if stripped.startswith("{") and "\n{" not in stripped.strip():
-        data: Any = json.loads(stripped)
+    lines = [ln for ln in stripped.splitlines() if ln.strip()]
+    if stripped.startswith("{") and not (len(lines) > 1 and _is_json(lines[0])):
+        data: Any = _json(stripped, where, "the file")
         if isinstance(data, dict) and "start_times" in data:  # vllm bench serve --save-detailed
             try:
                 arrival, inp, out = (
@@ -125,6 +149,8 @@ def read_trace(path: str | Path) -> Trace:
                 raise ValueError(
                     f"{where}: start_times, input_lens and output_lens must be lists of numbers ({exc})"
                 ) from None
+            if not (arrival.ndim == inp.ndim == out.ndim == 1):
+                raise ValueError(f"{where}: start_times, input_lens and output_lens must be flat lists of numbers")
             if not (arrival.shape == inp.shape == out.shape):
                 raise ValueError(f"{where}: start_times, input_lens and output_lens differ in length")
             order = np.argsort(arrival, kind="stable")  # sent concurrently: sorted by start
@@ -134,10 +160,10 @@ def read_trace(path: str | Path) -> Trace:
         rows = []
         for k, line in enumerate(text.splitlines(), 1):
             if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{where}: line {k} is not a JSON object ({exc.msg})") from None
+                row = _json(line, where, f"line {k}")
+                if not isinstance(row, dict):
+                    raise ValueError(f"{where}: line {k} is a JSON {type(row).__name__}, not an object of one request")
+                rows.append(row)
         frame = pd.DataFrame(rows)
     else:
         try:
@@ -258,7 +284,9 @@ def size_trace(
                     ttft[mine], tpot[mine] = a, b
                     missed = bool(np.isnan(a).all())
             t, p = (math.inf, math.inf) if missed else (statistic(ttft, stat), statistic(tpot, stat))
-            rows[k] = {"replicas": k, "ttft_s": t, "tpot_s": p, "meets": t <= ttft_slo_s and p <= tpot_slo_s}
+            # one-token outputs have no TPOT: where no request has one, only the TTFT SLO applies
+            meets = t <= ttft_slo_s and (math.isnan(p) or p <= tpot_slo_s)
+            rows[k] = {"replicas": k, "ttft_s": t, "tpot_s": p, "meets": meets}
         return bool(rows[k]["meets"])
 
     k = max(1, min(int(start), max_replicas))
