@@ -52,3 +52,25 @@ def test_decode_context_reaches_the_step() -> None:
     assert float(longer.requests_per_s) < float(base.requests_per_s)
     with pytest.raises(ValueError, match="context_tokens"):
         closed_loop(hw, coef, context_tokens=0.0, **kw)
+
+
+def test_a_long_prompt_waits_for_the_room_it_needs() -> None:
+    """Where the KV cache binds, a prompt that arrives to a full replica waits until enough
+    requests finish to hold its first chunk: max(1, min(I, M) / (I_mean + O_mean)) completions
+    (M = 8,192 batched tokens). RAG-like lengths on the 70B at tp 2 (mean request 2,435 + 368 =
+    2,803 tokens): the top bin of prompts (the longest 1%, up to 8,000 tokens, so over 2 x 2,803)
+    waits for more than two completions, the shortest bin for one; without the KV cache counted,
+    every prompt waits for one."""
+    from gpucap.queueing.analytic import service_curve
+
+    hw = hardware("meta-llama/Llama-3.3-70B-Instruct", "H100-SXM-80GB", tp=2, weight_dtype="fp8")
+    coef = Coefficients.for_engine("vllm")
+    inp = Lengths.percentiles({5: 600, 50: 2000, 90: 4000, 99: 8000}, "RAG prompts")
+    out = Lengths.percentiles({5: 50, 50: 300, 90: 700, 99: 1000}, "RAG outputs")
+    kw = dict(input_len=inp.mean, output_len=out.mean, max_running=85.0, input_lengths=inp, output_lengths=out)
+    curve = service_curve(hw, coef, kv_slots=85.0, **kw)
+    length = inp.mean + out.mean
+    assert curve.own_wait_scale == pytest.approx(np.maximum(1.0, np.minimum(curve.own_tokens, 8192) / length))
+    assert length == pytest.approx(2435 + out.mean) and 2.0 < curve.own_wait_scale[-1] <= 8000 / length
+    assert curve.own_wait_scale[0] == 1.0
+    assert np.all(service_curve(hw, coef, **kw).own_wait_scale == 1.0)

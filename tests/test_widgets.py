@@ -333,6 +333,27 @@ def test_uploads_read_like_paths_and_server_files_are_not_echoed(
     assert "it is not valid JSON" in app.status_text and "SECRET" not in app.status_text
 
 
+def test_a_pages_upload_folder_goes_with_its_kernel(tmp_path: Path) -> None:
+    """Uploads live in a folder of their own under the temp dir; when the kernel that holds the
+    page exits (culled, shut down, or a test run's end) the folder goes with it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import datetime as dt\n"
+        "from gpucap.app.widgets import EstimatorApp\n"
+        "page = EstimatorApp()\n"
+        "data = b'{\"u_compute\": 0.5}'\n"
+        "page.uploads['calibration'].value = ({'name': 'mine.json', 'type': 'application/json', 'size': len(data),"
+        " 'content': memoryview(data), 'last_modified': dt.datetime(2026, 12, 1, tzinfo=dt.UTC)},)\n"
+        "print(page.calibration.value)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    folder = Path(run.stdout.strip().splitlines()[-1]).parents[1]
+    assert folder.name.startswith("gpucap-uploads-") and not folder.exists()
+
+
 def test_a_quantized_checkpoint_starts_in_its_own_format() -> None:
     """DeepSeek-V3 is published in fp8 (block-scaled e4m3) and gpt-oss in MXFP4: their configs'
     quantization_config says so, and the page starts there."""

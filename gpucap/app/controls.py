@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -299,6 +301,9 @@ class Controls:
             return
         if self._upload_dir is None:
             self._upload_dir = Path(tempfile.mkdtemp(prefix="gpucap-uploads-"))
+            # removed with the page: when its controls go, or when the kernel exits (culled, shut
+            # down, or the test run ends); weakref.finalize runs at interpreter exit too
+            weakref.finalize(self, shutil.rmtree, self._upload_dir, True)
         folder = self._upload_dir / str(next(self._upload_count))
         folder.mkdir()
         path = folder / file_name

@@ -169,6 +169,8 @@ class ServiceCurve:
     own_extra_s: Array  # (J,) TTFT alone of a prompt of each length bin over the mean prompt's
     own_weights: Array  # (J,) their probabilities
     slot_shares: Array  # (R,) P(N = k) requests fit in the KV cache at once, k = 1..R (``gpucap.queueing.kvfit``)
+    own_tokens: Array  # (J,) the mean prompt of each of those bins
+    own_wait_scale: Array  # (J,) completions a waiting prompt of each length bin waits for (``_own_wait_scale``)
 
     def mean_stall_s(self, rate: Array, m_index: int | None = None) -> Array:
         """s(lambda, m) (rows, R), or (rows,) at ``m_index`` (index m - 1): the mean time a prompt
@@ -325,7 +327,7 @@ def service_curve(
         return np.exp(np.interp(np.log(m), np.log(grid), np.log(y)))
 
     tokens, weights = _prompt_points(input_lengths, input_len)
-    own_extra, own_weights = _own_extra(hw, coef, tokens, weights, input_len, output_len)
+    own_extra, own_weights, own_tokens = _own_extra(hw, coef, tokens, weights, input_len, output_len)
     decode_s, stall, room = prompt_costs(hw, coef, pt.decode_batch, ctx, tokens)
 
     def interp_cols(y: Array) -> Array:
@@ -352,7 +354,21 @@ def service_curve(
         own_extra_s=own_extra,
         own_weights=own_weights,
         slot_shares=_slot_shares(slots, kv_slots, input_len + output_len, ctx, held_sd),
+        own_tokens=own_tokens,
+        own_wait_scale=_own_wait_scale(
+            own_tokens, slots, kv_slots, input_len + output_len, float(hw.engine.max_num_batched_tokens or 8192)
+        ),
     )
+
+
+def _own_wait_scale(tokens: Array, slots: int, kv_slots: float | None, length: float, budget: float) -> Array:
+    """Completions a prompt of each length waits for once the replica is full: one where the
+    batch slots bind (any completion frees a slot); where the KV cache binds, enough to free
+    its first chunk, ``max(1, min(I, M) / (I_mean + O_mean))`` (a completion frees a mean
+    request's tokens; vLLM admits a prompt with room for its first chunk of at most M tokens)."""
+    if kv_slots is None or kv_slots > slots + 1.0:
+        return np.ones(tokens.size)
+    return np.maximum(1.0, np.minimum(tokens, budget) / length)
 
 
 def _slot_shares(slots: int, kv_slots: float | None, length: float, held_mean: float, held_sd: float) -> Array:
@@ -369,13 +385,13 @@ def _slot_shares(slots: int, kv_slots: float | None, length: float, held_mean: f
 
 def _own_extra(
     hw: Hardware, coef: Coefficients, tokens: Array, weights: Array, input_len: float, output_len: float
-) -> tuple[Array, Array]:
-    """A request's own prefill beyond the mean prompt's: ``TTFT(I) - TTFT(I_mean)`` alone on the
+) -> tuple[Array, Array, Array]:
+    """``(extra, weights, lengths)``: a request's own prefill beyond the mean prompt's: ``TTFT(I) - TTFT(I_mean)`` alone on the
     replica (``closed_loop`` at concurrency 1), over bins of the prompt lengths cut at the
     quantiles ``OWN_EDGES`` (each at its mean length); (0,), (1,) for one length. The queueing model
     runs at the mean lengths; the slowest first tokens are the longest prompts' own."""
     if tokens.size == 1:
-        return np.zeros(1), np.ones(1)
+        return np.zeros(1), np.ones(1), np.array([float(input_len)])
     edges = np.searchsorted(np.cumsum(weights), np.asarray(OWN_EDGES) - 1e-12, side="right")
     starts = np.unique(np.concatenate([[0], np.minimum(edges, tokens.size - 1)]))
     w = np.add.reduceat(weights, starts)
@@ -383,7 +399,7 @@ def _own_extra(
     alone = closed_loop(
         hw, coef, concurrency=1.0, input_len=np.append(lengths, input_len), output_len=output_len, waits=False
     ).ttft_s
-    return np.asarray(alone[:-1] - alone[-1], dtype=float), w / w.sum()
+    return np.asarray(alone[:-1] - alone[-1], dtype=float), w / w.sum(), lengths
 
 
 def _spread_length(lengths: Lengths | None, mean: float) -> float:
@@ -518,7 +534,8 @@ def _at(values: Array, n: Array) -> Array:
 @dataclass(frozen=True)
 class _Mixture:
     """Per rate (rows): X = base_j + U span_j (U uniform on [0, 1)) with probability weight_j, or
-    tail_base + an exponential of mean tail_mean with probability tail_weight. Component j also
+    tail_base_t + an exponential of mean tail_mean_t with probability tail_weight_t (the waits for
+    a slot, t over the prompt-length bins). Component j also
     waits for the token budget with probability queue_p_j, from base_j + queue_offset_j:
     ``W = queue_shift + Exp(queue_rate)``,
     and then shares its last step with the prompts that arrived while it waited, ``min(queue_gain
@@ -528,9 +545,9 @@ class _Mixture:
     weight: Array  # (rows, K)
     base: Array  # (rows, K)
     span: Array  # (rows, K)
-    tail_weight: Array  # (rows,)
-    tail_base: Array  # (rows,)
-    tail_mean: Array  # (rows,)
+    tail_weight: Array  # (rows, T)
+    tail_base: Array  # (rows, T)
+    tail_mean: Array  # (rows, T)
     queue_p: Array  # (rows, K)
     queue_offset: Array  # (rows, K) added to the base in the queued branch
     queue_shift: Array  # (rows,)
@@ -553,7 +570,7 @@ class _Mixture:
         own = (1.0 - self.queue_p) * (self.base + self.span / 2) + self.queue_p * (
             self.base + self.queue_offset + queued
         )
-        return (self.weight * own).sum(axis=1) + self.tail_weight * (self.tail_base + self.tail_mean)
+        return (self.weight * own).sum(axis=1) + (self.tail_weight * (self.tail_base + self.tail_mean)).sum(axis=1)
 
     def cdf(self, t: Array) -> Array:
         """P(X <= t) for each row's t: ``t`` (rows,), or (rows, P) for P points a row."""
@@ -567,19 +584,21 @@ class _Mixture:
         queued = np.where(waited > 0.0, -np.expm1(-rate * np.maximum(waited, 0.0)), 0.0)
         p = self.queue_p[:, None, :]
         own = ((1.0 - p) * below + p * queued) @ self.weight[:, :, None]  # (rows, P, 1)
-        t2 = pts[:, :, 0]
-        tail = -np.expm1(-np.maximum(t2 - self.tail_base[:, None], 0.0) / self.tail_mean[:, None])
-        out = own[:, :, 0] + self.tail_weight[:, None] * tail
+        past = np.maximum(pts - self.tail_base[:, None, :], 0.0)  # (rows, P, T)
+        tail = -np.expm1(-past / self.tail_mean[:, None, :]) @ self.tail_weight[:, :, None]
+        out = own[:, :, 0] + tail[:, :, 0]
         return out if t.ndim == 2 else out[:, 0]
 
     def quantile(self, q: float) -> Array:
         """Smallest t with P(X <= t) >= q, to ``64^-4`` (6e-8) of a first bracket a few times the
         answer (``gpucap.queueing.brackets.first_true``)."""
-        tail_q = self.tail_mean * np.log(np.maximum(self.tail_weight / (1.0 - q), 1.0))
+        # every tail component at the longest mean with all the tails' weight: above the quantile
+        spread = self.tail_mean.max(axis=1) * np.log(np.maximum(self.tail_weight.sum(axis=1) / (1.0 - q), 1.0))
+        tail_q = self.tail_base.max(axis=1) + spread
         queue_q = self.queue_shift + np.log(np.maximum(self.queue_p.max(axis=1) / (1.0 - q), 1.0)) / self.queue_rate
         lo = self.base.min(axis=1)
         top = (self.base + self.span).max(axis=1)
-        hi = np.maximum(top + queue_q * (1.0 + self.queue_gain) + self.queue_cap, self.tail_base + tail_q) + 1e-12
+        hi = np.maximum(top + queue_q * (1.0 + self.queue_gain) + self.queue_cap, tail_q) + 1e-12
         _, hi = first_true(lo, hi, lambda t: self.cdf(t) >= q, points=QUANTILE_POINTS, rounds=QUANTILE_ROUNDS)
         return hi
 
@@ -636,7 +655,10 @@ class _Parts:
         q_p = np.where(busy[None, :], self.p_queue[:, None], 0.0)
         tail_base = float(curve.ttft_s[-1]) + o1 * self.tpot_wait
         pw, wm = st.wait_probability, st.wait_mean_s
-        return _Mixture(st.weight, base, span, pw, tail_base, wm, q_p, -chain.rho[:, None] * span, *self.queue)
+        return _Mixture(
+            st.weight, base, span, pw[:, None], tail_base[:, None], wm[:, None], q_p, -chain.rho[:, None] * span,
+            *self.queue,
+        )  # fmt: skip
 
 
 def _life_tpot(curve: ServiceCurve, life: tuple[Array, Array], m: Array, stalls: _Stalls, z: float = 0.0) -> Array:
@@ -741,7 +763,14 @@ def _parts(curve: ServiceCurve, rate: Array, burstiness: float, service_scv: flo
     stalls = _Stalls(lam[:, 0] * (1.0 - 1.0 / curve.slots), stall_s, curve.prompt_weights, burstiness)
     life = (st.mean_m[:, None], st.life_shrink[:, None])
     pw, wm = st.wait_probability, st.wait_mean_s
-    ttft = _ttft_mixture(curve, st, first, chain, p_queue, queue, (pw, np.full_like(pw, float(curve.ttft_s[-1])), wm))
+    # an arrival that waits for a slot: the full batch's TTFT and its own prompt's, after the wait
+    # for as many completions as its prompt needs (``ServiceCurve.own_wait_scale``), per length bin
+    tail = (
+        pw[:, None] * curve.own_weights[None, :],
+        np.broadcast_to(float(curve.ttft_s[-1]) + curve.own_extra_s[None, :], (pw.size, curve.own_weights.size)),
+        wm[:, None] * curve.own_wait_scale[None, :],
+    )
+    ttft = _ttft_mixture(curve, st, first, chain, p_queue, queue, tail)
     return _Parts(curve, ttft, st, life, stalls, prompt, first, chain, p_queue, queue)
 
 
