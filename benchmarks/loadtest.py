@@ -259,6 +259,7 @@ def bench_command(vllm: str, args: argparse.Namespace, level: Level, result_dir:
 
 
 # A level with no result by then has hung: a generous bound from the prompts it sends
+MAX_FAILED_SHARE = 0.05  # a level with more of its requests failed is not a measurement of the load
 BASE_TIMEOUT_S = 600.0
 PER_PROMPT_TIMEOUT_S = 10.0
 
@@ -299,6 +300,13 @@ def level_latency_s(result: Path, stat: str) -> tuple[float, float]:
             f"{result.stem}: no request completed ({failed} failed); is the server at --base-url up and "
             f"serving --model? (log: {result.with_suffix('.log')})"
         )
+    failed = data.get("failed") if isinstance(data.get("failed"), int | float) else 0
+    if failed > MAX_FAILED_SHARE * (completed + failed):
+        raise LoadTestError(
+            f"{result.stem}: {failed:g} of {completed + failed:g} requests failed (more than "
+            f"{MAX_FAILED_SHARE:.0%}); its latencies describe the requests that got through, not the load "
+            f"(log: {result.with_suffix('.log')})"
+        )
     out = []
     for metric in ("ttft", "tpot"):
         key = f"{stat}_{metric}_ms"
@@ -331,11 +339,24 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def _die_with_parent() -> None:
+    """In the child, before it runs: on Linux, ask the kernel to SIGKILL it when the harness dies
+    (SIGKILL of the harness, a closed terminal), so no benchmark goes on loading the server."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def run_level(cmd: list[str], log: Path, timeout_s: float) -> None:
-    """One ``vllm bench serve`` in its own process group: on timeout, Ctrl-C or SIGTERM the
-    whole group is killed, grandchildren included."""
+    """One ``vllm bench serve`` in its own process group: on timeout, Ctrl-C, SIGTERM or SIGHUP
+    the whole group is killed, grandchildren included; if the harness itself is killed, the
+    kernel kills the benchmark (``_die_with_parent``)."""
     with log.open("x", encoding="utf-8") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+        )
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -379,7 +400,7 @@ def run(args: argparse.Namespace) -> Path | None:
             run_level(cmd, result.with_suffix(".log"), level_timeout_s(args, level))
             ttft, tpot = level_latency_s(result, args.stat)
         except (LoadTestError, Stopped, KeyboardInterrupt) as exc:
-            why = str(exc) if isinstance(exc, LoadTestError) else "stopped by a signal (Ctrl-C or SIGTERM)"
+            why = str(exc) if isinstance(exc, LoadTestError) else "stopped by a signal (Ctrl-C, SIGTERM or SIGHUP)"
             with journal.open("a", encoding="utf-8") as j:
                 j.write(f"# failed: {why}\n")
             summarize(run_dir)
@@ -417,7 +438,8 @@ def summarize(run_dir: Path) -> None:
 
 
 class Stopped(Exception):
-    """SIGTERM arrived: unwind like Ctrl-C, so the running benchmark is killed and the summary printed."""
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so the running benchmark is killed and the
+    summary printed."""
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -426,7 +448,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = {s: signal.signal(s, _on_sigterm) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         run(args)
     except LoadTestError as exc:
@@ -436,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         print("loadtest.py: stopped; what was measured is in the run folder above", file=sys.stderr)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
 
 

@@ -39,6 +39,7 @@ if os.environ.get("FAKE_VLLM_FAIL"):
 if os.environ.get("FAKE_VLLM_HANG"):  # a benchmark that hangs, with a child of its own
     import subprocess, time
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(os.environ["FAKE_VLLM_HANG"] + ".self").write_text(str(os.getpid()))
     Path(os.environ["FAKE_VLLM_HANG"]).write_text(str(child.pid))
     time.sleep(120)
 p = argparse.ArgumentParser()
@@ -65,9 +66,11 @@ rate = "inf" if a.request_rate == "inf" else float(a.request_rate)
 dead = bool(os.environ.get("FAKE_VLLM_DEAD"))  # a server that is not listening: vLLM still exits 0
 if dead:
     ttft_ms = tpot_ms = e2el_ms = 0.0
+half = bool(os.environ.get("FAKE_VLLM_HALF"))  # half the requests fail
 r.update({"request_rate": rate, "burstiness": 1.0, "max_concurrency": int(a.max_concurrency) if a.max_concurrency else None,
-          "duration": duration, "completed": 0 if dead else n, "failed": n if dead else 0, "total_input_tokens": n * isl,
-          "total_output_tokens": n * osl, "request_throughput": n / duration, "request_goodput": None,
+          "duration": duration, "completed": 0 if dead else n - n // 2 if half else n,
+          "failed": n if dead else n // 2 if half else 0, "total_input_tokens": n * isl,
+          "total_output_tokens": n * osl, "request_throughput": (n - n // 2 if half else n) / duration, "request_goodput": None,
           "output_throughput": n * osl / duration, "total_token_throughput": n * (isl + osl) / duration})
 for m, v in (("ttft", ttft_ms), ("tpot", tpot_ms), ("itl", tpot_ms), ("e2el", e2el_ms)):
     r.update({f"mean_{m}_ms": v, f"median_{m}_ms": v, f"std_{m}_ms": 0.0, f"p90_{m}_ms": v, f"p99_{m}_ms": v})
@@ -325,3 +328,48 @@ def test_default_level_timeout_grows_with_the_prompts(tmp_path: Path) -> None:
     [level] = loadtest.plan_levels(args)
     expected = loadtest.BASE_TIMEOUT_S + loadtest.PER_PROMPT_TIMEOUT_S * level.num_prompts
     assert loadtest.level_timeout_s(args, level) == expected
+
+
+def test_a_level_with_many_failed_requests_is_not_a_measurement(
+    fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_VLLM_HALF", "1")
+    assert loadtest.main(argv(fake_vllm, tmp_path / "out", "--concurrency", "1,4")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "concurrency-0001: 16 of 32 requests failed (more than 5%)" in err
+
+
+def _gone(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGHUP"])
+def test_the_benchmark_goes_when_the_harness_goes(fake_vllm: Path, tmp_path: Path, sig: str) -> None:
+    """The harness killed outright (SIGKILL: the kernel kills its benchmark, a parent-death
+    signal) or its terminal closed (SIGHUP: it unwinds as for Ctrl-C and kills the benchmark's
+    process group): no benchmark keeps loading the server."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    env = dict(os.environ, FAKE_VLLM_HANG=str(pid_file), FAKE_VLLM_CALLS=str(tmp_path / "calls.jsonl"))
+    harness = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "loadtest.py"), *argv(fake_vllm, tmp_path / "out", "--concurrency", "1")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    bench = int(Path(str(pid_file) + ".self").read_text())
+    harness.send_signal(getattr(signal, sig))
+    harness.wait(timeout=30)
+    for _ in range(50):
+        if _gone(bench):
+            break
+        time.sleep(0.1)
+    assert _gone(bench)
+    if sig == "SIGHUP":
+        assert harness.returncode == 130 and _gone(int(pid_file.read_text()))  # its own child too
