@@ -180,3 +180,21 @@ def test_cli_saves_no_unconverged_fit_unless_asked(tmp_path, capsys, monkeypatch
     assert main(args) == 2
     assert "did not converge (max_nfev reached); nothing written" in capsys.readouterr().err and not out.exists()
     assert main([*args, "--save-unconverged"]) == 0 and out.exists()
+
+
+def test_a_run_that_spikes_is_left_out_of_the_limit(dense) -> None:
+    """One run of a sweep with its TTFT 100x its neighbours' (a cold start, a stalled client):
+    with it, the TTFT SLO is crossed at that run's load; left out (and named), the limit is the
+    sweep's own."""
+    slo = Slo(1.0, 0.05)
+    clean, _ = find_sweeps(dense, slo)
+    first = clean[0]
+    at = first.positions[3]  # an early run, far below the limit
+    spiked = dense.copy()
+    spiked.loc[spiked.index[at], "ttft_mean_ms"] *= 100.0
+    sweeps, skipped = find_sweeps(spiked, slo)
+    same = next(s for s in sweeps if s.label == first.label)
+    assert same.measured.limit == pytest.approx(first.measured.limit)
+    assert at not in same.positions
+    [line] = [ln for ln in skipped if "left out" in ln]
+    assert first.label in line and "TTFT" in line and f"concurrency {dense.iloc[at]['concurrency']:g}" in line

@@ -116,6 +116,38 @@ def _as_runs(cases: pd.DataFrame, x: str, stat: str) -> pd.DataFrame:
     return out
 
 
+SPIKE_FACTOR = 10.0  # a run this many times above (or below) both neighbours' latency is not the sweep's
+
+
+def _without_spikes(group: pd.DataFrame, x: str, stat: str) -> tuple[pd.DataFrame, list[str]]:
+    """The sweep's runs (ordered by load) less the ones whose TTFT or TPOT at ``stat`` is more
+    than SPIKE_FACTOR times, or less than 1 / SPIKE_FACTOR of, both neighbours': latency moves
+    with load steadily (it may rise steeply past saturation, but then it stays up), so a run
+    that jumps and comes back is a broken run (a cold start, a stalled client), not the load.
+    One line for each run left out, naming it and the figures."""
+    if len(group) < 3:
+        return group, []
+    keep = np.ones(len(group), dtype=bool)
+    lines = []
+    loads = group["_x"].to_numpy(float)
+    for metric in ("ttft", "tpot"):
+        col = f"{metric}_{stat}_ms"
+        if col not in group:
+            continue
+        v = pd.to_numeric(group[col], errors="coerce").to_numpy(float)
+        for k in range(1, len(v) - 1):
+            lo, mid, hi = v[k - 1], v[k], v[k + 1]
+            if not (np.isfinite([lo, mid, hi]).all() and min(lo, mid, hi) > 0) or not keep[k]:
+                continue
+            if mid > SPIKE_FACTOR * max(lo, hi) or mid < min(lo, hi) / SPIKE_FACTOR:
+                keep[k] = False
+                lines.append(
+                    f"the run at {x.replace('_', ' ')} {loads[k]:g} is left out: its {stat} {metric.upper()} "
+                    f"{mid:.4g} ms is over {SPIKE_FACTOR:g}x off both neighbours' ({lo:.4g} and {hi:.4g} ms); check that run"
+                )
+    return group[keep], lines
+
+
 def _label(row: pd.Series, x: str) -> str:
     path = [p for p in str(row.get("model", "?")).split("/") if p and p != "config.json"]
     parts = [path[-1] if path else "?"]
@@ -190,6 +222,8 @@ def find_sweeps(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[str]]:
             if group.empty:
                 continue
             label = _label(group.iloc[0], x)
+            group, spikes = _without_spikes(group, x, slo.stat)
+            skipped += [f"{label}: {why}" for why in spikes]
             if group["_x"].nunique() < 2:
                 skipped.append(f"{label}: one load level ({group['_x'].iloc[0]:g}); a limit needs two or more")
                 continue
