@@ -149,3 +149,18 @@ def test_cli_trace_at_one_instant_or_of_one_token_outputs(tmp_path, capsys):
     hw, coef = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB"), Coefficients.for_engine("vllm")
     res = size_trace(hw, coef, read_trace(one_token), SLO(2.0, 0.05, "p99"), start=1)
     assert res.replicas == 1 and np.isnan(res.tried.iloc[0]["tpot_s"])  # 20 short prompts/s: one replica
+
+
+def test_the_search_reports_each_count_as_it_goes():
+    hw, coef = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB"), Coefficients.for_engine("vllm")
+    rng = np.random.default_rng(3)
+    n = 400
+    t = Trace(np.sort(rng.uniform(0, 10.0, n)), np.full(n, 1500.0), np.full(n, 100.0))
+    seen: list[tuple[int, float]] = []
+    res = size_trace(
+        hw, coef, t, SLO(0.5, 0.05, "p95"), start=1, progress=lambda row, s: seen.append((row["replicas"], s))
+    )
+    assert [k for k, _ in seen] == res.tried["replicas"].tolist() or sorted(k for k, _ in seen) == sorted(
+        res.tried["replicas"]
+    )
+    assert all(s >= 0 for _, s in seen) and [s for _, s in seen] == sorted(s for _, s in seen)

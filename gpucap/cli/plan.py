@@ -206,6 +206,17 @@ def print_disaggregated(a: argparse.Namespace, inp: Lengths, out: Lengths) -> No
                 print(f"    {n}")
 
 
+def trace_progress(row: dict[str, Any], seconds: float) -> None:
+    """One line on stderr for each replica count the trace was replayed at."""
+    ttft, tpot = row["ttft_s"], row["tpot_s"]
+    print(
+        f"  replayed at {row['replicas']} replica(s): TTFT {ttft:.3g} s, TPOT {tpot * 1e3:.3g} ms, "
+        f"{'meets' if row['meets'] else 'misses'} ({seconds:.0f} s so far)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def run_trace(a: argparse.Namespace) -> int:
     """``--trace``: the analytic plan for the trace's mean rate, lengths and burstiness (no spares,
     no burst margin: the trace is the traffic), then its cheapest option sized by replay."""
@@ -262,6 +273,7 @@ def run_trace(a: argparse.Namespace) -> int:
         router=a.router,
         start=int(best["replicas"]),
         replay_replicas=a.replay_replicas,
+        progress=None if a.json else trace_progress,
     )
     option = f"{best['gpu']} x {int(best['gpus_per_replica'])} (tp={int(best['tp'])}, {best['weight_dtype']})"
     print(f"cheapest option: {option}")

@@ -22,6 +22,7 @@ import heapq
 import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,13 +227,15 @@ def size_trace(
     start: int = 1,
     max_replicas: int = 256,
     replay_replicas: int | None = None,
+    progress: Callable[[dict[str, Any], float], None] | None = None,
 ) -> TraceSizing:
     """Smallest replica count whose TTFT and TPOT at the SLO's statistic over every request of
     ``trace`` meet the SLOs, replaying each replica's share (module docstring). The search starts at ``start``
     (e.g. the analytic plan's count), walks down while it holds and up (doubling, then halving
     the gap) while it fails. ``replay_replicas``: replay only that many of the k replicas' shares
     (their requests stand for all: the router gives each replica traffic alike), to size a long
-    trace faster; None replays every replica."""
+    trace faster; None replays every replica. ``progress``: called with each count's row of
+    ``tried`` and the seconds so far, as the search goes (a long trace takes minutes a count)."""
     import time
 
     ttft_slo_s, tpot_slo_s, stat = slo.ttft_s, slo.tpot_s, slo.statistic
@@ -287,6 +290,8 @@ def size_trace(
             # one-token outputs have no TPOT: where no request has one, only the TTFT SLO applies
             meets = t <= ttft_slo_s and (math.isnan(p) or p <= tpot_slo_s)
             rows[k] = {"replicas": k, "ttft_s": t, "tpot_s": p, "meets": meets}
+            if progress is not None:
+                progress(rows[k], time.perf_counter() - t0)
         return bool(rows[k]["meets"])
 
     k = max(1, min(int(start), max_replicas))
