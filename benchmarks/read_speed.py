@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpucap.calibration.loadtests import cases_from_runs
 from gpucap.calibration.results import read_results
 
 REQUESTS = 200  # per run: the per-request lists make a run ~20 kB, as real detailed results are
@@ -43,9 +44,23 @@ def one_run(k: int, rng: np.random.Generator) -> str:
     return json.dumps(run)
 
 
+def summary_run(k: int) -> str:
+    """A run without per-request lists, padded to the ~2.7 kB of a typical summary line."""
+    run = json.loads(one_run(k, np.random.default_rng(k)))
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
+        run.pop(key)
+    run["label"] = "x" * 1900
+    return json.dumps(run)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=float, default=200.0)
+    ap.add_argument(
+        "--summary-only",
+        action="store_true",
+        help="runs without their per-request lists (~2.7 kB each, as a plain --save-result JSON-lines file)",
+    )
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,16 +68,20 @@ def main() -> None:
         written, k = 0, 0
         with path.open("w") as f:
             while written < args.size_mb * 1e6:
-                line = one_run(k, rng) + "\n"
+                line = (summary_run(k) if args.summary_only else one_run(k, rng)) + "\n"
                 f.write(line)
                 written += len(line)
                 k += 1
         t0 = time.perf_counter()
         rs = read_results(path)
         seconds = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cases = cases_from_runs(rs.runs)
+        to_cases = time.perf_counter() - t0
     mb = written / 1e6
     print(
-        f"{mb:.0f} MB, {k:,} runs ({len(rs.runs):,} read, {len(rs.bad)} bad): {seconds:.1f} s, {mb / seconds:.0f} MB/s"
+        f"{mb:.0f} MB, {k:,} runs ({len(rs.runs):,} read, {len(rs.bad)} bad): {seconds:.1f} s, {mb / seconds:.0f} MB/s; "
+        f"as {len(cases):,} calibration cases in {to_cases:.1f} s more"
     )
 
 

@@ -48,7 +48,7 @@ def cases_from_runs(
     ITL but no TPOT (older SGLang files) has its ITL as TPOT, ``tpot_from`` "itl".
     """
     rows = []
-    for k, r in runs.reset_index(drop=True).iterrows():
+    for k, r in enumerate(runs.to_dict("records")):  # dicts: a row loop over 10^5 runs, not Series
         gpu = r.get("gpu")
         try:
             gpu = get_gpu(str(gpu)).key if pd.notna(gpu) else gpu

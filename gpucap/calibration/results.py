@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gpucap.calibration.benchserve import read_bench_json, read_sweep_csv
@@ -311,11 +312,13 @@ def runs_needing(runs: ResultSet | pd.DataFrame, fields: Iterable[str] = FIT_FIE
     """(run, "missing field X needed for the fit") for every run lacking one of ``fields``;
     "a|b" in ``fields`` accepts either column."""
     df = runs.runs if isinstance(runs, ResultSet) else runs
+    fields = list(fields)
+    if df.empty or not fields:
+        return []
+    # one column-wise pass per field (a row loop took most of the time on 10^5 runs)
+    missing = np.column_stack([df[f.split("|")].isna().all(axis=1).to_numpy() for f in fields])
+    names = (df["source_file"].astype(str) + " run " + df["run_index"].astype(str)).to_numpy()
     out = []
-    for _, r in df.iterrows():
-        for f in fields:
-            alternatives = f.split("|")
-            if all(pd.isna(r[a]) for a in alternatives):
-                reason = f"missing field {' or '.join(alternatives)} needed for the fit"
-                out.append((f"{r['source_file']} run {r['run_index']}", reason))
+    for k, j in zip(*np.nonzero(missing), strict=True):  # row-major: each run's fields in order
+        out.append((str(names[k]), f"missing field {' or '.join(fields[j].split('|'))} needed for the fit"))
     return out
