@@ -129,6 +129,13 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help=f"seconds one level may take (default {BASE_TIMEOUT_S:g} s + {PER_PROMPT_TIMEOUT_S:g} s per prompt)",
     )
+    st.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=PROBE_TIMEOUT_S,
+        help=f"seconds the server has to answer one one-token request before the sweep (default {PROBE_TIMEOUT_S:g}; "
+        "0 skips the probe)",
+    )
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=Path("benchmarks/out/loadtest"), help="parent of the run folder")
     o.add_argument("--dry-run", action="store_true", help="print the commands and write nothing")
@@ -259,6 +266,7 @@ def bench_command(vllm: str, args: argparse.Namespace, level: Level, result_dir:
 
 
 # A level with no result by then has hung: a generous bound from the prompts it sends
+PROBE_TIMEOUT_S = 120.0  # a server that cannot answer one short request in this long will not carry a level
 MAX_FAILED_SHARE = 0.05  # a level with more of its requests failed is not a measurement of the load
 BASE_TIMEOUT_S = 600.0
 PER_PROMPT_TIMEOUT_S = 10.0
@@ -372,6 +380,32 @@ def run_level(cmd: list[str], log: Path, timeout_s: float) -> None:
         raise LoadTestError(f"{log.stem}: vllm bench serve exited {proc.returncode}: {tail[0]} (log: {log})")
 
 
+def probe(base_url: str, model: str, timeout_s: float) -> None:
+    """One completion of one token from the server before the sweep: a server that accepts
+    connections and never answers fails here in ``timeout_s``, not after a level's timeout. Any
+    HTTP answer, even an error status, means it answers (the levels report what it says)."""
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 1}).encode()
+    request = urllib.request.Request(
+        base_url.rstrip("/") + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            answer.read(1 << 16)
+    except urllib.error.HTTPError:
+        return
+    except (TimeoutError, urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            raise LoadTestError(
+                f"{base_url} accepted the connection but did not answer a one-token request in {timeout_s:g} s; "
+                "is the server still loading, or stuck? (--probe-timeout allows more)"
+            ) from None
+        raise LoadTestError(f"{base_url}: no server answers ({reason}); start it, or check --base-url") from None
+
+
 def run(args: argparse.Namespace) -> Path | None:
     """Every level in order, stopping each sweep past the stop factor; returns the run folder."""
     check(args)
@@ -381,6 +415,8 @@ def run(args: argparse.Namespace) -> Path | None:
         for level in plan:
             print(shlex.join(bench_command(vllm, args, level, args.out / "<run>")))
         return None
+    if args.probe_timeout > 0:
+        probe(args.base_url, args.model, args.probe_timeout)
     run_dir = new_run_dir(args.out)
     journal = run_dir / "commands.log"
     print(f"loadtest: results in {run_dir}")

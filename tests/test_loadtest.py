@@ -100,7 +100,7 @@ def argv(exe: Path, out: Path, *extra: str) -> list[str]:
     return [
         "--base-url", "http://127.0.0.1:8000", "--model", "tiny", "--tokenizer", "/models/tiny",
         "--vllm", str(exe), "--gpu", "H100-SXM-80GB", "--tp", "2", "--gpucap-model", "meta-llama/Llama-3.1-8B",
-        "--input-len", "128", "--output-len", "32", "--out", str(out), *extra,
+        "--input-len", "128", "--output-len", "32", "--out", str(out), "--probe-timeout", "0", *extra,
     ]  # fmt: skip
 
 
@@ -373,3 +373,32 @@ def test_the_benchmark_goes_when_the_harness_goes(fake_vllm: Path, tmp_path: Pat
     assert _gone(bench)
     if sig == "SIGHUP":
         assert harness.returncode == 130 and _gone(int(pid_file.read_text()))  # its own child too
+
+
+def test_a_server_that_never_answers_fails_in_seconds(
+    fake_vllm: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that accepts connections and never answers: the probe before the sweep gives up
+    after --probe-timeout (2 s here), not after a level's 920 s; nothing listening is one line too."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(listener.accept()[0]), daemon=True).start()
+    args = argv(fake_vllm, tmp_path / "out", "--concurrency", "1")
+    args[args.index("http://127.0.0.1:8000")] = f"http://127.0.0.1:{port}"
+    args[args.index("--probe-timeout") + 1] = "2"
+    t0 = time.monotonic()
+    assert loadtest.main(args) == 2
+    assert time.monotonic() - t0 < 20
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did not answer a one-token request in 2 s" in err
+    assert calls(tmp_path) == []  # no level started
+    listener.close()
+    assert loadtest.main(args) == 2  # nothing listens there now
+    assert "no server answers" in capsys.readouterr().err
