@@ -1,7 +1,8 @@
 """Serve the pages for colleagues who do not code: the estimator, notebook 02 (``make app``), or
 the capacity planner, notebook 05 (``make app-planner``; the planner searches only when Run is
 pressed, so the page loads in seconds). Voila with idle kernels culled, so that closed pages do
-not keep their kernels (~70 MB each) forever.
+not keep their kernels (~70 MB each) forever, and at most ``MAX_KERNELS`` at once
+(``gpucap.app.kernels``: a visit beyond is told the page is full).
 
 Voila starts one kernel per visit; Jupyter Server's culler (``MappingKernelManager``) shuts a
 kernel down once it has had no connection and no activity for CULL_IDLE_S seconds, checking
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 from gpucap.app.controls import ALLOWED_ENV
+from gpucap.app.kernels import MAX_KERNELS
 from gpucap.catalog.gpus import DATA_DIR
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
@@ -38,6 +40,7 @@ def voila_command(
     ip: str = "127.0.0.1",
     cull_idle_s: int = CULL_IDLE_S,
     cull_interval_s: int = CULL_INTERVAL_S,
+    max_kernels: int = MAX_KERNELS,
 ) -> list[str]:
     """The Voila command line of the page (a test may cull sooner)."""
     return [
@@ -49,6 +52,9 @@ def voila_command(
         f"--MappingKernelManager.cull_idle_timeout={cull_idle_s}",
         f"--MappingKernelManager.cull_interval={cull_interval_s}",
         "--MappingKernelManager.cull_connected=False",
+        # at most max_kernels visits at once: every visit starts a ~100 MB kernel (gpucap.app.kernels)
+        "--VoilaConfiguration.multi_kernel_manager_class=gpucap.app.kernels.CappedKernelManager",
+        f"--CappedKernelManager.max_kernels={max_kernels}",
     ]
 
 

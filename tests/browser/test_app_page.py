@@ -316,3 +316,40 @@ def test_the_planner_page_shows_the_recommended_plan_first_and_highlighted(plann
             page.locator(".gpucap-plans").screenshot(path=str(tmp_path / "planner-recommended.png"))
         finally:
             browser.close()
+
+
+def test_a_full_page_says_so(tmp_path) -> None:
+    """Every visit starts a kernel: with the cap at one, a second visit while the first kernel
+    lives gets HTTP 503 and the line saying the page is full, not a new ~100 MB kernel."""
+    import urllib.error
+
+    port = _free_port()
+    with open(tmp_path / "voila.log", "w") as out:
+        proc = subprocess.Popen(
+            voila_command(VOILA, PAGES["planner"], port=port, cull_idle_s=60, cull_interval_s=10, max_kernels=1),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            try:
+                urllib.request.urlopen(url + "voila/static/voila.js", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "voila.log").read_text()
+                time.sleep(0.5)
+        with urllib.request.urlopen(url, timeout=120) as first:
+            assert first.status == 200
+            first.read()
+        with pytest.raises(urllib.error.HTTPError) as second:
+            urllib.request.urlopen(url, timeout=120)
+        assert second.value.code == 503 and "This page is full (it serves 1 at once)" in str(second.value.reason)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
