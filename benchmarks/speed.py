@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -99,18 +100,16 @@ def main() -> None:
 
     print("2. planner search (Llama-3.3-70B, 20 req/s, 2000/300 tokens, P99 SLOs; 3 GPUs x 1/2/4/8 x bf16/fp8 x 2 KV)")
     found = []
+    question: dict[str, Any] = dict(
+        input_len=2000,
+        output_len=300,
+        target_request_rate=20.0,
+        gpus=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"],
+        weight_dtypes=["bf16", "fp8"],
+    )
 
     def search() -> None:
-        found.append(
-            plan(
-                "meta-llama/Llama-3.3-70B-Instruct",
-                input_len=2000,
-                output_len=300,
-                target_request_rate=20.0,
-                gpus=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"],
-                weight_dtypes=["bf16", "fp8"],
-            )
-        )
+        found.append(plan("meta-llama/Llama-3.3-70B-Instruct", **question))
 
     s = best_of(search, 3)
     p = found[-1]
@@ -118,15 +117,7 @@ def main() -> None:
         f"   {p.searched} options ({len(p.plans)} plans, {len(p.rejected)} rejected) in {s:.2f} s on one core (best of 3)"
     )
     print(f"   search rate {p.searched / s:.0f} options/s (target >= 120)")
-    checked = plan(
-        "meta-llama/Llama-3.3-70B-Instruct",
-        input_len=2000,
-        output_len=300,
-        target_request_rate=20.0,
-        gpus=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"],
-        weight_dtypes=["bf16", "fp8"],
-        check=True,
-    )
+    checked = plan("meta-llama/Llama-3.3-70B-Instruct", check=True, **question)
     print(
         f"   simulation check: {checked.simulated} plans simulated in {checked.check_s:.2f} s "
         f"({os.cpu_count()} cores), recommended plan {int(checked.recommended['plan'])}"

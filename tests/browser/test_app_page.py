@@ -41,15 +41,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _serve(notebook: Path, tmp_path_factory):
+def _serve(notebook: Path, tmp_path_factory, **limits: int):
+    """Voila serving ``notebook`` (culling as ``CULL_IDLE_S``, ``CULL_INTERVAL_S``; ``limits``
+    passed on to ``voila_command``), its address yielded once it answers, stopped after."""
     port = _free_port()
     log = tmp_path_factory.mktemp("voila") / "voila.log"
+    limits = {"cull_idle_s": CULL_IDLE_S, "cull_interval_s": CULL_INTERVAL_S, **limits}
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            voila_command(VOILA, notebook, port=port, cull_idle_s=CULL_IDLE_S, cull_interval_s=CULL_INTERVAL_S),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
+            voila_command(VOILA, notebook, port=port, **limits), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
         )
     url = f"http://127.0.0.1:{port}/"
     SERVERS[url] = proc.pid
@@ -318,29 +318,14 @@ def test_the_planner_page_shows_the_recommended_plan_first_and_highlighted(plann
             browser.close()
 
 
-def test_a_full_page_says_so(tmp_path) -> None:
+def test_a_full_page_says_so(tmp_path_factory) -> None:
     """Every visit starts a kernel: with the cap at one, a second visit while the first kernel
     lives gets HTTP 503 and the line saying the page is full, not a new ~100 MB kernel."""
     import urllib.error
 
-    port = _free_port()
-    with open(tmp_path / "voila.log", "w") as out:
-        proc = subprocess.Popen(
-            voila_command(VOILA, PAGES["planner"], port=port, cull_idle_s=60, cull_interval_s=10, max_kernels=1),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-    url = f"http://127.0.0.1:{port}/"
+    served = _serve(PAGES["planner"], tmp_path_factory, cull_idle_s=60, cull_interval_s=10, max_kernels=1)
+    url = next(served)
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            try:
-                urllib.request.urlopen(url + "voila/static/voila.js", timeout=2)
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "voila.log").read_text()
-                time.sleep(0.5)
         with urllib.request.urlopen(url, timeout=120) as first:
             assert first.status == 200
             first.read()
@@ -348,8 +333,4 @@ def test_a_full_page_says_so(tmp_path) -> None:
             urllib.request.urlopen(url, timeout=120)
         assert second.value.code == 503 and "This page is full (it serves 1 at once)" in str(second.value.reason)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        served.close()  # stops the server
