@@ -329,6 +329,27 @@ def solve_dense(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
     return Solution(a, chunks, pre_terms, dec_terms, only_terms)
 
 
+def _chunk_second_moment(load: ClosedLoad, sol: Solution) -> Array:
+    """E[t^2] over a prompt's chunk steps as the engine cuts them: s - 1 full chunks of the
+    budget's room ``M - (k + 1) B`` and the remainder, not s equal ones (a prompt one token over
+    the room is a full step and a one-token step, whose mean rest is a full step's, not half of
+    it). Their mean is the equal chunks' where the step is linear in its tokens; the pairs of a
+    chunk are taken in proportion to its tokens."""
+    hw, coef, ex = load.hw, load.coef, load.ex
+    s, i, a = sol.chunks, load.prompt, sol.a
+    room = np.minimum(np.maximum(load.budget_tokens - a * ex.tokens_per_sequence * load.decoding, 1.0), i)
+    rem = np.maximum(i - (s - 1.0) * room, 0.0)
+
+    def step_s(chunk: Array) -> Array:
+        share = chunk / np.maximum(i, 1.0)
+        t = terms(hw, coef, a * load.decoding, load.context, load.one_mb * chunk, load.one_mb * load.pairs * share, ex,
+                  ex.images_per_request / s)  # fmt: skip
+        return np.asarray(combine(hw, t).total_s, dtype=float)
+
+    full, last = step_s(room), step_s(rem)
+    return np.asarray(((s - 1.0) * full**2 + last**2) / s, dtype=float)
+
+
 def step_times(load: ClosedLoad, sol: Solution, apart: bool, lead_s: float) -> tuple[StepTime, StepTime, Array]:
     """The step a prompt rides in, the step a decoding sequence waits for, and how long a new
     request waits for the step in progress: the mean rest of a step drawn by length,
@@ -344,8 +365,9 @@ def step_times(load: ClosedLoad, sol: Solution, apart: bool, lead_s: float) -> t
         only_step = combine(hw, sol.only_terms.reshape(6, *shape))
         u = np.minimum(sol.a * sol.chunks, 1.0).reshape(shape)
         t_d, t_p = only_step.total_s, pre_step.total_s
+        t_p2 = _chunk_second_moment(load, sol).reshape(shape)
         with np.errstate(divide="ignore", invalid="ignore"):
-            mixed = ((1.0 - u) * t_d**2 + u * t_p**2) / (2.0 * ((1.0 - u) * t_d + u * t_p))
+            mixed = ((1.0 - u) * t_d**2 + u * t_p2) / (2.0 * ((1.0 - u) * t_d + u * t_p))
         rest = np.where(u < 1.0, mixed, rest)
         dec_step = _separated(only_step, pre_step, avg_step, u)
     return pre_step, dec_step, rest if lead_s > 0 else 0.0 * rest
