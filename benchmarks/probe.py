@@ -268,8 +268,8 @@ FAMILIES: dict[str, Callable[[Path], tuple[int, list[str]]]] = {
 def run() -> None:
     total_tried = total_clean = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name, family in FAMILIES.items():
-            sub = Path(tmp) / str(len(name))
+        for k, (name, family) in enumerate(FAMILIES.items()):
+            sub = Path(tmp) / str(k)
             sub.mkdir()
             tried, bad = family(sub)
             total_tried, total_clean = total_tried + tried, total_clean + tried - len(bad)
