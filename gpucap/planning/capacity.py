@@ -101,15 +101,14 @@ def rate_load(
     stat: str,
     burstiness: float,
     headroom: Headroom,
-    curve: ServiceCurve | None = None,
+    curve: ServiceCurve,
 ) -> Load | str:
     extra = ttft_extra_s(hw, coef, inp, out, stat)
     kw: dict[str, Any] = dict(input_len=inp.mean, output_len=out.mean, max_running=cap, burstiness=burstiness)
     if extra >= ttft_slo_s:
         q = QUANTILES[stat]
         return f"misses TTFT: the {stat} prompt ({inp.quantile(q):.0f} tokens) alone takes {extra:.2f} s more than the mean one"
-    curve = curve or replica_curve(hw, coef, inp=inp, out=out, cap=cap)
-    kw["curve"] = curve
+    kw["curve"] = curve  # replica_curve's, with the KV cache's slots counted
     # one output token has no TPOT: only the TTFT SLO applies
     tpot_slo = tpot_slo_s if out.mean > 1 else None
     # the queueing model carries the lengths' spread (each request's own prompt, the queue for the

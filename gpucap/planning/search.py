@@ -263,7 +263,7 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
         share = float(full.decode_step.comm_share)
     if share > ask.max_comm_share:
         return Rejected(f"communication-bound: the link takes {share:.0%} of a decode step at full batch")
-    if not per_rate:
+    if curve is None:
         load = concurrency_load(
             hw, ask.coef, inp=inp, out=out, cap=cap, concurrency=ask.target.value,
             ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s, headroom=ask.headroom,

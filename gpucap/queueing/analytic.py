@@ -55,7 +55,9 @@ gamma gaps of shape ``burstiness`` (squared coefficient of variation ``c_a^2 = 1
      TTFT = ``TTFT_closed(m) + W + min(rho W, full step)`` with probability p: the budget's wait
      (GI/G/1, Cramer-Lundberg tail, ``prompt_wait``) and the prompts that arrived during it. Each
      arrival's own prompt adds ``TTFT(I) - TTFT(I_mean)`` alone, over bins of its length.
-   - n >= R: TTFT = ``TTFT_closed(R) + W``, W exponential with mean w (step 2); m = R.
+   - n >= R (or n >= N where the KV cache binds): TTFT = ``TTFT_closed(R) + W`` plus its own
+     prompt's extra, W exponential with mean w (step 2) times the completions its prompt's first
+     chunk waits for (``ServiceCurve.own_wait_scale``), per length bin; m = R.
    - TPOT = ``TPOT_closed(m_life)``, the batch averaged over the request's life, or where longer
      the decode-only step stretched by the prompts met during the life (``stalled_tpot``). The
      requests it found leave, about evenly, while new ones arrive, so the life average of the
@@ -99,6 +101,7 @@ from gpucap.queueing.promptqueue import (
     GROUP_SIZES,
     PromptWait,
     StepChain,
+    cost_at_size,
     group_chain,
     group_costs,
     normal_quantile,
@@ -124,7 +127,6 @@ RATE_TOLERANCE = 1e-3  # ... or to 0.1% of the rate, whichever is wider
 # and P99 read
 OWN_EDGES = (0.5, 0.8, 0.95, 0.99)
 STATE_GROUP_EDGES = (0.5, 0.8, 0.95, 0.99)  # running states merged for the TTFT mixture, by probability
-STEP_PROMPTS = GROUP_SIZES  # prompts sharing a step, at which their cost is found
 CHAIN_POINTS = 3  # concurrencies at which the chain of prompts per step is solved (``ServiceCurve.mean_stall_s``)
 PROMPT_POINTS = 16  # prompt lengths the budget queue is solved at (quantile bins of the distribution)
 LOWEST_UTILIZATION = 1e-6
@@ -172,16 +174,12 @@ class ServiceCurve:
     own_tokens: Array  # (J,) the mean prompt of each of those bins
     own_wait_scale: Array  # (J,) completions a waiting prompt of each length bin waits for (``_own_wait_scale``)
 
-    def mean_stall_s(self, rate: Array, m_index: int | None = None) -> Array:
-        """s(lambda, m) (rows, R), or (rows,) at ``m_index`` (index m - 1): the mean time a prompt
+    def mean_stall_s(self, rate: Array) -> Array:
+        """s(lambda, m) (rows, R): the mean time a prompt
         adds to the steps at concurrency m when prompts arrive at ``rate`` (rows,), over the
         prompts a step carries (``gpucap.queueing.promptqueue.group_costs``). Solved at
         ``CHAIN_POINTS`` concurrencies and interpolated in log m between them."""
         lam = np.asarray(rate, dtype=float)
-        if m_index is not None:
-            return group_costs(
-                lam, np.full(lam.shape, self.decode_step_s[m_index]), self.mean_cost_s[[m_index] * lam.size]
-            )
         points, j, frac = self._chain_points
         at = np.tile(points, lam.size)
         costs = group_costs(np.repeat(lam, points.size), self.decode_step_s[at], self.mean_cost_s[at])
@@ -237,14 +235,10 @@ class ServiceCurve:
         """mu, the largest request rate the replica carries: the lambda with ``lambda = c(R,
         lambda)`` (every slot busy, arrivals as fast as completions)."""
         top = self.slots / (self.ttft_s[-1] + (self.output_len - 1.0) * self.decode_step_s[-1])
-        full = self.slots - 1
 
         def done(lam: Array) -> Array:
             """c(R, lambda) at each of ``lam``."""
-            if self.slot_shares[-1] < 1.0:
-                return self.completion_rates(lam)[:, -1]
-            busy = np.minimum(lam * self.mean_stall_s(lam, full), MAX_PROMPT_SHARE)
-            return self.slots / (self.ttft_s[-1] + (self.output_len - 1.0) * self.decode_step_s[-1] / (1.0 - busy))
+            return self.completion_rates(lam)[:, -1]
 
         # secant steps on g = lambda - c(R, lambda), increasing in lambda, from the closed loop's
         # throughput (exact at once where prompts cost nothing: c constant); a bracket search
@@ -436,7 +430,7 @@ def prompt_costs(
     """At each decode batch B (rows) and prompt length I (columns): the decode-only step
     ``t_dec(B)`` (rows,); the time each prompt adds to a step that carries G of that length,
     ``s_G(I) = (t_step(B decodes + G I prompt tokens with their causal pairs) - t_dec(B)) / G``
-    (rows, K, G) for G in ``STEP_PROMPTS`` (a mixture-of-experts step reads the experts once
+    (rows, K, G) for G in ``GROUP_SIZES`` (a mixture-of-experts step reads the experts once
     for all its tokens, so s falls with G); and ``I / (M - B)`` (rows, K), the prompt's share of a
     full budget (M = ``max_num_batched_tokens``; ``gpucap.queueing.promptqueue``).
 
@@ -446,7 +440,7 @@ def prompt_costs(
     (``gpucap.queueing.engine.Engine._mixed_step``); pp or more fill the pipeline."""
     b = np.asarray(decode_batch, dtype=float)[:, None, None]
     i = np.asarray(prompt_tokens, dtype=float)[None, :, None]
-    g = np.asarray(STEP_PROMPTS, dtype=float)[None, None, :]
+    g = np.asarray(GROUP_SIZES, dtype=float)[None, None, :]
     budget = float(hw.engine.max_num_batched_tokens or 8192)
     dec = np.asarray(step_time(hw, step_work(hw, decode_tokens=b[:, 0, 0], decode_context=context), coef).total_s)
     pp = float(hw.layout.pp)
@@ -692,25 +686,19 @@ def _at_rows(values: Array, n: Array) -> Array:
 
 
 def _prompt_costs_at(curve: ServiceCurve, rate: Array, n: Array) -> tuple[Array, Array, StepChain]:
-    """s(I) and q(I) (rows, K) at each rate's mean state n, and the steps (``group_chain``). Each step's prompts are the ones the
-    step before gathered (a gated queue); a prompt costs ``s_N(I)`` at the N prompts it shares a
+    """s(I) and q(I) (rows, K) at each rate's mean state n, and the steps (``group_chain``). Each
+    step's prompts are the ones the step before gathered (a gated queue); a prompt costs ``s_N(I)`` at the N prompts it shares a
     step with, over the chain of prompts per step (``gpucap.queueing.promptqueue.group_costs``: a
     mixture-of-experts step shares its expert reads, a pipeline fills with pp prompts). The
     budget's queue forms only when steps are full, each then carrying ``G = (M - B) / I`` prompts
     of that length: queued, a prompt holds the budget for its share of such a step,
     ``q(I) = s_G(I) + t_dec I / (M - B)``."""
-    groups = curve.stall_s.shape[2]
-    stall_g = _at_rows(curve.stall_s, n)  # (rows, K, G)
     dec = _at_rows(curve.decode_step_s, n)
     stall, chain = group_chain(
         np.asarray(rate, dtype=float), dec, _at_rows(curve.per_length_s, n), curve.prompt_weights
     )
     room = _at_rows(curve.room_share, n)  # I / (M - B) = 1 / G
-    at = np.interp(np.log(1.0 / np.maximum(room, 1e-300)), np.log(STEP_PROMPTS), np.arange(groups, dtype=float))
-    lo = np.floor(at).astype(int)
-    hi = np.minimum(lo + 1, groups - 1)
-    full = np.take_along_axis(stall_g, lo[..., None], 2)[..., 0] * (1.0 - (at - lo))
-    full += np.take_along_axis(stall_g, hi[..., None], 2)[..., 0] * (at - lo)
+    full = cost_at_size(_at_rows(curve.stall_s, n), 1.0 / np.maximum(room, 1e-300))
     return stall, full + dec[:, None] * room, chain
 
 

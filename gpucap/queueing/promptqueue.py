@@ -27,20 +27,20 @@ XIII.5, and section VIII.5 for M/G/1). Gamma arrivals keep that C (an approximat
 tail above where it matters (P90, P99) and the right probability of waiting at all.
 
 **Steps.** Steps run back to back; the prompts that arrive during one ride in the next (a gated
-queue): ``D' = t_dec + S``, S the stalls of the ~``lambda D`` prompts the step before gathered. In
-steady state ``E[D] = t_dec / (1 - rho)`` (``rho = lambda E[s]``) and ``Var D = lambda E[s^2] E[D]
-/ (1 - rho^2)`` (``Var D = E[Var(S | D)] + Var E[S | D] = lambda E[s^2] E[D] + rho^2 Var D``).
-``D - t_dec`` is taken as gamma with that mean and variance. How many prompts share a step
-matters on its own where a step's cost is not linear in its prompts: a pipeline (pp > 1) runs a
+queue): ``D' = t_dec + S``, S the stalls of the ~``lambda D`` prompts the step before gathered.
+How many prompts share a step matters on its own where a step's cost is not linear in its
+prompts: a pipeline (pp > 1) runs a
 lone prompt's micro-batch while the other stages wait, and a mixture-of-experts step, or a
 memory-bound decode step with compute to spare, takes its first prompt cheaper than the next.
 With ``c(n) = n s_n`` the cost of n prompts in one step (``s_n`` interpolated in log n between
 the costs found at 1, 2, 4 and 8 prompts), the count is a Markov chain, ``n' ~ Poisson(lambda
 (t_dec + c(n)))`` (``step_groups``): after a decode-only step the next prompt most often rides
 alone, after a long prompt step several ride together. Its stationary distribution gives each
-prompt's expected cost, ``E[c(n)] / E[n]``, weighted by the prompts (``group_costs``). An arrival finds a step in progress
-with the length-biased density ``d f(d) / E[D]``, waits for its rest ``U d``, and rides in the
-next with the ~``lambda d`` prompts that arrived during it: ``TTFT = own step + U d + rho d``.
+prompt's expected cost, ``E[c(n)] / E[n]``, weighted by the prompts (``group_costs``), and the
+steps' lengths ``t_dec + c(n)`` (``group_chain``; the spread of the prompts' lengths as two points
+about each). An arrival finds a step in progress with the length-biased probability ``pi_n D_n /
+E[D]``, waits for its rest ``U D``, and rides in the next with the ~``lambda D`` prompts that
+arrived during it: ``TTFT = own step + U D + rho D``, ``rho`` the prompts' share of the time.
 Prompts the budget cannot take in one step queue beyond it: that is the wait above.
 
 **Decode stalls.** A request decodes its O - 1 tokens in O - 1 steps; the prompts that arrive
@@ -193,15 +193,18 @@ class StepChain:
     rho: Array
 
 
+def cost_at_size(cost_at_sizes: Array, n: Array) -> Array:
+    """A prompt's cost when ``n`` share a step (``n`` broadcast against the leading axes), from
+    its costs at ``GROUP_SIZES`` (last axis): linear in log n between them, held beyond the ends."""
+    at = np.interp(np.log(np.maximum(n, 1.0)), np.log(GROUP_SIZES), np.arange(len(GROUP_SIZES), dtype=float))
+    hat = np.maximum(1.0 - np.abs(np.asarray(at)[..., None] - np.arange(len(GROUP_SIZES))), 0.0)
+    return np.asarray((cost_at_sizes * hat).sum(axis=-1), dtype=float)
+
+
 def per_prompt_costs(cost_at_sizes: Array) -> Array:
-    """``s_n`` for n = 0..GROUP_STATES-1 (last axis) from the costs at ``GROUP_SIZES`` (last
-    axis), interpolated in log n and held beyond the ends; ``s_0`` is ``s_1`` (never charged)."""
-    n = np.maximum(np.arange(GROUP_STATES, dtype=float), 1.0)
-    at = np.interp(np.log(n), np.log(GROUP_SIZES), np.arange(len(GROUP_SIZES), dtype=float))
-    lo = np.floor(at).astype(int)
-    hi = np.minimum(lo + 1, len(GROUP_SIZES) - 1)
-    frac = at - lo
-    return cost_at_sizes[..., lo] * (1.0 - frac) + cost_at_sizes[..., hi] * frac
+    """``s_n`` for n = 0..GROUP_STATES-1 (a new last axis) from the costs at ``GROUP_SIZES`` (last
+    axis, ``cost_at_size``); ``s_0`` is ``s_1`` (never charged)."""
+    return cost_at_size(cost_at_sizes[..., None, :], np.arange(GROUP_STATES, dtype=float))
 
 
 def step_groups(rate: Array, decode_step_s: Array, per_prompt_s: Array) -> Array:
