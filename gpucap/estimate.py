@@ -24,7 +24,7 @@ from gpucap.calibration.ranges import (
     bands_from_coefficients,
     model_class,
     published_bands,
-    slo_concurrency,
+    range_slos,
 )
 from gpucap.catalog.gpus import GPU
 from gpucap.catalog.models import ModelSpec
@@ -39,7 +39,7 @@ from gpucap.physics.concurrency import (
     loop_point,
     one_request_fails,
     resource_limits,
-    slo_limit,
+    slo_limits,
 )
 from gpucap.physics.memory import (
     MemoryBreakdown,
@@ -206,9 +206,9 @@ class _Search:
     mem_limit: float  # requests the KV cache holds at the longest context
     mem_limit_mean: float  # ... at the mean context
     limits: dict[str, float | None]  # each resource's own limit (no slot cap)
-    slo_grid: np.ndarray
     slo_point: LoadPoint
     recommended: float  # min(SLO limit, memory)
+    range_ends: tuple[float, float] | None  # its range with the latency bands' factors (``range_slos``)
 
 
 def _coefficients(
@@ -226,9 +226,16 @@ def _coefficients(
 
 
 def _search(
-    hw: Hardware, coef: Coefficients, wl: Workload, slo: SLO, images: Images | None, speculative: Speculative | None
+    hw: Hardware,
+    coef: Coefficients,
+    wl: Workload,
+    slo: SLO,
+    images: Images | None,
+    speculative: Speculative | None,
+    ends: tuple[SLO, SLO] | None = None,
 ) -> _Search:
-    """Memory's limit, every resource's limit and the SLOs' limit for one replica."""
+    """Memory's limit, every resource's limit and the SLOs' limit for one replica; with ``ends``
+    (``range_slos``) the limits of those SLOs too, the recommendation's range."""
     image_tokens = Extras(images).image_tokens(hw)
     shared, held = wl.shared_len, wl.prefix_share
     mem, mem_limit = memory_limit(
@@ -260,8 +267,12 @@ def _search(
         hw, coef, wl, slo, MAX_SEARCH_CONCURRENCY, images=images, speculative=speculative, point=take(both, first)
     )
     slo_point = take(both, rest)
-    slo_r = slo_limit(hw, coef, wl, slo, mem_limit, images=images, speculative=speculative, point=slo_point)
-    return _Search(mem, mem_limit, mem_limit_mean, limits, g_slo, slo_point, min(slo_r, mem_limit))
+    asked = [slo, *(ends or ())]
+    found = slo_limits(hw, coef, wl, asked, mem_limit, images=images, speculative=speculative, point=slo_point)
+    slo_r, *range_ends = (min(v, mem_limit) for v in found)
+    return _Search(
+        mem, mem_limit, mem_limit_mean, limits, slo_point, slo_r, (range_ends[0], range_ends[1]) if ends else None
+    )
 
 
 def _bottleneck(
@@ -428,7 +439,7 @@ def estimate_for(
     hw.spec.check_context(wl.max_context - wl.output_len + image_tokens, wl.output_len)
     replicas = deployment.replicas(hw.layout)
     coef, bands, sat_band = _coefficients(coefficients, hw, at.request_rate)
-    found = _search(hw, coef, wl, slo, images, speculative)
+    found = _search(hw, coef, wl, slo, images, speculative, range_slos(slo, bands))
     rec = found.recommended
     # the recommendation and one request beyond it, in one call
     slots = float(hw.engine.max_num_seqs or np.inf)
@@ -451,7 +462,7 @@ def estimate_for(
     ranges = answer_ranges(
         bands,
         int(rec * replicas),
-        slo_concurrency(found.slo_grid, found.slo_point, slo, bands, found.mem_limit, replicas),
+        None if found.range_ends is None else (found.range_ends[0] * replicas, found.range_ends[1] * replicas),
         output_tokens_per_s=float(point.output_tokens_per_s) * replicas,
         ttft_s=float(point.ttft_s),
         tpot_s=float(point.tpot_s),

@@ -18,10 +18,11 @@ from gpucap.calibration.ranges import (
     build_table,
     coverage,
     find_band,
+    range_slos,
     read_table,
-    slo_concurrency_range,
     weighted_quantile,
 )
+from gpucap.config import SLO
 
 
 def test_equal_weights_are_hazen_quantiles():
@@ -81,16 +82,15 @@ def test_coverage_leaves_each_source_out():
     assert got == {"A": 4, "B": 4, "C": 0}
 
 
-def test_slo_concurrency_range_scales_the_latencies():
-    grid = np.array([1.0, 2.0, 3.0, 4.0])
-    ttft = np.array([0.5, 1.0, 1.5, 2.0])
-    tpot = np.full(4, 0.01)
+def test_the_concurrency_ranges_ends_divide_each_slo_by_its_factor():
     band = Band("ttft_ms", 0.5, 1.5, 10, "g")
-    flat = Band("tpot_ms", 1.0, 1.0, 10, "g")
-    # 1.5 x TTFT meets 1.2 s only at 1 (0.75 s); 0.5 x TTFT meets it up to 2 (2.0 x 0.5 = 1.0 at 4):
-    # all four, so the high end is what memory holds (top)
-    lo, hi = slo_concurrency_range(grid, ttft, tpot, ttft_slo_s=1.2, tpot_slo_s=0.05, ttft=band, tpot=flat, top=3.5)
-    assert (lo, hi) == (1.0, 3.5)
+    flat = Band("tpot_ms", 0.8, 1.25, 10, "g")
+    # the low end: latencies 1.5 x (TTFT) and 1.25 x (TPOT) the prediction meet 1.2 s and 50 ms
+    # where the predictions meet 0.8 s and 40 ms; the high end: 0.5 x and 0.8 x, 2.4 s and 62.5 ms
+    low, high = range_slos(SLO(ttft_s=1.2, tpot_s=0.05), {"ttft_ms": band, "tpot_ms": flat})
+    assert (low.ttft_s, low.tpot_s) == pytest.approx((0.8, 0.04))
+    assert (high.ttft_s, high.tpot_s) == pytest.approx((2.4, 0.0625))
+    assert range_slos(SLO(), {"ttft_ms": band}) is None
 
 
 def test_bad_tables_name_the_file_and_line(tmp_path):

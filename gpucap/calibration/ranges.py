@@ -37,7 +37,6 @@ import pandas as pd
 from gpucap.catalog.gpus import DATA_DIR
 from gpucap.catalog.models import ModelSpec
 from gpucap.config import SLO
-from gpucap.physics.batching import LoadPoint
 from gpucap.textfiles import read_text
 
 RANGES_FILE = DATA_DIR / "ranges.csv"
@@ -302,56 +301,24 @@ def coverage(runs: pd.DataFrame, level: float = LEVEL, min_runs: int = MIN_RUNS)
     return pd.DataFrame(rows, columns=["source_id", "metric", "runs", "inside"])
 
 
-def _largest_meeting(grid: np.ndarray, ok: np.ndarray, top: float) -> float:
-    """Largest grid value before the first failure; ``top`` when none fails, 0 when the first does."""
-    if not ok[0]:
-        return 0.0
-    bad = np.flatnonzero(~ok)
-    return float(top if bad.size == 0 else grid[bad[0] - 1])
-
-
-def slo_concurrency_range(
-    grid: np.ndarray,
-    ttft_s: np.ndarray,
-    tpot_s: np.ndarray,
-    *,
-    ttft_slo_s: float,
-    tpot_slo_s: float,
-    ttft: Band,
-    tpot: Band,
-    top: float,
-) -> tuple[float, float]:
-    """(low, high) of the SLO-limited concurrency on ``grid`` (predicted latencies at each
-    concurrency, rising): the largest concurrency whose latencies times ``f_high`` (low end) or
-    ``f_low`` (high end) still meet both SLOs, at most ``top`` (what memory holds)."""
-    low = _largest_meeting(grid, (ttft_s * ttft.f_high <= ttft_slo_s) & (tpot_s * tpot.f_high <= tpot_slo_s), top)
-    high = _largest_meeting(grid, (ttft_s * ttft.f_low <= ttft_slo_s) & (tpot_s * tpot.f_low <= tpot_slo_s), top)
-    return min(low, top), min(high, top)
-
-
 def model_class(spec: ModelSpec) -> str:
     """ "moe" or "dense": the model classes of ``gpucap.calibration.ranges``."""
     return "moe" if spec.is_moe else "dense"
 
 
-def slo_concurrency(
-    grid: np.ndarray, point: LoadPoint, slo: SLO, bands: dict[str, Band], top: float, replicas: int
-) -> tuple[float, float] | None:
-    """Range of the SLO-limited concurrency, all replicas (``gpucap.calibration.ranges.slo_concurrency_range``
-    on the SLO search's own grid); None without both latency bands."""
+def range_slos(slo: SLO, bands: dict[str, Band]) -> tuple[SLO, SLO] | None:
+    """The SLOs whose limits are the ends of the SLO-limited concurrency's range: the largest
+    concurrency whose predicted latencies times ``f_high`` (low end) or ``f_low`` (high end) of
+    their bands still meet both SLOs is the SLO search's answer with each SLO divided by its
+    factor. None without both latency bands."""
     if "ttft_ms" not in bands or "tpot_ms" not in bands:
         return None
-    low, high = slo_concurrency_range(
-        grid,
-        np.asarray(point.ttft_s, dtype=float),
-        np.asarray(point.tpot_s, dtype=float),
-        ttft_slo_s=slo.ttft_s,
-        tpot_slo_s=slo.tpot_s,
-        ttft=bands["ttft_ms"],
-        tpot=bands["tpot_ms"],
-        top=top,
-    )
-    return low * replicas, high * replicas
+    t, d = bands["ttft_ms"], bands["tpot_ms"]
+
+    def scaled(f_ttft: float, f_tpot: float) -> SLO:
+        return SLO(ttft_s=slo.ttft_s / f_ttft, tpot_s=slo.tpot_s / f_tpot, statistic=slo.statistic)
+
+    return scaled(t.f_high, d.f_high), scaled(t.f_low, d.f_low)
 
 
 def answer_ranges(

@@ -16,6 +16,7 @@ from gpucap.physics.step import StepTime
 from gpucap.physics.waves import wave_loop
 
 FRONT_END_SATURATED = 0.95  # share of the HTTP server's core at which it is taken as full
+REFINE_POINTS = 32  # concurrencies tried at once between two grid points (``_refined``)
 
 
 def concurrency_grid(top: float) -> np.ndarray:
@@ -120,12 +121,54 @@ def slo_limit(
 ) -> float:
     """Largest concurrency per replica with TTFT <= SLO and TPOT <= SLO, at most ``top``
     (``point``: the loop already computed on ``concurrency_grid(top)`` with ``max_num_seqs`` slots)."""
+    return slo_limits(hw, coef, wl, [slo], top, images=images, speculative=speculative, point=point)[0]
+
+
+def slo_limits(
+    hw: Hardware,
+    coef: Coefficients,
+    wl: Workload,
+    slos: list[SLO],
+    top: float,
+    *,
+    images: Images | None = None,
+    speculative: Speculative | None = None,
+    point: LoadPoint | None = None,
+) -> list[float]:
+    """``slo_limit`` for each of ``slos``, searched together.
+
+    The grid's points lie up to ~2% apart and where they fall depends on its top (memory's
+    limit, which a longer prompt lowers), so the answer between the last grid point that meets
+    an SLO and the first that does not is taken to the request: ``REFINE_POINTS`` whole
+    concurrencies in each open bracket, all brackets in one call of the loop, until each
+    bracket is one request wide. The answer then moves only with the physics."""
     grid = concurrency_grid(top)
     cap = float(hw.engine.max_num_seqs or np.inf)
     pt = point or loop_point(hw, coef, wl, grid, max_running=cap, images=images, speculative=speculative)
-    ok = (pt.ttft_s <= slo.ttft_s) & (pt.tpot_s <= slo.tpot_s)
-    best = _largest_ok(grid, ok)
-    return float(top if best is None else best)
+    lo, hi = np.zeros(len(slos)), np.zeros(len(slos))
+    for k, slo in enumerate(slos):
+        best = _largest_ok(grid, (pt.ttft_s <= slo.ttft_s) & (pt.tpot_s <= slo.tpot_s))
+        lo[k] = top if best is None else best
+        hi[k] = lo[k] if best is None or best < 1 else grid[np.flatnonzero(grid > best)[0]]
+    while np.any(hi - lo > 1):
+        open_ = np.flatnonzero(hi - lo > 1)
+        tries = [_inside(lo[j], hi[j]) for j in open_]
+        p = loop_point(hw, coef, wl, np.concatenate(tries), max_running=cap, images=images, speculative=speculative)
+        start = 0
+        for j, c in zip(open_.tolist(), tries, strict=True):
+            ttft, tpot = p.ttft_s[start : start + c.size], p.tpot_s[start : start + c.size]
+            start += c.size
+            bad = np.flatnonzero(~((ttft <= slos[j].ttft_s) & (tpot <= slos[j].tpot_s)))
+            first_bad = int(bad[0]) if bad.size else c.size
+            lo[j] = c[first_bad - 1] if first_bad > 0 else lo[j]
+            hi[j] = c[first_bad] if first_bad < c.size else hi[j]
+    return [float(v) for v in lo]
+
+
+def _inside(lo: float, hi: float) -> np.ndarray:
+    """Up to ``REFINE_POINTS`` whole concurrencies strictly between ``lo`` and ``hi``, evenly spread."""
+    c = np.unique(np.round(np.linspace(lo, hi, REFINE_POINTS + 2)[1:-1]))
+    return c[(c > lo) & (c < hi)]
 
 
 def one_request_fails(wl: Workload, slo: SLO, one: LoadPoint) -> tuple[str, str]:
