@@ -14,6 +14,7 @@ and a decoding sequence wait for, and ``front_end_s`` gives the front end's shar
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -180,10 +181,20 @@ class ClosedLoad:
         stage slots of one chunk each."""
         return float(self.hw.layout.pp)
 
+    def room_at(self, a: Array, sel: Select = slice(None)) -> Array:
+        """Prompt tokens a step has room for beside its decodes, ``m = M - (k + 1) B`` (at least 1)."""
+        return np.maximum(self.budget_tokens - a * self.ex.tokens_per_sequence * self.decoding[sel], 1.0)
+
     def chunks_at(self, a: Array, sel: Select = slice(None)) -> Array:
-        """Chunk steps of one prefill, ``s = ceil(I / (M - (k + 1) B))`` (at least 1), at ``a``."""
-        i, m, verify = self.prompt, self.budget_tokens, self.ex.tokens_per_sequence
-        return np.maximum(1.0, np.ceil(i[sel] / np.maximum(m - a * verify * self.decoding[sel], 1.0)))
+        """Chunk steps of one prefill, ``s = ceil(I / m)`` (at least 1), at ``a``."""
+        return np.maximum(1.0, np.ceil(self.prompt[sel] / self.room_at(a, sel)))
+
+    def full_steps(self, a: Array, chunks: Array) -> Array:
+        """Full-room steps of one prefill as the decodes see them, ``s' = I / m`` where the prompt
+        takes more than one chunk, else 1 (``gpucap.physics.steady``, prompt steps apart); kept
+        within (s - 1, s] of the whole count ``chunks``."""
+        share = np.clip(self.prompt / self.room_at(a), chunks - 1.0, chunks)
+        return np.where(chunks > 1.0, share, 1.0)
 
 
 def closed_load(
@@ -238,13 +249,16 @@ def closed_load(
 class Solution(NamedTuple):
     """``a`` at the fixed point, the chunk count, and the step terms (six rows, see
     ``gpucap.physics.step.step_terms``) of a step with a prompt chunk, of the average step and of
-    a decode-only step."""
+    a decode-only step; ``full``: the full-room steps per prompt as the decodes see them
+    (``ClosedLoad.full_steps``) and ``full_terms`` the terms of one."""
 
     a: Array
     chunks: Array
     pre_terms: Array
     dec_terms: Array
     only_terms: Array
+    full: Array
+    full_terms: Array
 
 
 def solve(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
@@ -268,23 +282,37 @@ def solve_moe(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
     pairs_one, n_img, one_mb = load.pairs, ex.images_per_request, load.one_mb
     kw = dict(r=r, decoding=decoding, a_budget=load.a_budget, latency=latency)
     a = np.zeros_like(r)
+
+    def prompt_step(steps: Array) -> Callable[[Array], Array]:
+        """The terms of a step carrying one of ``steps`` equal chunks of a prompt, against ``a``."""
+        chunk = (one_mb * i / steps, one_mb * pairs_one / steps)
+        return partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / steps)
+
     for k in range(MOE_PASSES):
         chunks = load.chunks_at(a)
         dec = lines_through(lambda x: terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a)
-        chunk = (one_mb * i / chunks, one_mb * pairs_one / chunks)
-        pre = lines_through(
-            partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / chunks),
-            a,
-        )
+        pre = lines_through(prompt_step(chunks), a)
         if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
             a = _arrivals_per_step(hw, coef, dec, pre, chunks=chunks, **kw)
         if apart:
+            full = load.full_steps(a, chunks)
+            full_lines = pre if np.array_equal(full, chunks) else lines_through(prompt_step(full), a)
             decode_only = lines_through(lambda x: terms(hw, coef, x * decoding, ctx, 0.0 * x, 0.0 * x, ex), a)
-            a = separated_root(decode_only, pre, dec, start=a, **_apart_args(hw, coef, chunks=chunks, **kw))
+            a = separated_root(
+                decode_only,
+                pre,
+                dec,
+                start=a,
+                full=full_lines,
+                share=full,
+                **_apart_args(hw, coef, chunks=chunks, **kw),
+            )
     dec_terms = terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
     only_terms = terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex)  # decode-only steps
-    pre_terms = terms(hw, coef, a * decoding, ctx, one_mb * i / chunks, one_mb * pairs_one / chunks, ex, n_img / chunks)
-    return Solution(a, chunks, pre_terms, dec_terms, only_terms)
+    pre_terms = prompt_step(chunks)(a)
+    full = load.full_steps(a, chunks)
+    full_terms = pre_terms if np.array_equal(full, chunks) else prompt_step(full)(a)
+    return Solution(a, chunks, pre_terms, dec_terms, only_terms, full, full_terms)
 
 
 def solve_dense(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
@@ -322,54 +350,39 @@ def solve_dense(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
         a[redo] = _arrivals_per_step(hw, coef, dec_redo, pre_redo, chunks=chunks[redo], **kw_redo)
         pre[0][:, redo], pre[1][:, redo] = pre_redo
     decode_only = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode)
+    full = load.full_steps(a, chunks)
+    full_lines = pre_at(full)
     if apart:
-        a = separated_root(decode_only, pre, dec, start=a, **_apart_args(hw, coef, chunks=chunks, **kw))
+        a = separated_root(
+            decode_only, pre, dec, start=a, full=full_lines, share=full, **_apart_args(hw, coef, chunks=chunks, **kw)
+        )
     dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
     only_terms = decode_only[0] + decode_only[1] * a  # decode-only steps
-    return Solution(a, chunks, pre_terms, dec_terms, only_terms)
-
-
-def _chunk_second_moment(load: ClosedLoad, sol: Solution) -> Array:
-    """E[t^2] over a prompt's chunk steps as the engine cuts them: s - 1 full chunks of the
-    budget's room ``M - (k + 1) B`` and the remainder, not s equal ones (a prompt one token over
-    the room is a full step and a one-token step, whose mean rest is a full step's, not half of
-    it). Their mean is the equal chunks' where the step is linear in its tokens; the pairs of a
-    chunk are taken in proportion to its tokens."""
-    hw, coef, ex = load.hw, load.coef, load.ex
-    s, i, a = sol.chunks, load.prompt, sol.a
-    room = np.minimum(np.maximum(load.budget_tokens - a * ex.tokens_per_sequence * load.decoding, 1.0), i)
-    rem = np.maximum(i - (s - 1.0) * room, 0.0)
-
-    def step_s(chunk: Array) -> Array:
-        share = chunk / np.maximum(i, 1.0)
-        t = terms(hw, coef, a * load.decoding, load.context, load.one_mb * chunk, load.one_mb * load.pairs * share, ex,
-                  ex.images_per_request / s)  # fmt: skip
-        return np.asarray(combine(hw, t).total_s, dtype=float)
-
-    full, last = step_s(room), step_s(rem)
-    return np.asarray(((s - 1.0) * full**2 + last**2) / s, dtype=float)
+    full_terms = full_lines[0] + full_lines[1] * a
+    return Solution(a, chunks, pre_terms, dec_terms, only_terms, full, full_terms)
 
 
 def step_times(load: ClosedLoad, sol: Solution, apart: bool, lead_s: float) -> tuple[StepTime, StepTime, Array]:
     """The step a prompt rides in, the step a decoding sequence waits for, and how long a new
     request waits for the step in progress: the mean rest of a step drawn by length,
-    ``E[t^2] / (2 E[t])``, over decode-only and prompt steps (apart, ``u = a s`` of them) or the
-    average step. A request leaves the front end at a time unrelated to the engine's steps;
-    without a front end (``lead_s`` 0) it is sent as another finishes, at a step's start, and
-    waits for nothing."""
+    ``E[t^2] / (2 E[t])``, over decode-only and full prompt steps (apart, ``u = a s'`` of them,
+    ``s'`` the full-room steps of a prompt: one a token past the room is a full step and a
+    remainder riding beside decodes, whose mean rest is a full step's) or the average step. A
+    request leaves the front end at a time unrelated to the engine's steps; without a front end
+    (``lead_s`` 0) it is sent as another finishes, at a step's start, and waits for nothing."""
     hw, shape = load.hw, load.shape
     pre_step, avg_step = (combine(hw, t.reshape(6, *shape)) for t in (sol.pre_terms, sol.dec_terms))
     rest = 0.5 * avg_step.total_s
     dec_step = avg_step
     if apart:
         only_step = combine(hw, sol.only_terms.reshape(6, *shape))
-        u = np.minimum(sol.a * sol.chunks, 1.0).reshape(shape)
-        t_d, t_p = only_step.total_s, pre_step.total_s
-        t_p2 = _chunk_second_moment(load, sol).reshape(shape)
+        full_step = combine(hw, sol.full_terms.reshape(6, *shape))
+        u = np.minimum(sol.a * sol.full, 1.0).reshape(shape)
+        t_d, t_p = only_step.total_s, full_step.total_s
         with np.errstate(divide="ignore", invalid="ignore"):
-            mixed = ((1.0 - u) * t_d**2 + u * t_p2) / (2.0 * ((1.0 - u) * t_d + u * t_p))
+            mixed = ((1.0 - u) * t_d**2 + u * t_p**2) / (2.0 * ((1.0 - u) * t_d + u * t_p))
         rest = np.where(u < 1.0, mixed, rest)
-        dec_step = _separated(only_step, pre_step, avg_step, u)
+        dec_step = _separated(only_step, full_step, avg_step, u)
     return pre_step, dec_step, rest if lead_s > 0 else 0.0 * rest
 
 

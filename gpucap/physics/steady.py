@@ -171,6 +171,13 @@ def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float, overlap: bool = Fal
 # agree at u = 1 and wherever the step is linear; where a decode step is memory-bound and a
 # prompt step compute-bound, T(a) > t(a) (Jensen: the step time is convex). Per second this is
 # ``TPOT = t_d / (1 - n_p (t_p - t_d))`` with n_p = X s prompt steps per second.
+#
+# A prompt longer than the budget's room ``m = M - (k + 1) B`` is cut into s - 1 full chunks and
+# a remainder, and the remainder rides beside the decodes (or beside the next prompt's first
+# chunk) at about a decode step's cost. As the decodes see them, such prompts take
+# ``s' = I / m`` full-room steps each (``s' = 1`` and the chunk I when I <= m): u = a s', which is
+# continuous in I where the whole count s jumps from 1 to 2 one token past the room. The prompt's
+# own time to its first token still counts s whole steps.
 
 
 def _value_slope(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array]:
@@ -249,13 +256,19 @@ def separated_root(
     a_budget: Array,
     start: Array,
     overlap: bool = False,
+    full: Lines | None = None,
+    share: Array | None = None,
 ) -> Array:
     """Arrivals per step of the closed loop with prompt steps apart from decode steps:
 
         F(a) = a (s t_p(a) + t_request) + (a (O - 1) - R) T(a) = 0,
 
     capped by the prompt-token budget (``a_budget``) and the front end (``a / T(a) <= rate``).
-    ``start``: the averaged-step solution, close to the root."""
+    ``start``: the averaged-step solution, close to the root. ``full``, ``share``: the prompt step
+    and the steps per prompt as the decodes see them (full-room chunks, ``s' = I / m``; see above),
+    ``pre`` and ``chunks`` when not given."""
+    full = pre if full is None else full
+    share = chunks if share is None else share
 
     def part(v: Any, idx: Ints) -> Any:
         return v[..., idx] if isinstance(v, np.ndarray) and v.ndim and v.shape[-1] == running.size else v
@@ -265,9 +278,9 @@ def separated_root(
 
     def closed(a: Array, idx: Ints) -> tuple[Array, Array]:
         ch, dec, run, req = part(chunks, idx), part(decoding, idx), part(running, idx), part(t_request_s, idx)
-        d, p, m = lines_at(decode_only, idx), lines_at(pre, idx), lines_at(mixed, idx)
-        t, t1, _ = separated_step(d, p, m, a, chunks=ch, pp=pp, overlap=overlap)
-        tp, tp1 = _value_slope(p, a, pp, overlap)
+        d, f, m = lines_at(decode_only, idx), lines_at(full, idx), lines_at(mixed, idx)
+        t, t1, _ = separated_step(d, f, m, a, chunks=part(share, idx), pp=pp, overlap=overlap)
+        tp, tp1 = _value_slope(lines_at(pre, idx), a, pp, overlap)
         f = a * (ch * tp + req) + (a * dec - run) * t
         return f, ch * tp + req + a * ch * tp1 + dec * t + (a * dec - run) * t1
 
@@ -275,8 +288,8 @@ def separated_root(
     if np.isfinite(rate_per_s):
 
         def front(x: Array, idx: Ints) -> tuple[Array, Array]:
-            d, p, m = lines_at(decode_only, idx), lines_at(pre, idx), lines_at(mixed, idx)
-            t, t1, _ = separated_step(d, p, m, x, chunks=part(chunks, idx), pp=pp, overlap=overlap)
+            d, f, m = lines_at(decode_only, idx), lines_at(full, idx), lines_at(mixed, idx)
+            t, t1, _ = separated_step(d, f, m, x, chunks=part(share, idx), pp=pp, overlap=overlap)
             return x - rate_per_s * t, 1.0 - rate_per_s * t1
 
         a = np.minimum(a, _rising_root(front, a, a))
