@@ -55,8 +55,8 @@ def test_steady_state_matches_the_simulation(setup: str, input_len: int, output_
 
 
 @pytest.mark.parametrize("setup", SETUPS)
-@pytest.mark.parametrize(("input_len", "output_len"), SHAPES)
-@pytest.mark.parametrize("concurrency", [1, 4, 16, 64])
+@pytest.mark.parametrize(("input_len", "output_len"), [*SHAPES, (16000, 64)])
+@pytest.mark.parametrize("concurrency", [1, 2, 4, 16, 64])
 def test_waves_match_the_simulation(setup: str, input_len: int, output_len: int, concurrency: int) -> None:
     hw = SETUPS[setup]
     slots = batch_slots(hw, context_tokens=input_len + output_len)

@@ -10,11 +10,14 @@ One wave of R = min(C, max_running) requests, prompt I, output O, token budget M
 
 - the server: ``t_frontend + R x t_request`` (R requests share its core and leave together);
 - prefill: ``K = R I / M`` budget-full steps of ``tau_M`` each (one step of ``R I`` tokens when
-  ``K < 1``); a request's first token comes when its chunk is done, on average after
-  ``(K + 1) / 2`` of them;
+  ``K < 1``), first come first served: the j-th request's prompt ends in step ``j I / M``, after
+  ``s = max(I / M, 1)`` steps of its own. Its first token comes on average after
+  ``(max(K, 1) + s) / 2`` steps (``(K + 1) / 2`` for prompts within the budget, K for one request
+  whose prompt takes K chunks); each step's chunk carries the prompt's mean causal pairs per
+  token, ``P(I) / I`` (a later chunk of a long prompt attends to the earlier ones);
 - decode: the last chunk's requests decode ``O - 1`` steps of ``t_dec`` at batch R, context
-  ``I + O / 2``; the earlier ones decode through the later prefill steps, ``(K - 1) / 2`` of them
-  on average, so ``TPOT = [(K - 1)/2 tau_M + (O - 1 - (K - 1)/2) t_dec] / (O - 1)``;
+  ``I + O / 2``; the earlier ones decode through the later prefill steps, ``(K - s) / 2`` of them
+  on average, so ``TPOT = [(K - s)/2 tau_M + (O - 1 - (K - s)/2) t_dec] / (O - 1)``;
 - the cycle ``front end + prefill + (O - 1) t_dec`` carries R requests: ``X = R / cycle``.
 
 Requests beyond R wait ``(C - R) / X`` for a slot.
@@ -50,16 +53,16 @@ def wave_loop(
     wave = r * i
     k = wave / m
     chunk = np.minimum(wave, m)  # prompt tokens of a budget-full step (the whole wave if smaller)
-    pairs = chunk / i * prefill_pairs_per_layer(hw.spec, np.minimum(i, m))
+    pairs = chunk / i * prefill_pairs_per_layer(hw.spec, i)
     zero = 0.0 * c
     full = _steps(hw, coef, batch=zero, context=i, prefill=chunk, pairs=pairs)
     dec = _steps(hw, coef, batch=r, context=i + o / 2.0, prefill=zero, pairs=zero)
     tau, t_dec = full.total_s, dec.total_s
     server = _frontend_latency(hw, coef) + (r - 1.0) * front_end(hw.engine, coef).serial_s
+    own = np.maximum(i / m, 1.0)  # steps one prompt takes
     prefill_s = np.maximum(k, 1.0) * tau
-    first = server + 0.5 * (np.maximum(k, 1.0) + 1.0) * tau
-    first = np.where(k < 1.0, server + tau, first)
-    during = np.minimum(0.5 * np.maximum(k - 1.0, 0.0), np.maximum(o - 1.0, 0.0))
+    first = server + 0.5 * (np.maximum(k, 1.0) + own) * tau
+    during = np.minimum(0.5 * np.maximum(k - own, 0.0), np.maximum(o - 1.0, 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(o > 1.0, (during * tau + (o - 1.0 - during) * t_dec) / (o - 1.0), t_dec)
     cycle = server + prefill_s + np.maximum(o - 1.0, 0.0) * t_dec
