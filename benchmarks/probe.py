@@ -22,6 +22,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -256,12 +258,48 @@ def layer_list_family(tmp: Path) -> tuple[int, list[str]]:
     return tried, bad
 
 
+MONOTONE_DRAWS = 2000
+MONOTONE_MODELS = ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-3B-Instruct", "Qwen/Qwen3-32B",
+                   "Qwen/Qwen3-30B-A3B", "openai/gpt-oss-20b", "mistralai/Mistral-7B-v0.3")  # fmt: skip
+MONOTONE_GPUS = ("A100-SXM-80GB", "H100-SXM-80GB", "H200-SXM-141GB", "B200-180GB", "L40S-48GB", "MI300X-192GB")
+
+
+def longer_prompt_family(tmp: Path) -> tuple[int, list[str]]:
+    """Random deployments and lengths (seeded): clean if a longer prompt does not raise the
+    recommended concurrency, outside the documented exception where the HTTP server's core
+    binds (tests/test_properties.py). Draws that do not fit count as clean."""
+    from gpucap.errors import DoesNotFit
+    from gpucap.estimate import estimate
+
+    rng = np.random.default_rng(0)
+    tried, bad = 0, []
+    for _ in range(MONOTONE_DRAWS):
+        model, gpu = str(rng.choice(MONOTONE_MODELS)), str(rng.choice(MONOTONE_GPUS))
+        engine = str(rng.choice(["vllm", "sglang", "trtllm"]))
+        tp, pp = int(rng.choice([1, 2, 4])), int(rng.choice([1, 2]))
+        short = int(rng.integers(50, 12000))
+        long = max(short + 1, int(short * rng.uniform(1.0005, 3.0)))
+        kw = dict(tp=tp, pp=pp, output_len=int(rng.integers(2, 1000)), lengths=str(rng.choice(["varied", "fixed"])),
+                  engine=engine)  # fmt: skip
+        tried += 1
+        try:
+            a = estimate(model, gpu, tp * pp, input_len=short, **kw)
+            b = estimate(model, gpu, tp * pp, input_len=long, **kw)
+        except (DoesNotFit, ValueError):
+            continue
+        if a.bottleneck != "host" and b.recommended_concurrency > a.recommended_concurrency:
+            bad.append(f"{model} {gpu} {engine} tp={tp} pp={pp} {kw}: input {short} -> {long}: "
+                       f"{a.recommended_concurrency} -> {b.recommended_concurrency}")  # fmt: skip
+    return tried, bad
+
+
 FAMILIES: dict[str, Callable[[Path], tuple[int, list[str]]]] = {
     "model configs (shipped configs, one field at a time)": config_family,
     "result files (metrics set to bad values, damaged shapes)": results_family,
     "estimate / plan options (bad numbers)": lambda tmp: cli_family(),
     "files an option names (/dev/zero, a pipe, NUL bytes, a folder)": files_family,
     "per-layer lists (short, empty, absent, unknown kind)": layer_list_family,
+    "a longer prompt (random deployments; the recommendation must not rise)": longer_prompt_family,
 }
 
 
