@@ -379,3 +379,20 @@ def test_user_file_refuses_duplicate_keys_and_fractional_link_domains(tmp_path: 
     path = write_gpu_file(tmp_path / "half.csv", [gpu_row(max_tp_on_link="0.5")])
     with pytest.raises(ValueError, match="max_tp_on_link' = 0.5 is not a whole number"):
         read_gpu_file(path)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("", 1.0), ("0", 0.0), ("0.4", 0.4), ("1", 1.0)])
+def test_roofline_overlap_column(tmp_path: Path, text: str, expected: float) -> None:
+    """Optional: empty is the roofline's max (1); a measured share in [0, 1] is kept."""
+    columns = [*HEADER, "roofline_overlap"]
+    path = write_gpu_file(tmp_path / "gpus.csv", [{**gpu_row(), "roofline_overlap": text}], columns)
+    assert load_gpus(path)["MY-GPU-64GB"].roofline_overlap == expected
+    assert get_gpu("H100-SXM-80GB").roofline_overlap == 1.0  # the catalog's rows leave it empty
+
+
+@pytest.mark.parametrize("text", ["1.5", "-0.1", "abc"])
+def test_roofline_overlap_outside_its_range_names_the_column(tmp_path: Path, text: str) -> None:
+    columns = [*HEADER, "roofline_overlap"]
+    path = write_gpu_file(tmp_path / "gpus.csv", [{**gpu_row(), "roofline_overlap": text}], columns)
+    with pytest.raises(ValueError, match=r"gpus.csv.*line 2.*roofline_overlap"):
+        load_gpus(path)

@@ -134,3 +134,28 @@ def test_mxfp4_matmuls_run_at_the_activations_rate() -> None:
     assert fmt("MI355X-288GB", "trtllm") == "bf16" and fmt("A100-SXM-80GB", "vllm") == "bf16"
     # other formats run at their own rate
     assert matmul_format(hardware("Qwen/Qwen3-8B", "B200-180GB", weight_dtype="nvfp4")) == "fp4"
+
+
+def test_a_device_that_hides_nothing_adds_its_rooflines() -> None:
+    """rho = 0 (one CPU core streaming its weights): each kernel takes ``c + m`` instead of
+    ``max(c, m)``; rho = 0.5 hides half of the shorter one. Llama-3.1-8B on an H100 at 64
+    decodes of 1,000 tokens, by hand: matmuls 64 x 2 x 8.03e9 FLOP / 989.5 TFLOP/s = 1.04 ms
+    against 16.06 GB / 3.35 TB/s = 4.79 ms; attention 64 x 1,000 x 32 layers x 4 x 4,096 FLOP
+    = 33.6 GFLOP, 0.034 ms, against 64 x 1,000 x 131,072 bytes (32 layers x 2 x 8 heads x 128
+    x 2 bytes) / 3.35 TB/s = 2.50 ms."""
+    import dataclasses
+
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    work = step_work(hw, decode_tokens=64.0, decode_context=1000.0)
+    t = {}
+    for rho in (1.0, 0.5, 0.0):
+        h = dataclasses.replace(hw, gpu=dataclasses.replace(hw.gpu, roofline_overlap=rho))
+        t[rho] = float(step_time(h, work, IDEAL).total_s)
+    gemm_c, gemm_m = (
+        64 * 2 * (LLAMA8B_BODY + LLAMA8B_LM_HEAD) / 989.5e12,
+        2 * (LLAMA8B_BODY + LLAMA8B_LM_HEAD) / 3.35e12,
+    )
+    attn_c, attn_m = 64 * 1000 * 32 * 4 * 4096 / 989.5e12, 64 * 1000 * 32 * 2 * 8 * 128 * 2 / 3.35e12
+    assert t[1.0] == pytest.approx(gemm_m + attn_m, rel=0.02)
+    assert t[0.0] == pytest.approx(gemm_c + gemm_m + attn_c + attn_m, rel=0.02)
+    assert t[0.5] == pytest.approx(gemm_m + attn_m + 0.5 * (gemm_c + attn_c), rel=0.02)

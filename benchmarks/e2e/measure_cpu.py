@@ -14,6 +14,13 @@ unquantized layer on this CPU: vLLM's oneDNN matmul when it builds for the dtype
 ``torch.nn.functional.linear`` (as the server falls back). FLOP/s = 2 M K N / t; the peak is the
 best layer (a datasheet peak is what the best kernel reaches).
 
+Roofline overlap: the model's whole stack of linear layers (distinct weights per layer, streamed
+from memory as in a decode step) at 1 to 256 rows. A device that hides the shorter roofline
+under the longer takes ``max(c, m)``, c the multiplies at ``u`` of the peak and m the weights'
+read at the peak bandwidth; one that does not takes ``c + m``. The row's ``roofline_overlap`` is
+the rho of ``max(c, m) + (1 - rho) min(c, m)`` that fits the ladder best (least squares in log
+time, rho and u on a grid), the form ``gpucap.physics.step.step_terms`` applies.
+
 Memory: STREAM-style kernels on 128 MiB float32 arrays (4x the last-level cache): read (sum),
 copy (``y = x``, 2 x bytes) and add (``z = x + y``, 3 x bytes); bytes/s = bytes moved / t; the
 peak is the best kernel (STREAM's convention: write-allocate traffic not counted).
@@ -40,7 +47,8 @@ from pathlib import Path
 GIB = 2.0**30
 COLUMNS = ("key", "name", "vendor", "memory_GB", "memory_GiB_reported", "bf16_dense_TFLOPs", "fp8_dense_TFLOPs",
            "fp4_dense_TFLOPs", "int8_dense_TOPs", "hbm_TB_per_s", "link_kind", "link_GB_per_s_per_direction",
-           "max_tp_on_link", "pcie_GB_per_s_per_direction", "tdp_W", "source", "notes")  # fmt: skip
+           "max_tp_on_link", "pcie_GB_per_s_per_direction", "tdp_W", "roofline_overlap", "source", "notes")  # fmt: skip
+LADDER_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def linear_shapes(config: dict) -> dict[str, tuple[int, int]]:
@@ -98,6 +106,45 @@ def matmul_flops_per_s(config: dict, tokens: int, dtype: str) -> tuple[dict[str,
         t = best_time_s(lambda fn=fn, x=x: fn(x), repeats=1, rounds=40)
         out[name] = flop / t
     return out, path
+
+
+def stack_seconds(
+    config: dict, dtype: str, rows: tuple[int, ...] = LADDER_ROWS
+) -> tuple[dict[int, float], float, float]:
+    """Time of one pass through every linear layer of the model (each layer its own weights) at
+    each row count; with the FLOP a row costs and the bytes of all the weights."""
+    import torch
+
+    dt_ = getattr(torch, dtype)
+    shapes = linear_shapes(config)
+    per_layer = [shapes[n] for n in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")]
+    kn = per_layer * config["num_hidden_layers"] + [shapes["lm_head"]]
+    layers = [(server_linear(torch.randn(n, k, dtype=dt_), torch)[0], k) for k, n in kn]
+    times = {}
+    for m in rows:
+        xs = {k: torch.randn(m, k, dtype=dt_) for k in {k for _, k in layers}}
+        times[m] = best_time_s(lambda xs=xs: [f(xs[k]) for f, k in layers], repeats=1, rounds=15)
+    size = torch.tensor([], dtype=dt_).element_size()
+    return times, sum(2.0 * k * n for k, n in kn), sum(size * k * n for k, n in kn)
+
+
+def roofline_overlap(
+    times: dict[int, float], flop_per_row: float, weight_bytes: float, flops: float, bw: float
+) -> float:
+    """rho of ``max(c, m) + (1 - rho) min(c, m)`` that fits ``times`` best (module docstring)."""
+    import numpy as np
+
+    rows = np.array(list(times), dtype=float)
+    t = np.array(list(times.values()))
+    best, rho_best = np.inf, 1.0
+    for rho in np.linspace(0.0, 1.0, 21):
+        for u in np.linspace(0.3, 1.0, 71):
+            c, m = rows * flop_per_row / (flops * u), weight_bytes / bw
+            model = np.maximum(c, m) + (1.0 - rho) * np.minimum(c, m)
+            err = float(np.sum(np.log(model / t) ** 2))
+            if err < best:
+                best, rho_best = err, float(rho)
+    return rho_best
 
 
 def memory_bytes_per_s(mib: int = 128) -> dict[str, float]:
@@ -169,6 +216,13 @@ def main() -> None:
     for name, v in flops.items():
         print(f"       {name:<13} {v / 1e9:7.1f} GFLOP/s")
     print("cpu: memory: " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in bw.items()))
+    ladder, flop_per_row, weight_bytes = stack_seconds(config, args.dtype)
+    rho = roofline_overlap(ladder, flop_per_row, weight_bytes, peak_flops, peak_bw)
+    print(f"cpu: all linear layers ({weight_bytes / 1e6:.1f} MB of weights; the read alone "
+          f"{weight_bytes / peak_bw * 1e3:.2f} ms) at M rows:")  # fmt: skip
+    for m, t in ladder.items():
+        print(f"       M={m:<4} {t * 1e3:7.2f} ms  (multiplies at peak {m * flop_per_row / peak_flops * 1e3:6.2f} ms)")
+    print(f"cpu: roofline overlap {rho:.2f} (1: the shorter roofline hides under the longer; 0: they add)")
     print(f"cpu: peak {peak_flops / 1e9:.1f} GFLOP/s, {peak_bw / 1e9:.1f} GB/s -> {args.out}")
     date = dt.date.today().isoformat()
     row = dict.fromkeys(COLUMNS, "")
@@ -183,13 +237,17 @@ def main() -> None:
         link_kind="pcie",
         link_GB_per_s_per_direction="1",
         max_tp_on_link="1",
+        roofline_overlap=f"{rho:.2f}",
         source=f"measured by benchmarks/e2e/measure_cpu.py on {date}",
         notes=(
             f"bf16_dense_TFLOPs holds the best {args.dtype} matmul measured ({path}, M={args.tokens}; "
             + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in flops.items())
             + " GFLOP/s): gpucap computes fp32 and bf16 weights at this column's rate. hbm_TB_per_s: best of "
             + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in bw.items())
-            + f" GB/s (128 MiB arrays); load average {load:.1f} when measured. Link columns are placeholders"
+            + f" GB/s (128 MiB arrays); load average {load:.1f} when measured. roofline_overlap: fitted to the"
+            + " linear stack at M rows: "
+            + ", ".join(f"M={m} {t * 1e3:.2f} ms" for m, t in ladder.items())
+            + f" against {weight_bytes / peak_bw * 1e3:.2f} ms for the weights' read. Link columns are placeholders"
             + " (one CPU, tp=1)."
         ),
     )

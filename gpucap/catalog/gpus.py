@@ -72,6 +72,9 @@ class GPU:
     exp_per_s: float = 0.0  # softmax exponentials the special-function units give a second (0: not given)
     mxfp4_bf16_share: float = 0.0  # measured ceiling of a bf16 x MXFP4 MoE GEMM, share of bf16 peak (0: none)
     mxfp4_fp8_share: float = 0.0  # measured ceiling of an MXFP8 x MXFP4 MoE GEMM, share of fp8 peak (0: none)
+    # share of a kernel's shorter roofline (compute or memory) hidden under the longer, 0-1:
+    # ``gpucap.physics.step.step_terms``; 1 (the roofline's max) unless the row measures it
+    roofline_overlap: float = 1.0
 
     @property
     def is_amd(self) -> bool:
@@ -171,7 +174,24 @@ def _gpu_from_row(row: dict[str, str], where: str) -> GPU:
         exp_per_s=exp_per_s(row, where),
         mxfp4_bf16_share=_share(row, "mxfp4_bf16_peak_share", where),
         mxfp4_fp8_share=_share(row, "mxfp4_mxfp8_peak_share", where),
+        roofline_overlap=_roofline_overlap(row, where),
     )
+
+
+def _roofline_overlap(row: dict[str, str], where: str) -> float:
+    """The optional ``roofline_overlap`` column, a share in [0, 1]; empty reads as 1: a GPU keeps
+    enough warps in flight to hide the shorter roofline under the longer, the roofline model's
+    premise (Williams, Waterman and Patterson, "Roofline", CACM 52(4), 2009). A device that does
+    not (one CPU core streaming its weights: 0, benchmarks/e2e/measure_cpu.py) states it."""
+    if not (row.get("roofline_overlap") or "").strip():
+        return 1.0
+    value = _num(row, "roofline_overlap", where)
+    if value > 1:
+        raise ValueError(
+            f"{where}: column 'roofline_overlap' = {value:g} is the share of the shorter roofline hidden "
+            "under the longer; give a number in [0, 1]"
+        )
+    return value
 
 
 def exp_per_s(row: dict[str, str], where: str) -> float:

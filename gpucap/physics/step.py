@@ -545,6 +545,15 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     (link x u_link))`` (these per pipeline stage), and the host's scheduling time
     ``t_overhead`` (which an engine may run beside the GPU: ``combine``).
 
+    Within a kernel the shorter roofline hides under the longer by the device's
+    ``roofline_overlap`` rho (``gpucap.catalog.gpus``): ``max(c, m) + (1 - rho) min(c, m)``, the
+    roofline's max on a GPU (rho = 1), their sum on one CPU core (rho = 0: vLLM's oneDNN GEMMs
+    of a 20 M-parameter model at 16 rows took 9.3 ms against 4.6 ms for the weights' read and
+    3.4 ms for the multiplies at peak, benchmarks/README.md). It is written as two lines whose max
+    is that, ``c' = c + (1 - rho) m`` and ``m' = m + (1 - rho) c``, so that every step term stays
+    affine in the work (the closed forms of ``gpucap.physics.steady`` rely on it); with rho < 1
+    each of the two rows then carries part of the other's time.
+
     Kernels have a floor the rooflines miss: ``t_layer`` per layer per step (back-to-back kernels
     of a CUDA graph, plus ``50 us`` of kernel launches per layer when CUDA graphs are off), and
     the work per running sequence the step waits for, ``t_seq x sequences`` (sampling, logits
@@ -578,12 +587,15 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     extra = extra + floor
     mixed, wide = work.mixed_input_flop, work.bf16_weight_flop
     gemm_c = (work.linear_flop - mixed - wide) / peak_format + wide / peak_bf16 + mixed / _mixed_input_rate(hw, coef)
-    gemm_c = gemm_c + extra
     attn_c = (work.attention_flop + work.softmax_excess_flop) / peak_bf16
+    gemm_m, attn_m = work.weight_bytes / bw, work.kv_bytes / bw
+    hidden = 1.0 - gpu.roofline_overlap
+    if hidden > 0:  # max(c', m') = max(c, m) + (1 - rho) min(c, m)
+        gemm_c, gemm_m = gemm_c + hidden * gemm_m, gemm_m + hidden * gemm_c
+        attn_c, attn_m = attn_c + hidden * attn_m, attn_m + hidden * attn_c
     comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
     host = coef.t_overhead_s + 0.0 * work.sequences
-    gemm_m = work.weight_bytes / bw + extra
-    return np.stack(np.broadcast_arrays(gemm_c, gemm_m, attn_c, work.kv_bytes / bw, comm, host))
+    return np.stack(np.broadcast_arrays(gemm_c + extra, gemm_m + extra, attn_c, attn_m, comm, host))
 
 
 def _mixed_input_rate(hw: Hardware, coef: Coefficients) -> float:
@@ -631,6 +643,7 @@ def step_time(hw: Hardware, work: StepWork, coef: Coefficients) -> StepTime:
 
     ``t_gemm = max(linear FLOP / (peak_format x u_compute), weight bytes / (hbm x u_hbm))``
     ``t_attn = max(attention FLOP / (peak_bf16 x u_compute), KV bytes / (hbm x u_hbm))``
+    (each ``max(c, m) + (1 - rho) min(c, m)`` where the device hides less, ``step_terms``)
     ``t_step = pp x [t_gemm + t_attn + (1 - overlap) x (alpha + link bytes / (link x u_link))]
     + t_overhead``, with the floor ``t_layer x layers + t_seq x sequences`` inside ``t_gemm`` (the
     host's ``t_overhead`` in ``max`` instead of ``+`` where the engine overlaps it with the GPU)
