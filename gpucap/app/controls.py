@@ -4,6 +4,7 @@ values read into ``Inputs``."""
 
 from __future__ import annotations
 
+import html
 import itertools
 import os
 import shutil
@@ -81,6 +82,10 @@ TIPS = {
         "the server's KV budget per GPU, GiB: 'Available KV cache memory' in its start-up log "
         "(vLLM --kv-cache-memory); 0: gpucap works it out"
     ),
+    "gpu_memory_utilization": (
+        "share of GPU memory the engine takes (vLLM, SGLang: of the whole GPU; TensorRT-LLM: of what is free "
+        "after the weights)"
+    ),
     "cuda_graphs": "off (--enforce-eager) frees the CUDA-graph memory pool but adds kernel launch time per layer",
     "input_len": "prompt tokens per request (type, then Enter)",
     "output_len": "output tokens per request (type, then Enter)",
@@ -89,7 +94,9 @@ TIPS = {
     "tpot_slo_ms": "the mean time per output token (after the first) the recommendation must meet",
     "calibration": "a calibration JSON saved by notebook 03 or gpucap calibrate; empty: the engine's defaults",
     "curve_max": "how far the curves go (concurrent requests, all replicas)",
+    "auto_range": "on: the curves go up to twice what the engine runs at once; moving the range by hand turns it off",
 }
+ON_OFF = [("on", True), ("off", False)]
 COLUMNS = (  # (title, inputs) of the three columns of controls
     ("Model and hardware", ("model", "model_path", "gpu", "num_gpus", "tp", "pp", "ep")),
     (
@@ -194,16 +201,17 @@ class Controls:
             min=0.5,
             max=1.0,
             step=0.01,
-            description="gpu_memory_utilization",
+            description="GPU memory share",
             readout_format=".2f",
-            style={"description_width": "initial"},
+            style=wide,
             layout=row,
-            tooltip="share of GPU memory the engine takes (TensorRT-LLM: share of what is free after the weights)",
         )
         self.kv_cache_memory_gib = widgets.BoundedFloatText(
             value=0.0, min=0.0, max=10_000.0, step=0.01, description="KV budget, GiB/GPU", style=wide, layout=row
         )
-        self.cuda_graphs = widgets.Checkbox(value=True, description="CUDA graphs", indent=True, style=wide, layout=row)
+        self.cuda_graphs = widgets.Dropdown(
+            options=ON_OFF, value=True, description="CUDA graphs", style=wide, layout=row
+        )
         self.input_len = integer("input tokens", 3840, 1, 10_000_000)
         self.output_len = integer("output tokens", 256, 1, 10_000_000)
         self.lengths = widgets.Dropdown(
@@ -217,18 +225,13 @@ class Controls:
         self.tpot_slo_ms = stops(TPOT_SLO_CHOICES_MS, 100.0, "mean TPOT SLO (ms)")
         self.calibration = text("coefficients file", "calibration JSON (empty: engine defaults)")
         self.curve_max = stops(CURVE_MAX_CHOICES, 1000.0, "curves up to")
-        self.auto_range = widgets.Checkbox(
-            value=True,
-            description="automatic range",
-            tooltip="up to twice what the engine runs at once",
-            style=wide,
-            layout=row,
+        self.auto_range = widgets.Dropdown(
+            options=ON_OFF, value=True, description="automatic range", style=wide, layout=row
         )
         self.inputs: dict[str, Any] = {name: getattr(self, name) for name in INPUT_NAMES}
         for name, w in self.inputs.items():
             w.add_class("gpucap-" + name.replace("_", "-"))
-            if name in TIPS:
-                w.tooltip = TIPS[name]
+            with_tip(w, TIPS[name])
         # Upload buttons beside the two path boxes: the file is kept in a folder of this page's own
         # and its path put in the box, so an upload reads exactly like a path.
         self.uploads: dict[str, Any] = {}
@@ -406,3 +409,12 @@ class Controls:
             curve_max=float(self.curve_max.value),
             lengths=str(self.lengths.value),
         )
+
+
+def with_tip(w: Any, tip: str) -> None:
+    """Put ``tip`` over a control's label. ipywidgets 8 shows a ``tooltip`` over the label of
+    numbers and sliders only (the dropdown and text views drop it when a description is set), so
+    the description is a span carrying the tip as its ``title``, on every control alike."""
+    w.tooltip = tip
+    w.description_allow_html = True
+    w.description = f'<span title="{html.escape(tip, quote=True)}">{html.escape(w.description)}</span>'

@@ -15,7 +15,7 @@ from gpucap.app.svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks
 from gpucap.estimate import Estimate
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.memory import MemoryBreakdown
-from gpucap.report.text import BAR_NAMES
+from gpucap.report.text import BAR_NAMES, PLAIN_NAMES
 from gpucap.units import GiB
 
 # What each bar of the constraints figure means and where its number comes from (its tooltip).
@@ -157,7 +157,7 @@ def constraints_svg(estimate: Estimate) -> str:
         valign="top",
     )
     ax.frame()
-    ax.title(f"what each limit allows; bottleneck: {estimate.bottleneck}")
+    ax.title(f"what each limit allows; bottleneck: {PLAIN_NAMES.get(estimate.bottleneck, estimate.bottleneck)}")
     return c.to_svg()
 
 

@@ -295,7 +295,7 @@ def too_big_notes(rejected: pd.DataFrame, gpus: Sequence[GPU], plans: pd.DataFra
         if not mine.empty and mine["reason"].astype(str).str.startswith("does not fit").all():
             notes.append(
                 f"{gpu.key}: the weights do not fit in any format even on {most} GPUs per replica, the most "
-                "searched (gpu_counts); replicas across nodes are not modelled"
+                "searched (GPUs per replica); replicas across nodes are not modelled"
             )
     return notes
 

@@ -25,7 +25,7 @@ PLAIN_NAMES = {
 # ... and as bar labels, where space is short: the resources in plain words
 BAR_NAMES: dict[str, str] = {
     **{name: "HBM bandwidth" if name == "hbm_bandwidth" else name for name in RESOURCES},
-    "max_num_seqs": "max_num_seqs",
+    "max_num_seqs": "batch slots",
     "step_overhead": "host per step",
 }
 BAR_WIDTH = 40
@@ -96,7 +96,7 @@ def format_estimate(e: Estimate) -> str:
     r = e.ranges
     speed = (
         f"recommended concurrency: {e.recommended_concurrency:,}{range_note(r, 'recommended_concurrency', '{:,.0f}')}"
-        f"   bottleneck: {e.bottleneck}\n"
+        f"   bottleneck: {PLAIN_NAMES.get(e.bottleneck, e.bottleneck)}\n"
         f"  memory holds {e.limits['memory']:,.0f} at input+output, {e.memory_limit_mean_context:,.0f} at input+output/2\n"
         + (
             f"at concurrency {e.concurrency:,.1f}: TTFT {e.ttft_s * 1e3:,.0f} ms{range_note(r, 'ttft_s', '{:,.0f}', 1e3)}, "

@@ -216,6 +216,38 @@ def test_changing_model_and_context_updates_the_recommendation(server, tmp_path)
             browser.close()
 
 
+def test_every_control_shows_what_it_is_on_hover(server) -> None:
+    """Hover each control's label: the element under the pointer carries the control's tip (the
+    browser shows an element's ``title`` as its tooltip)."""
+    from playwright.sync_api import sync_playwright
+
+    from gpucap.app.controls import INPUT_NAMES, TIPS
+
+    with sync_playwright() as pw:
+        browser = _browser(pw)
+        try:
+            page = browser.new_page(viewport=LAPTOP)
+            _local_only(page)
+            _open(page, server)
+            missing = []
+            for name in INPUT_NAMES:
+                label = page.locator(f".gpucap-{name.replace('_', '-')} .widget-label span[title]").first
+                label.scroll_into_view_if_needed()
+                label.hover()
+                box = label.bounding_box()
+                assert box is not None, name
+                shown = page.evaluate(
+                    "([x, y]) => { const e = document.elementFromPoint(x, y); const t = e && e.closest('[title]');"
+                    " return t ? t.getAttribute('title') : null; }",
+                    [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2],
+                )
+                if shown != TIPS[name]:
+                    missing.append(f"{name}: {shown!r}")
+            assert not missing, missing
+        finally:
+            browser.close()
+
+
 def _kernels(server_pid: int) -> set[int]:
     """Process ids of the kernels the Voila process runs now (its live ipykernel children)."""
     pids = set()
