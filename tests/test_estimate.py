@@ -144,3 +144,34 @@ def test_both_conventions_of_attention_data_parallelism() -> None:
     dep = estimate("deepseek-ai/DeepSeek-V3", "H200-SXM-141GB", 8, tp=1, ep=8, attn_dp=8, **common)
     assert sglang.recommended_concurrency == dep.recommended_concurrency and sglang.replicas == 1
     assert any("SGLang" in n for n in sglang.notes)
+
+
+README_CASE = dict(num_gpus=8, tp=8, input_len=3840, output_len=256)
+
+
+def test_the_answer_says_which_slo_binds_and_what_drives_it() -> None:
+    """The SLO one more request would miss, at the recommendation's own numbers, and the resource
+    named as the bottleneck, with the step's parts."""
+    from gpucap.report.text import PLAIN_NAMES
+
+    e = estimate("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", **README_CASE)
+    rec = e.recommended_concurrency
+    assert e.binds.startswith(f"the TPOT SLO binds at {rec}: {e.tpot_s * 1e3:,.4g} of 100 ms")
+    assert f"{PLAIN_NAMES[e.bottleneck]} drives the decode step" in e.binds
+    assert e.binds in str(e) and e.to_dict()["binds"] == e.binds
+    fixed = estimate("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", lengths="fixed", **README_CASE)
+    assert fixed.binds.startswith(
+        f"the TTFT SLO binds at {fixed.recommended_concurrency}: {fixed.ttft_s * 1e3:,.4g} of"
+    )
+    assert "step carrying a prompt chunk" in fixed.binds
+    mem = estimate("meta-llama/Llama-3.1-8B-Instruct", "H100-SXM-80GB", 1, input_len=2000, output_len=300)
+    assert mem.bottleneck == "memory" and mem.binds.startswith(f"memory binds at {mem.recommended_concurrency}")
+
+
+def test_a_recommendation_of_zero_says_what_its_range_means() -> None:
+    e = estimate(
+        "meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", num_gpus=8, tp=8, input_len=30000, output_len=256
+    )
+    assert e.recommended_concurrency == 0 and e.binds == ""
+    r = e.ranges["recommended_concurrency"]
+    assert r.high > 0 and "as predicted none meets the SLOs" in r.text("{:,.0f}")

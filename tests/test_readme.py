@@ -30,4 +30,8 @@ def test_the_estimate_example_prints_what_the_readme_quotes(capsys: pytest.Captu
     quoted = re.search(r'\("(recommended concurrency: [\d,]+ \(80% range [\d,]+-[\d,]+\))"', README.read_text())
     assert quoted, "the README quotes the estimate's recommendation"
     assert main(argv) == 0
-    assert quoted.group(1) in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert quoted.group(1) in out
+    binds = re.search(r'\("(the TPOT SLO binds at [^"]+)"\)', README.read_text().replace("\n", " "))
+    assert binds, "the README quotes why the recommendation binds"
+    assert binds.group(1) in out

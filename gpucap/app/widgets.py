@@ -190,6 +190,7 @@ class EstimatorApp(Controls):
             [
                 f"recommended concurrency: {est.recommended_concurrency:,}{range_note(r, 'recommended_concurrency', '{:,.0f}')}"
                 f"{rate} · bottleneck: {PLAIN_NAMES.get(est.bottleneck, est.bottleneck)}",
+                *([est.binds[0].upper() + est.binds[1:]] if est.binds else []),
                 f"{where}: mean TTFT {est.ttft_s * 1e3:,.0f} ms{range_note(r, 'ttft_s', '{:,.0f}', 1e3)}, "
                 f"mean TPOT {est.tpot_s * 1e3:,.1f} ms{range_note(r, 'tpot_s', '{:,.1f}', 1e3)}, "
                 f"{est.output_tokens_per_s:,.0f} output tokens/s{range_note(r, 'output_tokens_per_s', '{:,.0f}')}, "

@@ -81,7 +81,13 @@ class Range:
         return self.band.level
 
     def text(self, fmt: str = "{:.3g}", scale: float = 1.0) -> str:
+        """'80% range a-b'; around a recommendation of 0, what its top means."""
         lo, hi = fmt.format(self.low * scale), fmt.format(self.high * scale)
+        if self.value == 0 and self.high > 0:
+            return (
+                f"{self.level:.0%} range {lo}-{hi}: as predicted none meets the SLOs; with latencies at the fast "
+                f"end of the measured spread, up to {hi} would"
+            )
         return f"{self.level:.0%} range {lo}-{hi}"
 
 

@@ -97,7 +97,8 @@ def format_estimate(e: Estimate) -> str:
     speed = (
         f"recommended concurrency: {e.recommended_concurrency:,}{range_note(r, 'recommended_concurrency', '{:,.0f}')}"
         f"   bottleneck: {PLAIN_NAMES.get(e.bottleneck, e.bottleneck)}\n"
-        f"  memory holds {e.limits['memory']:,.0f} at input+output, {e.memory_limit_mean_context:,.0f} at input+output/2\n"
+        + (f"  {e.binds}\n" if e.binds else "")
+        + f"  memory holds {e.limits['memory']:,.0f} at input+output, {e.memory_limit_mean_context:,.0f} at input+output/2\n"
         + (
             f"at concurrency {e.concurrency:,.1f}: TTFT {e.ttft_s * 1e3:,.0f} ms{range_note(r, 'ttft_s', '{:,.0f}', 1e3)}, "
             f"TPOT {e.tpot_s * 1e3:,.1f} ms{range_note(r, 'tpot_s', '{:,.1f}', 1e3)}, "
@@ -183,6 +184,7 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
         "memory_limit_mean_context": e.memory_limit_mean_context,
         "recommended_concurrency": e.recommended_concurrency,
         "bottleneck": e.bottleneck,
+        "binds": e.binds,
         "concurrency": _clean(e.concurrency),
         "ttft_s": _clean(e.ttft_s),
         "tpot_s": _clean(e.tpot_s),

@@ -187,6 +187,19 @@ def test_changing_model_and_context_updates_the_recommendation(server, tmp_path)
             box = page.locator(".gpucap-recommendation").bounding_box()
             assert box is not None and box["y"] + box["height"] <= LAPTOP["height"], box
             page.screenshot(path=str(tmp_path / "estimator-first-screen.png"))
+            # the headline names the SLO that binds and what drives it, by default and for a load test
+            said = page.locator(".gpucap-recommendation").inner_text()
+            assert re.search(
+                r"The TPOT SLO binds at [\d,]+: [\d.,]+ of 100 ms.*compute drives the decode step", said
+            ), said
+            page.locator(".gpucap-lengths select").select_option(label="fixed (a load test)")
+            fixed = _wait_for_change(page, first)
+            said = page.locator(".gpucap-recommendation").inner_text()
+            assert re.search(rf"The TTFT SLO binds at {fixed}: [\d.,]+ of 2,000 ms.*drives the step carrying", said), (
+                said
+            )
+            page.locator(".gpucap-lengths select").select_option(label="varied (traffic)")
+            assert _wait_for_change(page, fixed) == first
             # nothing meets the SLOs: the page names the SLO one request alone misses, not a resource
             length = page.locator(".gpucap-input-len input")
             length.fill("30000")
