@@ -229,9 +229,10 @@ def test_changing_model_and_context_updates_the_recommendation(server, tmp_path)
             browser.close()
 
 
-def test_every_control_shows_what_it_is_on_hover(server) -> None:
+def test_every_control_shows_what_it_is_on_hover(server, capsys) -> None:
     """Hover each control's label: the element under the pointer carries the control's tip (the
-    browser shows an element's ``title`` as its tooltip)."""
+    browser shows an element's ``title`` as its tooltip). The time from the request to the first
+    answer is printed."""
     from playwright.sync_api import sync_playwright
 
     from gpucap.app.controls import INPUT_NAMES, TIPS
@@ -241,7 +242,11 @@ def test_every_control_shows_what_it_is_on_hover(server) -> None:
         try:
             page = browser.new_page(viewport=LAPTOP)
             _local_only(page)
+            started = time.monotonic()
             _open(page, server)
+            load_s = time.monotonic() - started
+            with capsys.disabled():
+                print(f"\nestimator page: first answer {load_s:.1f} s after the request (kernel start included)")
             missing = []
             for name in INPUT_NAMES:
                 label = page.locator(f".gpucap-{name.replace('_', '-')} .widget-label span[title]").first
