@@ -400,3 +400,15 @@ def test_a_logged_kv_budget_replaces_the_worked_out_one(app: EstimatorApp) -> No
     assert shown_concurrency(app) == expected.recommended_concurrency
     app.kv_cache_memory_gib.value = 0.0  # back to gpucap's own
     assert app.memory.kv_budget != pytest.approx(8.52 * 2**30)
+
+
+def test_a_shared_prefix_on_the_page_is_what_estimate_computes(app: EstimatorApp) -> None:
+    """A 1,000-token system prompt in the prefix cache: the page's answer is estimate's with
+    ``prefix_tokens=1000``, above the answer without it (its prefill skipped, its KV held once);
+    with fixed lengths the page says prefix caching is modelled for varied traffic."""
+    before = app.result.recommended_concurrency
+    app.prefix_tokens.value = 1000
+    expected = gpucap.estimate(LLAMA_70B, "A100-SXM-80GB", 8, tp=8, prefix_tokens=1000, **SEED)
+    assert shown_concurrency(app) == expected.recommended_concurrency > before
+    app.lengths.value = "fixed"
+    assert app.error is not None and "varied traffic" in app.status_text

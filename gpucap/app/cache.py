@@ -62,6 +62,7 @@ class Inputs:
     curve_max: float
     lengths: str = "varied"  # "varied" traffic or a "fixed"-length load test (gpucap.types.LENGTHS)
     kv_cache_memory_gib: float = 0.0  # the server's logged KV budget per GPU; 0: worked out
+    prefix_tokens: int = 0  # a system prompt every request carries, in the prefix cache
 
     @property
     def deployment(self) -> Deployment:
@@ -79,7 +80,9 @@ class Inputs:
 
     @property
     def workload(self) -> Workload:
-        return Workload(float(self.input_len), float(self.output_len), lengths=self.lengths)
+        return Workload(
+            float(self.input_len), float(self.output_len), lengths=self.lengths, prefix_tokens=float(self.prefix_tokens)
+        )
 
     @property
     def slo(self) -> SLO:

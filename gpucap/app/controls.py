@@ -60,6 +60,7 @@ INPUT_NAMES = (
     "input_len",
     "output_len",
     "lengths",
+    "prefix_tokens",
     "ttft_slo_s",
     "tpot_slo_ms",
     "calibration",
@@ -90,6 +91,10 @@ TIPS = {
     "input_len": "prompt tokens per request (type, then Enter)",
     "output_len": "output tokens per request (type, then Enter)",
     "lengths": "varied: traffic whose lengths differ (steady state); fixed: a load test's equal lengths (waves)",
+    "prefix_tokens": (
+        "a system prompt every request starts with (inside the input tokens), held once in the prefix cache: "
+        "its prefill is skipped and its KV stored once (vLLM --enable-prefix-caching, on by default); 0: none"
+    ),
     "ttft_slo_s": "the mean time to first token the recommendation must meet",
     "tpot_slo_ms": "the mean time per output token (after the first) the recommendation must meet",
     "calibration": "a calibration JSON saved by notebook 03 or gpucap calibrate; empty: the engine's defaults",
@@ -113,7 +118,7 @@ COLUMNS = (  # (title, inputs) of the three columns of controls
     ),
     (
         "Workload and SLOs",
-        ("input_len", "output_len", "lengths", "ttft_slo_s", "tpot_slo_ms", "curve_max", "auto_range"),
+        ("input_len", "output_len", "lengths", "prefix_tokens", "ttft_slo_s", "tpot_slo_ms", "curve_max", "auto_range"),
     ),
 )
 
@@ -214,6 +219,7 @@ class Controls:
         )
         self.input_len = integer("input tokens", 3840, 1, 10_000_000)
         self.output_len = integer("output tokens", 256, 1, 10_000_000)
+        self.prefix_tokens = integer("shared prefix tokens", 0, 0, 10_000_000)
         self.lengths = widgets.Dropdown(
             options=[("varied (traffic)", "varied"), ("fixed (a load test)", "fixed")],
             value="varied",
@@ -408,6 +414,7 @@ class Controls:
             calibration_stamp=calibration_stamp,
             curve_max=float(self.curve_max.value),
             lengths=str(self.lengths.value),
+            prefix_tokens=int(self.prefix_tokens.value),
         )
 
 

@@ -58,7 +58,8 @@ class EstimatorApp(Controls):
     Inputs (each an ipywidgets control with CSS class ``gpucap-<name>``, dashes for underscores):
     ``model``, ``model_path``, ``gpu``, ``num_gpus``, ``tp``, ``pp``, ``ep``, ``weight_dtype``,
     ``kv_dtype``, ``engine``, ``gpu_memory_utilization``, ``cuda_graphs``, ``input_len``,
-    ``output_len``, ``ttft_slo_s``, ``tpot_slo_ms``, ``calibration``, ``curve_max``, ``auto_range``.
+    ``output_len``, ``lengths``, ``prefix_tokens``, ``ttft_slo_s``, ``tpot_slo_ms``,
+    ``calibration``, ``curve_max``, ``auto_range``.
     Keyword arguments set their starting values (``EstimatorApp(gpu="H100-SXM-80GB", tp=4)``). The
     SLO and range sliders move between fixed stops (``TTFT_SLO_CHOICES_S``, ...); a starting value
     that is not a stop becomes one.
