@@ -36,7 +36,7 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
         0.05,
         1.0,
         "share of dense tensor-core peak reached by a serving step's matmuls and attention; "
-        "DESIGN.md section 7 takes 50-60% for prefill; the default is its lower end (assumption, "
+        "prefill is commonly taken at 50-60% of peak, and the default is the lower end (assumption, "
         "checked only through benchmarks/accuracy.py)",
     ),
     "u_hbm": Coefficient(
