@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,21 @@ def planner_server(tmp_path_factory):
 
 def _browser(pw):
     return pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+
+
+@contextmanager
+def _laptop_page():
+    """A page of headless Chromium at a laptop's first screen that reaches only this machine."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = _browser(pw)
+        try:
+            page = browser.new_page(viewport=LAPTOP)
+            _local_only(page)
+            yield page
+        finally:
+            browser.close()
 
 
 def _local_only(page) -> None:
@@ -233,37 +249,29 @@ def test_every_control_shows_what_it_is_on_hover(server, capsys) -> None:
     """Hover each control's label: the element under the pointer carries the control's tip (the
     browser shows an element's ``title`` as its tooltip). The time from the request to the first
     answer is printed."""
-    from playwright.sync_api import sync_playwright
-
     from gpucap.app.controls import INPUT_NAMES, TIPS
 
-    with sync_playwright() as pw:
-        browser = _browser(pw)
-        try:
-            page = browser.new_page(viewport=LAPTOP)
-            _local_only(page)
-            started = time.monotonic()
-            _open(page, server)
-            load_s = time.monotonic() - started
-            with capsys.disabled():
-                print(f"\nestimator page: first answer {load_s:.1f} s after the request (kernel start included)")
-            missing = []
-            for name in INPUT_NAMES:
-                label = page.locator(f".gpucap-{name.replace('_', '-')} .widget-label span[title]").first
-                label.scroll_into_view_if_needed()
-                label.hover()
-                box = label.bounding_box()
-                assert box is not None, name
-                shown = page.evaluate(
-                    "([x, y]) => { const e = document.elementFromPoint(x, y); const t = e && e.closest('[title]');"
-                    " return t ? t.getAttribute('title') : null; }",
-                    [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2],
-                )
-                if shown != TIPS[name]:
-                    missing.append(f"{name}: {shown!r}")
-            assert not missing, missing
-        finally:
-            browser.close()
+    with _laptop_page() as page:
+        started = time.monotonic()
+        _open(page, server)
+        load_s = time.monotonic() - started
+        with capsys.disabled():
+            print(f"\nestimator page: first answer {load_s:.1f} s after the request (kernel start included)")
+        missing = []
+        for name in INPUT_NAMES:
+            label = page.locator(f".gpucap-{name.replace('_', '-')} .widget-label span[title]").first
+            label.scroll_into_view_if_needed()
+            label.hover()
+            box = label.bounding_box()
+            assert box is not None, name
+            shown = page.evaluate(
+                "([x, y]) => { const e = document.elementFromPoint(x, y); const t = e && e.closest('[title]');"
+                " return t ? t.getAttribute('title') : null; }",
+                [box["x"] + box["width"] / 2, box["y"] + box["height"] / 2],
+            )
+            if shown != TIPS[name]:
+                missing.append(f"{name}: {shown!r}")
+        assert not missing, missing
 
 
 def _kernels(server_pid: int) -> set[int]:
@@ -304,23 +312,15 @@ def test_a_closed_page_leaves_no_kernel(server) -> None:
 def test_the_planner_page_loads_without_searching(planner_server, tmp_path, capsys) -> None:
     """The planner page shows its controls and Run button and nothing else until Run is pressed
     (no search at load). The time from the request to the Run button is printed."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = _browser(pw)
-        try:
-            page = browser.new_page(viewport=LAPTOP)
-            _local_only(page)
-            started = time.monotonic()
-            page.goto(planner_server, wait_until="commit", timeout=60_000)
-            page.locator(".gpucap-run").wait_for(timeout=90_000)
-            load_s = time.monotonic() - started
-            assert page.locator(".gpucap-plans").inner_text().strip() == ""
-            box = page.locator(".gpucap-run").bounding_box()
-            assert box is not None and box["y"] + box["height"] <= LAPTOP["height"], box
-            page.screenshot(path=str(tmp_path / "planner-page.png"))
-        finally:
-            browser.close()
+    with _laptop_page() as page:
+        started = time.monotonic()
+        page.goto(planner_server, wait_until="commit", timeout=60_000)
+        page.locator(".gpucap-run").wait_for(timeout=90_000)
+        load_s = time.monotonic() - started
+        assert page.locator(".gpucap-plans").inner_text().strip() == ""
+        box = page.locator(".gpucap-run").bounding_box()
+        assert box is not None and box["y"] + box["height"] <= LAPTOP["height"], box
+        page.screenshot(path=str(tmp_path / "planner-page.png"))
     with capsys.disabled():
         print(f"\nplanner page: Run button shown {load_s:.1f} s after the request (kernel start included)")
 
