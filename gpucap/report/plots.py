@@ -3,9 +3,12 @@ physics here. The interactive estimator draws its own figures as SVG (``gpucap.a
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from gpucap.calibration.fitchecks import Z_95
 from gpucap.calibration.loadtests import MeasuredLimit
@@ -80,7 +83,39 @@ def predicted_vs_measured_figure(before: pd.DataFrame, after: pd.DataFrame | Non
             ylabel="predicted",
             title=METRIC_LABELS[m],
         )
+        for axis in (ax.xaxis, ax.yaxis):  # labels on the decades only: minor labels of a log axis run together
+            axis.set_minor_formatter(NullFormatter())
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def limits_figure(limits: pd.DataFrame, title: str = "") -> Figure:
+    """Each sweep's SLO-limited concurrency or rate (a fit's ``limits`` table): measured, predicted
+    with the default coefficients and with the fitted ones, the fitted limit's interval from the
+    coefficients' covariance and, where the fit has one, its out-of-sample 80% interval."""
+    d = limits.reset_index(drop=True)
+    fig = Figure(figsize=(10, 0.8 * len(d) + 2.2))
+    ax = fig.subplots()
+    y = np.arange(len(d))[::-1].astype(float)
+    fitted = d["fitted"].to_numpy(float)
+    if "held_out_low" in d and d["held_out_low"].notna().any():
+        lo, hi = d["held_out_low"].to_numpy(float), d["held_out_high"].to_numpy(float)
+        ax.errorbar(fitted, y - 0.12, xerr=[np.clip(fitted - lo, 0, None), np.clip(hi - fitted, 0, None)],
+                    fmt="none", ecolor="tab:orange", capsize=3, lw=1.2, label="80% out of sample")  # fmt: skip
+    lo, hi = d["fitted_low"].to_numpy(float), d["fitted_high"].to_numpy(float)
+    ax.errorbar(fitted, y + 0.12, xerr=[np.clip(fitted - lo, 0, None), np.clip(hi - fitted, 0, None)],
+                fmt="none", ecolor="tab:blue", capsize=3, lw=1.2, label="95% from the covariance")  # fmt: skip
+    ax.scatter(d["default"], y, marker="o", facecolors="none", edgecolors="gray", s=40, label="default coefficients")
+    ax.scatter(fitted, y, marker="x", color="tab:blue", s=40, label="fitted")
+    ax.scatter(d["measured"], y, marker="D", color="black", s=30, label="measured", zorder=3)
+    ax.set_yticks(y, [textwrap.fill(str(label), 42) for label in d["sweep"]], fontsize=8)
+    ax.set_xscale("log")
+    unit = str(d["unit"].iloc[0]) if "unit" in d and len(d) else ""
+    ax.set_xlabel(f"SLO-limited {unit}".strip())
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)
+    if title:
+        ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
 
