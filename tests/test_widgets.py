@@ -412,3 +412,22 @@ def test_a_shared_prefix_on_the_page_is_what_estimate_computes(app: EstimatorApp
     assert shown_concurrency(app) == expected.recommended_concurrency > before
     app.lengths.value = "fixed"
     assert app.error is not None and "varied traffic" in app.status_text
+
+
+def test_the_knee_has_its_bar_and_its_label_is_not_struck_through() -> None:
+    """The default case's TTFT bends where prompts fill the 2,048-token budget, which is no limit
+    of its own: the constraints figure shows it as an orange bar named after its cause, whose
+    tooltip says why. With 30,000-token prompts the TTFT SLO's line runs along the curves' foot,
+    where the knee's label sits: the label moves above the line."""
+    app = EstimatorApp()
+    assert app.knee is not None and app.knee.cause == "token budget"
+    root = ET.fromstring(app.svgs["constraints"])
+    assert "knee: token budget" in texts(app.svgs["constraints"])
+    bars = [el for el in root.iter(SVG_NS + "rect") if el.get("class") == "bar"]
+    tips = [t.text or "" for el in bars for t in el.iter(SVG_NS + "title")]
+    assert any("2,048-token budget" in t for t in tips)
+    long = EstimatorApp(input_len=30000)
+    curves = ET.fromstring(long.svgs["curves"])
+    slo_y = float(next(el for el in curves.iter(SVG_NS + "line") if el.get("class") == "slo").get("y1"))
+    label_y = float(next(el for el in curves.iter(SVG_NS + "text") if el.get("class") == "knee-label").get("y"))
+    assert label_y <= slo_y - 3 or label_y >= slo_y + 14  # the label's glyphs (to 11 px above its foot) miss it

@@ -15,6 +15,7 @@ from gpucap.app.svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks
 from gpucap.estimate import Estimate
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.memory import MemoryBreakdown
+from gpucap.report.knee import Knee
 from gpucap.report.text import BAR_NAMES, PLAIN_NAMES
 from gpucap.units import GiB
 
@@ -111,11 +112,16 @@ def memory_svg(m: MemoryBreakdown, *, title: str) -> str:
     return c.to_svg()
 
 
-def constraints_svg(estimate: Estimate) -> str:
+def constraints_svg(estimate: Estimate, knee: Knee | None = None) -> str:
     """The concurrency each resource allows (``estimate.limits``, all replicas) as horizontal bars on
-    a log scale, the binding one in red, and the SLO-limited recommendation as a dashed line."""
+    a log scale, the binding one in red, and the SLO-limited recommendation as a dashed line; with
+    a ``knee`` (``gpucap.report.knee``), where TTFT bends and why as an orange bar below them (the
+    token budget, which is no limit of its own, shows here)."""
     names = list(estimate.limits)
     values = [estimate.limits[n] for n in names]
+    if knee is not None:
+        names.append("knee")
+        values.append(knee.concurrency)
     finite = [v for v in values if v is not None and v > 0]
     rec = estimate.recommended_concurrency
     top = max([*finite, rec, 1.0])
@@ -126,17 +132,19 @@ def constraints_svg(estimate: Estimate) -> str:
     for k, (name, v) in enumerate(zip(names, values, strict=True)):
         yi = n - 1 - k  # the first resource at the top
         py = ax.y(yi)
-        color = RED if name == estimate.bottleneck else GRAY
+        color = RED if name == estimate.bottleneck else ORANGE if name == "knee" else GRAY
         if v is None:
             c.text(ax.x(0.8), py, "not binding", size=TEXT, color="#595959")
         elif v <= 0:
             c.text(ax.x(0.8), py, "0 (fails at 1 request)", size=TEXT, color=color)
         else:
             x0, x1 = ax.x(0.5), ax.x(max(v, 0.5))
-            c.rect(x0, py - half_bar, x1 - x0, 2 * half_bar, fill=color, opacity=0.85, kind="bar", tip=BAR_TIPS[name])
+            tip = knee.text if name == "knee" and knee is not None else BAR_TIPS[name]
+            c.rect(x0, py - half_bar, x1 - x0, 2 * half_bar, fill=color, opacity=0.85, kind="bar", tip=tip)
             c.text(ax.x(v * 1.08), py, f"{v:,.0f}", size=TEXT)
         c.line(ax.left - 3.5, py, ax.left, py, color="#000", width=0.8)
-        c.text(ax.left - 5, py, BAR_NAMES.get(name, name), size=TEXT, anchor="end")
+        label = f"knee: {knee.cause}" if name == "knee" and knee is not None else BAR_NAMES.get(name, name)
+        c.text(ax.left - 5, py, label, size=TEXT, anchor="end")
     span = estimate.ranges.get("recommended_concurrency")
     if span is not None and span.high > 0:  # the recommendation's range as a pale band
         x0, x1 = ax.x(max(span.low, 0.5)), ax.x(max(span.high, 0.5))
@@ -159,6 +167,19 @@ def constraints_svg(estimate: Estimate) -> str:
     ax.frame()
     ax.title(f"what each limit allows; bottleneck: {PLAIN_NAMES.get(estimate.bottleneck, estimate.bottleneck)}")
     return c.to_svg()
+
+
+KNEE_LABEL_PX = 14  # room the knee's label takes above its baseline
+
+
+def _clear_of(ax: Panel, slo: float | None) -> float:
+    """The knee label's baseline: at the panel's foot, or just above the SLO line where that
+    line runs through the foot (a label struck through reads as crossed out)."""
+    foot = ax.bottom - 4
+    if slo is None or abs(ax.y(slo) - foot) >= KNEE_LABEL_PX:
+        return foot
+    above = ax.y(slo) - 4
+    return above if above - KNEE_LABEL_PX > ax.top else ax.y(slo) + KNEE_LABEL_PX + 2
 
 
 def curves_svg(
@@ -235,7 +256,8 @@ def curves_svg(
                 )
         if bend is not None and k == 0:
             ax.vline(bend, color=ORANGE, dash=DASHED, kind="knee")
-            c.text(ax.x(bend), ax.bottom - 4, f" knee {bend:,.0f}", size=SMALL, color=ORANGE, valign="bottom")
+            c.text(ax.x(bend), _clear_of(ax, slo), f" knee {bend:,.0f}", size=SMALL, color=ORANGE, valign="bottom",
+                   kind="knee-label")  # fmt: skip
         ax.frame()
         ax.title(label)
     c.text(575, 330 - 6, "concurrent requests (all replicas)", size=TEXT, anchor="middle", valign="bottom")

@@ -319,7 +319,10 @@ class EstimatorApp(Controls):
         self.figures.layout.display = None
         name = f"{hw.spec.name} on {hw.gpu.key}"
         self._show("memory", self.memory_out, inp.hardware_key, lambda: memory_svg(mem, title=f"{name}: one GPU"))
-        self._show("constraints", self.constraints_out, inp.estimate_key(coef), lambda: constraints_svg(est))
+        knee_key = (knee.concurrency, knee.cause) if knee else None
+        self._show(
+            "constraints", self.constraints_out, (*inp.estimate_key(coef), knee_key), lambda: constraints_svg(est, knee)
+        )
         marks = dict(
             ttft_slo_s=inp.ttft_slo_s,
             tpot_slo_s=inp.tpot_slo_s,
