@@ -375,7 +375,7 @@ def test_every_control_and_bar_says_what_it_is(app: EstimatorApp) -> None:
     # one tooltip per drawn bar (a resource that is not binding draws none), each naming its source
     bars = [el for el in root.iter(SVG_NS + "rect") if el.get("class") == "bar"]
     titles = [t.text or "" for el in bars for t in el.iter(SVG_NS + "title")]
-    says = ("SLO", "KV", "max_num_seqs", "HTTP server")  # what the limit is made of
+    says = ("SLO", "KV", "max_num_seqs", "HTTP server", "TTFT doubles")  # what the limit or the knee is made of
     assert len(titles) == len(bars) >= 4 and all(any(w in t for w in says) for t in titles)
     # the recommendation's range is a pale band that says what it is
     (band,) = [el for el in root.iter(SVG_NS + "rect") if el.get("class") == "range"]
@@ -431,3 +431,18 @@ def test_the_knee_has_its_bar_and_its_label_is_not_struck_through() -> None:
     slo_y = float(next(el for el in curves.iter(SVG_NS + "line") if el.get("class") == "slo").get("y1"))
     label_y = float(next(el for el in curves.iter(SVG_NS + "text") if el.get("class") == "knee-label").get("y"))
     assert label_y <= slo_y - 3 or label_y >= slo_y + 14  # the label's glyphs (to 11 px above its foot) miss it
+
+
+def test_speculative_decoding_on_the_page_is_what_estimate_computes(app: EstimatorApp) -> None:
+    """Three draft tokens of an EAGLE/MTP head keeping 3 tokens a step: the page's answer is
+    estimate's with that ``Speculative``; an acceptance length beyond draft tokens + 1 is an error
+    that says what to change."""
+    from gpucap.physics.speculative import Speculative
+
+    app.acceptance_length.value = 3.0
+    app.draft_tokens.value = 3
+    expected = gpucap.estimate(LLAMA_70B, "A100-SXM-80GB", 8, tp=8, speculative=Speculative(3, 3.0), **SEED)
+    assert app.error is None and shown_concurrency(app) == expected.recommended_concurrency
+    assert any("3 draft tokens" in n for n in app.result.notes)
+    app.draft_tokens.value = 1
+    assert app.error is not None and "raise draft_tokens or lower acceptance_length" in app.status_text

@@ -12,6 +12,7 @@ from typing import Generic, TypeVar
 
 from gpucap.config import SLO, Deployment, EngineConfig, Workload
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.speculative import Speculative
 from gpucap.units import GiB
 
 CACHE_SIZE = 64  # results kept per stage, so dragging a slider back and forth is instant
@@ -63,6 +64,8 @@ class Inputs:
     lengths: str = "varied"  # "varied" traffic or a "fixed"-length load test (gpucap.types.LENGTHS)
     kv_cache_memory_gib: float = 0.0  # the server's logged KV budget per GPU; 0: worked out
     prefix_tokens: int = 0  # a system prompt every request carries, in the prefix cache
+    draft_tokens: int = 0  # speculative decoding's draft tokens per step; 0: off
+    acceptance_length: float = 1.0  # tokens kept per step, bonus included (with draft_tokens)
 
     @property
     def deployment(self) -> Deployment:
@@ -95,10 +98,17 @@ class Inputs:
 
     def load_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
         """What the curves depend on: the deployment, the workload and the coefficients."""
-        return (self.deployment, self.model_stamp, self.workload, coefficients)
+        return (self.deployment, self.model_stamp, self.workload, self.speculative, coefficients)
 
     def estimate_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
         return (*self.load_key(coefficients), self.slo)
+
+    @property
+    def speculative(self) -> Speculative | None:
+        """An EAGLE/MTP head drafting ``draft_tokens`` a step, or None when off."""
+        if self.draft_tokens < 1:
+            return None
+        return Speculative(draft_tokens=self.draft_tokens, acceptance_length=self.acceptance_length)
 
 
 def stamp(path: Path) -> int:

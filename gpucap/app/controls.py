@@ -61,6 +61,8 @@ INPUT_NAMES = (
     "output_len",
     "lengths",
     "prefix_tokens",
+    "draft_tokens",
+    "acceptance_length",
     "ttft_slo_s",
     "tpot_slo_ms",
     "calibration",
@@ -95,6 +97,14 @@ TIPS = {
         "a system prompt every request starts with (inside the input tokens), held once in the prefix cache: "
         "its prefill is skipped and its KV stored once (vLLM --enable-prefix-caching, on by default); 0: none"
     ),
+    "draft_tokens": (
+        "speculative decoding: tokens an EAGLE/MTP head drafts per step (vLLM --speculative-config "
+        "num_speculative_tokens); 0: off"
+    ),
+    "acceptance_length": (
+        "speculative decoding: tokens kept per step, the bonus token included, between 1 and draft tokens + 1; "
+        "measure it (vLLM logs its 'Mean acceptance length'): it depends on the model, the head and the text"
+    ),
     "ttft_slo_s": "the mean time to first token the recommendation must meet",
     "tpot_slo_ms": "the mean time per output token (after the first) the recommendation must meet",
     "calibration": "a calibration JSON saved by notebook 03 or gpucap calibrate; empty: the engine's defaults",
@@ -118,7 +128,18 @@ COLUMNS = (  # (title, inputs) of the three columns of controls
     ),
     (
         "Workload and SLOs",
-        ("input_len", "output_len", "lengths", "prefix_tokens", "ttft_slo_s", "tpot_slo_ms", "curve_max", "auto_range"),
+        (
+            "input_len",
+            "output_len",
+            "lengths",
+            "prefix_tokens",
+            "draft_tokens",
+            "acceptance_length",
+            "ttft_slo_s",
+            "tpot_slo_ms",
+            "curve_max",
+            "auto_range",
+        ),
     ),
 )
 
@@ -220,6 +241,10 @@ class Controls:
         self.input_len = integer("input tokens", 3840, 1, 10_000_000)
         self.output_len = integer("output tokens", 256, 1, 10_000_000)
         self.prefix_tokens = integer("shared prefix tokens", 0, 0, 10_000_000)
+        self.draft_tokens = integer("draft tokens", 0, 0, 64)
+        self.acceptance_length = widgets.BoundedFloatText(
+            value=1.0, min=1.0, max=65.0, step=0.1, description="acceptance length", style=wide, layout=row
+        )
         self.lengths = widgets.Dropdown(
             options=[("varied (traffic)", "varied"), ("fixed (a load test)", "fixed")],
             value="varied",
@@ -415,6 +440,8 @@ class Controls:
             curve_max=float(self.curve_max.value),
             lengths=str(self.lengths.value),
             prefix_tokens=int(self.prefix_tokens.value),
+            draft_tokens=int(self.draft_tokens.value),
+            acceptance_length=round(float(self.acceptance_length.value), 4),
         )
 
 

@@ -58,7 +58,8 @@ class EstimatorApp(Controls):
     Inputs (each an ipywidgets control with CSS class ``gpucap-<name>``, dashes for underscores):
     ``model``, ``model_path``, ``gpu``, ``num_gpus``, ``tp``, ``pp``, ``ep``, ``weight_dtype``,
     ``kv_dtype``, ``engine``, ``gpu_memory_utilization``, ``cuda_graphs``, ``input_len``,
-    ``output_len``, ``lengths``, ``prefix_tokens``, ``ttft_slo_s``, ``tpot_slo_ms``,
+    ``output_len``, ``lengths``, ``prefix_tokens``, ``draft_tokens``, ``acceptance_length``,
+    ``ttft_slo_s``, ``tpot_slo_ms``,
     ``calibration``, ``curve_max``, ``auto_range``.
     Keyword arguments set their starting values (``EstimatorApp(gpu="H100-SXM-80GB", tp=4)``). The
     SLO and range sliders move between fixed stops (``TTFT_SLO_CHOICES_S``, ...); a starting value
@@ -260,7 +261,7 @@ class EstimatorApp(Controls):
         resolved = dataclasses.replace(inp.deployment, model=hw.spec, gpu=hw.gpu)
         return self._estimate_cache.get(
             inp.estimate_key(coef),
-            lambda: estimate_for(resolved, inp.workload, inp.slo, coefficients=coef),
+            lambda: estimate_for(resolved, inp.workload, inp.slo, coefficients=coef, speculative=inp.speculative),
         )
 
     @staticmethod
@@ -275,8 +276,13 @@ class EstimatorApp(Controls):
         return self._curve_cache.get(
             (*inp.load_key(est.coefficients), curve_max),
             lambda: loop_point(
-                hw, est.coefficients, inp.workload, grid / est.replicas, max_running=self._max_running(hw, est)
-            ),
+                hw,
+                est.coefficients,
+                inp.workload,
+                grid / est.replicas,
+                max_running=self._max_running(hw, est),
+                speculative=inp.speculative,
+            ),  # fmt: skip
         )
 
     def _update(self) -> None:
