@@ -247,8 +247,8 @@ def test_changing_model_and_context_updates_the_recommendation(server, tmp_path)
 
 def test_every_control_shows_what_it_is_on_hover(server, capsys) -> None:
     """Hover each control's label: the element under the pointer carries the control's tip (the
-    browser shows an element's ``title`` as its tooltip). The time from the request to the first
-    answer is printed."""
+    browser shows an element's ``title`` as its tooltip), and no snake_case name is on the page's
+    answer, chart titles or bars. The time from the request to the first answer is printed."""
     from gpucap.app.controls import INPUT_NAMES, TIPS
 
     with _laptop_page() as page:
@@ -272,6 +272,10 @@ def test_every_control_shows_what_it_is_on_hover(server, capsys) -> None:
             if shown != TIPS[name]:
                 missing.append(f"{name}: {shown!r}")
         assert not missing, missing
+        # the answer, the charts' titles and the bars speak words, not code names
+        rendered = [page.locator(".gpucap-recommendation").inner_text(), *page.locator("svg text").all_text_contents()]
+        snake = sorted({m for text in rendered for m in re.findall(r"\b[a-z0-9]+(?:_[a-z0-9]+)+\b", text)})
+        assert len(rendered) > 20 and not snake, snake
 
 
 def _kernels(server_pid: int) -> set[int]:
