@@ -43,32 +43,6 @@ CURVE_MAX_CHOICES = tuple(float(m * 10**e) for e in range(0, 6) for m in (1, 2, 
 ROW_WIDTH = "370px"
 COLUMN_WIDTH = "385px"
 DESCRIPTION_WIDTH = "150px"
-INPUT_NAMES = (
-    "model",
-    "model_path",
-    "gpu",
-    "num_gpus",
-    "tp",
-    "pp",
-    "ep",
-    "weight_dtype",
-    "kv_dtype",
-    "engine",
-    "gpu_memory_utilization",
-    "kv_cache_memory_gib",
-    "cuda_graphs",
-    "input_len",
-    "output_len",
-    "lengths",
-    "prefix_tokens",
-    "draft_tokens",
-    "acceptance_length",
-    "ttft_slo_s",
-    "tpot_slo_ms",
-    "calibration",
-    "curve_max",
-    "auto_range",
-)
 # What each control means and where its value goes: the tooltip over it.
 TIPS = {
     "model": "a model from the catalog (data/models/: its config.json, as published)",
@@ -142,6 +116,8 @@ COLUMNS = (  # (title, inputs) of the three columns of controls
         ),
     ),
 )
+# every input, column by column: the order the page shows them in
+INPUT_NAMES = tuple(name for _, names in COLUMNS for name in names)
 
 
 def model_options(model_ids: Iterable[str]) -> list[tuple[str, str]]:
