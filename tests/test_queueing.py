@@ -260,3 +260,22 @@ def test_open_loop_latency_rejects_bad_input(kwargs: dict, word: str) -> None:
 def test_max_request_rate_rejects_bad_input(kwargs: dict, word: str) -> None:
     with pytest.raises(ValueError, match=word):
         max_request_rate(HW, COEF, max_running=SLOTS, **LEN, **kwargs)
+
+
+def test_the_service_time_spread_comes_from_the_lengths() -> None:
+    """c_s^2 of the time a request holds a slot: 0 for fixed lengths (constant service), near 1
+    when outputs are exponential and dominate (S ~ O x TPOT: Var O / E[O]^2 = 1 for an
+    exponential), and what the latency takes when no ``service_scv`` is given."""
+    from gpucap.queueing.lengths import Lengths
+
+    kw = dict(input_len=16.0, output_len=400.0, max_running=8.0)
+    fixed = queueing.service_curve(TOY, TOY_COEF, **kw)
+    assert fixed.service_scv == 0.0
+    expo = queueing.service_curve(TOY, TOY_COEF, output_lengths=Lengths.exponential(400.0), **kw)
+    assert 0.8 < expo.service_scv <= 1.05
+    rate = [0.9 * expo.service_rate]
+    default = open_loop_latency(TOY, TOY_COEF, request_rate=rate, curve=expo, **kw)
+    given = open_loop_latency(TOY, TOY_COEF, request_rate=rate, curve=expo, service_scv=expo.service_scv, **kw)
+    constant = open_loop_latency(TOY, TOY_COEF, request_rate=rate, curve=expo, service_scv=0.0, **kw)
+    assert default.ttft_s["p99"] == pytest.approx(given.ttft_s["p99"])
+    assert default.ttft_s["p99"] > constant.ttft_s["p99"]

@@ -173,6 +173,7 @@ class ServiceCurve:
     slot_shares: Array  # (R,) P(N = k) requests fit in the KV cache at once, k = 1..R (``gpucap.queueing.kvfit``)
     own_tokens: Array  # (J,) the mean prompt of each of those bins
     own_wait_scale: Array  # (J,) completions a waiting prompt of each length bin waits for (``_own_wait_scale``)
+    service_scv: float = 0.0  # c_s^2 of the time a request holds a slot when all are busy (``_service_scv``)
 
     def mean_stall_s(self, rate: Array) -> Array:
         """s(lambda, m) (rows, R): the mean time a prompt
@@ -352,7 +353,26 @@ def service_curve(
         own_wait_scale=_own_wait_scale(
             own_tokens, slots, kv_slots, input_len + output_len, float(hw.engine.max_num_batched_tokens or 8192)
         ),
+        service_scv=_service_scv(out, own_extra, own_weights, ttft_s=float(pt.ttft_s[-1]), tpot_s=float(pt.tpot_s[-1])),
     )
+
+
+def _service_scv(out: Lengths, own_extra: Array, own_weights: Array, *, ttft_s: float, tpot_s: float) -> float:
+    """c_s^2 of the time a request holds its slot when all R are busy, from the lengths:
+    ``S = TTFT(R) + e(I) + (O - 1) TPOT(R)``, e(I) its own prompt's extra time to first token
+    (``_own_extra``) and O its output, taken independent: ``Var S = Var e + TPOT^2 Var O`` over
+    ``E[S]^2``. Fixed lengths give 0 (Allen-Cunneen's constant service), exponential-like
+    outputs near 1 (step 2 of the module docstring)."""
+    o, w = np.asarray(out.values, dtype=float), np.asarray(out.weights, dtype=float)
+    mean_o, var_o = float(w @ o), float(w @ (o * o)) - float(w @ o) ** 2
+    mean_e, var_e = (
+        float(own_weights @ own_extra),
+        float(own_weights @ (own_extra * own_extra)) - float(own_weights @ own_extra) ** 2,
+    )
+    mean_s = ttft_s + mean_e + max(mean_o - 1.0, 0.0) * tpot_s
+    if not mean_s > 0:
+        return 0.0
+    return float(max(var_e, 0.0) + tpot_s**2 * max(var_o, 0.0)) / mean_s**2
 
 
 def _own_wait_scale(tokens: Array, slots: int, kv_slots: float | None, length: float, budget: float) -> Array:
@@ -871,7 +891,7 @@ def open_loop_latency(
     output_len: float,
     max_running: float,
     burstiness: float = 1.0,
-    service_scv: float = 0.0,
+    service_scv: float | None = None,
     stats: tuple[str, ...] = STATISTICS,
     curve: ServiceCurve | None = None,
     input_lengths: Lengths | None = None,
@@ -884,7 +904,7 @@ def open_loop_latency(
     ``max_running``: batch slots (the smaller of the engine's ``max_num_seqs`` and the requests
     the KV cache holds). ``service_scv``: squared coefficient of variation of the time a request
     holds a slot when all are busy; 0 for fixed input and output lengths, about 1 for
-    exponential-like output lengths. ``stats``: only these statistics (the others are absent from
+    exponential-like output lengths; None: the curve's, from the lengths (``_service_scv``). ``stats``: only these statistics (the others are absent from
     the result). ``curve``: the replica's ``service_curve`` when already computed for these
     inputs (the planner reuses the one ``max_request_rate`` made). ``input_lengths``: the prompt
     lengths' distribution (mean ``input_len``) for the queue for the token budget;
@@ -893,7 +913,7 @@ def open_loop_latency(
     """
     lam = _check_rate(request_rate)
     b = check_burstiness(burstiness)
-    scv = _check_scv(service_scv)
+    scv = None if service_scv is None else _check_scv(service_scv)
     unknown = [s for s in stats if s not in STATISTICS]
     if unknown:
         raise ValueError(f"stats must be among {', '.join(STATISTICS)}, got {unknown}")
@@ -902,7 +922,7 @@ def open_loop_latency(
             hw, coef, input_len=input_len, output_len=output_len, max_running=max_running,
             input_lengths=input_lengths, output_lengths=output_lengths,
         )  # fmt: skip
-    return _latency(curve, lam, b, scv, stats=tuple(stats))
+    return _latency(curve, lam, b, curve.service_scv if scv is None else scv, stats=tuple(stats))
 
 
 def max_request_rate(
@@ -916,7 +936,7 @@ def max_request_rate(
     tpot_slo_s: float | None = None,
     stat: str = "p99",
     burstiness: float = 1.0,
-    service_scv: float = 0.0,
+    service_scv: float | None = None,
     curve: ServiceCurve | None = None,
     input_lengths: Lengths | None = None,
     output_lengths: Lengths | None = None,
@@ -939,12 +959,13 @@ def max_request_rate(
         if v is not None and not v > 0:
             raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")
     b = check_burstiness(burstiness)
-    scv = _check_scv(service_scv)
+    given = None if service_scv is None else _check_scv(service_scv)
     if curve is None:
         curve = service_curve(
             hw, coef, input_len=input_len, output_len=output_len, max_running=max_running,
             input_lengths=input_lengths, output_lengths=output_lengths,
         )  # fmt: skip
+    scv = curve.service_scv if given is None else given
 
     def margin(rates: Array) -> Array:
         """How far each rate is inside the SLOs (>= 0: it meets them; -1 where unstable): the least
