@@ -40,6 +40,7 @@ from gpucap.physics.concurrency import (
     one_request_fails,
     resource_limits,
     slo_limits,
+    step_parts,
 )
 from gpucap.physics.memory import (
     MemoryBreakdown,
@@ -70,7 +71,8 @@ class Estimate:
     memory_limit_mean_context: float
     recommended_concurrency: int
     bottleneck: str
-    binds: str  # what stops the recommendation there, in one sentence with its numbers ("" for none)
+    binding: str  # what stops the recommendation there, by name ("TPOT SLO", "memory", ...; "" for none)
+    binds: str  # ... and in one sentence with its numbers
     concurrency: float  # where the speed below is evaluated (total across replicas)
     at: LoadPoint  # one replica at concurrency / replicas
     saturation_output_tokens_per_s: float
@@ -306,31 +308,31 @@ def _bottleneck(
 
 def _what_binds(
     hw: Hardware, coef: Coefficients, slo: SLO, found: _Search, pair: LoadPoint, bottleneck: str, replicas: int
-) -> str:
-    """Which limit stops the recommendation where it is, with its numbers: the SLO that one more
-    request in flight would miss and the resource that drives the step it waits for (the prompt's
-    step for TTFT, the decode step for TPOT), or memory, the batch limit or the HTTP server. Empty
-    where not even one request meets the SLOs (the notes say why)."""
+) -> tuple[str, str]:
+    """Which limit stops the recommendation where it is, by a short name ("TTFT SLO", "TPOT SLO",
+    "memory", "batch limit", "HTTP server") and in a sentence with its numbers: the SLO that one
+    more request in flight would miss and the resource that drives the step it waits for (the
+    prompt's step for TTFT, the decode step for TPOT), or memory, the batch limit or the HTTP
+    server. Both empty where not even one request meets the SLOs (the notes say why)."""
     from gpucap.report.text import PLAIN_NAMES
 
     probe, beyond = take(pair, 0), take(pair, 1)
     rec = found.recommended
     if rec < 1:
-        return ""
+        return "", ""
     total = f"{rec * replicas:,.0f}"
     if bottleneck == "memory":
-        return (
+        return "memory", (
             f"memory binds at {total}: the KV cache holds {found.mem_limit * replicas:,.0f} requests at input+output "
             f"({found.mem.kv_tokens_per_gpu:,.0f} tokens per GPU)"
         )
     if bottleneck == "host":
-        fe = front_end(hw.engine, coef)
-        return (
+        return "HTTP server", (
             f"the HTTP server binds at {total}: {float(probe.requests_per_s) * replicas:,.3g} requests/s at "
-            f"{fe.serial_s * 1e3:.3g} ms of its core each fill it"
+            f"{front_end(hw.engine, coef).serial_s * 1e3:.3g} ms of its core each fill it"
         )
     if bottleneck == "max_num_seqs":
-        return (
+        return "batch limit", (
             f"the engine's batch limit binds at {total}: {hw.engine.max_num_seqs:,} requests run at once per replica "
             "(max_num_seqs); the rest wait in its queue"
         )
@@ -339,13 +341,11 @@ def _what_binds(
         ("TPOT", probe.tpot_s, beyond.tpot_s, slo.tpot_s) if tpot else ("TTFT", probe.ttft_s, beyond.ttft_s, slo.ttft_s)
     )
     step = probe.decode_step if tpot else probe.prefill_step
-    parts = {"compute": step.compute_s, "HBM": step.memory_s, "link": step.comm_s, "host": step.overhead_s}
-    shown = ", ".join(f"{k} {float(v) * 1e3:,.3g}" for k, v in parts.items() if float(v) >= 0.05 * float(step.total_s))
     kind = "decode step" if tpot else "step carrying a prompt chunk"
-    return (
+    return f"{name} SLO", (
         f"the {name} SLO binds at {total}: {float(now) * 1e3:,.4g} of {target * 1e3:,.4g} ms, "
         f"{float(next_) * 1e3:,.4g} ms with one more request; {PLAIN_NAMES.get(bottleneck, bottleneck)} drives the "
-        f"{kind}: {shown} of its {float(step.total_s) * 1e3:,.3g} ms"
+        f"{kind}: {step_parts(step)} of its {float(step.total_s) * 1e3:,.3g} ms"
     )
 
 
@@ -494,7 +494,7 @@ def estimate_for(
         speculative=speculative,
     )  # fmt: skip
     bottleneck, why = _bottleneck(hw, coef, wl, slo, found, pair)
-    binds = _what_binds(hw, coef, slo, found, pair, bottleneck, replicas)
+    binding, binds = _what_binds(hw, coef, slo, found, pair, bottleneck, replicas)
     notes = [convention] if convention else []
     notes += _notes(hw, wl, deployment, found.mem, images, speculative, image_tokens, why)
     point, c_total, speed_notes = _speed_at(hw, coef, wl, at, found, replicas, images, speculative)
@@ -526,6 +526,7 @@ def estimate_for(
         memory_limit_mean_context=found.mem_limit_mean * replicas,
         recommended_concurrency=int(rec * replicas),
         bottleneck=bottleneck,
+        binding=binding,
         binds=binds,
         concurrency=c_total,
         at=point,

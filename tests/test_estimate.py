@@ -157,21 +157,21 @@ def test_the_answer_says_which_slo_binds_and_what_drives_it() -> None:
     e = estimate("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", **README_CASE)
     rec = e.recommended_concurrency
     assert e.binds.startswith(f"the TPOT SLO binds at {rec}: {e.tpot_s * 1e3:,.4g} of 100 ms")
-    assert f"{PLAIN_NAMES[e.bottleneck]} drives the decode step" in e.binds
+    assert f"{PLAIN_NAMES[e.bottleneck]} drives the decode step" in e.binds and e.binding == "TPOT SLO"
     assert e.binds in str(e) and e.to_dict()["binds"] == e.binds
     fixed = estimate("meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", lengths="fixed", **README_CASE)
     assert fixed.binds.startswith(
         f"the TTFT SLO binds at {fixed.recommended_concurrency}: {fixed.ttft_s * 1e3:,.4g} of"
     )
-    assert "step carrying a prompt chunk" in fixed.binds
+    assert "step carrying a prompt chunk" in fixed.binds and fixed.binding == "TTFT SLO"
     mem = estimate("meta-llama/Llama-3.1-8B-Instruct", "H100-SXM-80GB", 1, input_len=2000, output_len=300)
-    assert mem.bottleneck == "memory" and mem.binds.startswith(f"memory binds at {mem.recommended_concurrency}")
+    assert mem.binding == "memory" and mem.binds.startswith(f"memory binds at {mem.recommended_concurrency}")
 
 
 def test_a_recommendation_of_zero_says_what_its_range_means() -> None:
     e = estimate(
         "meta-llama/Llama-3.3-70B-Instruct", "A100-SXM-80GB", num_gpus=8, tp=8, input_len=30000, output_len=256
     )
-    assert e.recommended_concurrency == 0 and e.binds == ""
+    assert e.recommended_concurrency == 0 and e.binds == e.binding == ""
     r = e.ranges["recommended_concurrency"]
     assert r.high > 0 and "as predicted none meets the SLOs" in r.text("{:,.0f}")

@@ -16,7 +16,7 @@ from gpucap.physics.step import StepTime
 from gpucap.physics.waves import wave_loop
 
 FRONT_END_SATURATED = 0.95  # share of the HTTP server's core at which it is taken as full
-REFINE_POINTS = 32  # concurrencies tried at once between two grid points (``_refined``)
+REFINE_POINTS = 32  # concurrencies tried at once between two grid points (``slo_limits``)
 
 
 def concurrency_grid(top: float) -> np.ndarray:
@@ -171,26 +171,28 @@ def _inside(lo: float, hi: float) -> np.ndarray:
     return c[(c > lo) & (c < hi)]
 
 
+def step_parts(step: StepTime) -> str:
+    """A step's terms in words, each alone and at least 5% of the step (the roofline takes the
+    larger of compute and HBM): "compute 76.2 ms, HBM 21.2 ms, link 16 ms"."""
+    terms = {"compute": step.compute_s, "HBM": step.memory_s, "link": step.comm_s, "host": step.overhead_s}
+    total = float(step.total_s)
+    return ", ".join(f"{k} {float(v) * 1e3:.3g} ms" for k, v in terms.items() if float(v) >= 0.05 * total)
+
+
 def one_request_fails(wl: Workload, slo: SLO, one: LoadPoint) -> tuple[str, str]:
     """Which SLO one request alone (``one``: the loop at concurrency 1) misses, and a sentence
     saying by how much, what its step is made of and what would meet it."""
-
-    def parts(step: StepTime) -> str:
-        """The step's terms, each alone (the roofline takes the larger of compute and HBM)."""
-        terms = {"compute": step.compute_s, "HBM": step.memory_s, "link": step.comm_s, "host": step.overhead_s}
-        total = float(step.total_s)
-        return ", ".join(f"{k} {float(v) * 1e3:.3g} ms" for k, v in terms.items() if float(v) >= 0.05 * total)
 
     ttft, tpot = float(one.ttft_s), float(one.tpot_s)
     if ttft > slo.ttft_s:
         return "ttft_slo", (
             f"no concurrency meets the SLOs: one request alone takes {ttft:.3g} s to its first token "
-            f"({wl.input_len:,.0f}-token prompt; each prefill step: {parts(one.prefill_step)}) > TTFT SLO "
+            f"({wl.input_len:,.0f}-token prompt; each prefill step: {step_parts(one.prefill_step)}) > TTFT SLO "
             f"{slo.ttft_s:g} s; a TTFT of {slo.ttft_s:g} s needs more GPUs per replica (tp), a faster "
             "GPU, fp8 weights, shorter prompts or a looser TTFT SLO"
         )
     return "tpot_slo", (
         f"no concurrency meets the SLOs: one request alone decodes at {tpot * 1e3:.3g} ms per token "
-        f"(its decode step: {parts(one.decode_step)}) > TPOT SLO {slo.tpot_s * 1e3:g} ms; that needs more GPUs "
+        f"(its decode step: {step_parts(one.decode_step)}) > TPOT SLO {slo.tpot_s * 1e3:g} ms; that needs more GPUs "
         "per replica (tp), a faster GPU, smaller weights (fp8, fp4), speculative decoding or a looser TPOT SLO"
     )

@@ -184,6 +184,7 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
         "memory_limit_mean_context": e.memory_limit_mean_context,
         "recommended_concurrency": e.recommended_concurrency,
         "bottleneck": e.bottleneck,
+        "binding": e.binding,
         "binds": e.binds,
         "concurrency": _clean(e.concurrency),
         "ttft_s": _clean(e.ttft_s),

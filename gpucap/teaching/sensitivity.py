@@ -8,6 +8,7 @@ that settles it is a load test's own results fitted in notebook 03.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,9 +37,7 @@ def what_moves(base: Mapping[str, Any], changes: Mapping[str, Mapping[str, Any]]
                 "80% range": f"{r.low:,.0f}-{r.high:,.0f}" if r else "",
                 "low": r.low if r else float("nan"),
                 "high": r.high if r else float("nan"),
-                "what binds": est.binds.split(" binds at")[0].removeprefix("the ")
-                if est.binds
-                else PLAIN_NAMES.get(est.bottleneck, est.bottleneck),
+                "what binds": est.binding or PLAIN_NAMES.get(est.bottleneck, est.bottleneck),
                 "bottleneck": PLAIN_NAMES.get(est.bottleneck, est.bottleneck),
                 "ttft_s": est.ttft_s,
                 "tpot_ms": est.tpot_s * 1e3,
@@ -54,7 +53,7 @@ def against_band(table: pd.DataFrame, band: tuple[float, float], what: str = "th
     lines = []
     for row in table.itertuples(index=False):
         rng = f"80% range {row.low:,.0f}-{row.high:,.0f}"
-        if not (row.low == row.low):  # no range (NaN)
+        if math.isnan(row.low):  # no range
             lines.append(f"{row.change}: {row.recommended:,}, no range to compare {what} with")
         elif lo >= row.low and hi <= row.high:
             lines.append(f"{row.change}: {row.recommended:,} ({rng}) holds {what} {lo:g}-{hi:g}")
