@@ -363,8 +363,7 @@ def _service_scv(out: Lengths, own_extra: Array, own_weights: Array, *, ttft_s: 
     (``_own_extra``) and O its output, taken independent: ``Var S = Var e + TPOT^2 Var O`` over
     ``E[S]^2``. Fixed lengths give 0 (Allen-Cunneen's constant service), exponential-like
     outputs near 1 (step 2 of the module docstring)."""
-    o, w = np.asarray(out.values, dtype=float), np.asarray(out.weights, dtype=float)
-    mean_o, var_o = float(w @ o), float(w @ (o * o)) - float(w @ o) ** 2
+    mean_o, var_o = out.moment(1), out.moment(2) - out.moment(1) ** 2
     mean_e, var_e = (
         float(own_weights @ own_extra),
         float(own_weights @ (own_extra * own_extra)) - float(own_weights @ own_extra) ** 2,

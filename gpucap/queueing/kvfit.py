@@ -35,10 +35,8 @@ Array = npt.NDArray[np.float64]
 
 def held_moments(inp: Lengths, out: Lengths) -> tuple[float, float]:
     """``(E[h], sd(h))`` of the tokens a running request holds (module docstring)."""
-    i, wi = np.asarray(inp.values, dtype=float), np.asarray(inp.weights, dtype=float)
-    o, wo = np.asarray(out.values, dtype=float), np.asarray(out.weights, dtype=float)
-    i1, i2 = wi @ i, wi @ i**2
-    o1, o2, o3 = wo @ o, wo @ o**2, wo @ o**3
+    i1, i2 = inp.moment(1), inp.moment(2)
+    o1, o2, o3 = out.moment(1), out.moment(2), out.moment(3)
     mean = i1 + o2 / (2.0 * o1)
     second = i2 + i1 * o2 / o1 + o3 / (3.0 * o1)
     return float(mean), float(np.sqrt(max(second - mean * mean, 0.0)))

@@ -141,6 +141,10 @@ class Lengths:
     def mean(self) -> float:
         return float(np.dot(self.values, self.weights))
 
+    def moment(self, k: int) -> float:
+        """``E[L^k]`` over the distribution's lengths."""
+        return float(np.dot(np.asarray(self.values, dtype=float) ** k, self.weights))
+
     @property
     def longest(self) -> float:
         """The longest request: a histogram's top edge, else the largest value."""
