@@ -37,6 +37,19 @@ LOADTESTS = ROOT / "data" / "loadtests"
 BAD_METRICS = ("Infinity", "-Infinity", "NaN", "1e400", "9" * 400, "-1", '"abc"', "true", "null", "[]", "{}")
 
 
+def _read_probe(probe: Path, case: str, bad: list[str]) -> ModelSpec | None:
+    """The config at ``probe`` read as a model, or None where it is refused; a refusal that is
+    not one line naming the file, or any other exception, is listed in ``bad`` under ``case``."""
+    try:
+        return ModelSpec.from_hf_config(probe)
+    except ValueError as exc:
+        if "\n" in str(exc) or str(probe) not in str(exc):
+            bad.append(f"{case}: message {str(exc)[:80]!r}")
+    except Exception as exc:  # noqa: BLE001 - what the probe looks for
+        bad.append(f"{case}: {type(exc).__name__}: {str(exc)[:80]}")
+    return None
+
+
 def config_family(tmp: Path) -> tuple[int, list[str]]:
     """Every shipped config.json, every scalar field, every bad value (tests/test_config_probe.py)."""
     tried, bad = 0, []
@@ -47,14 +60,8 @@ def config_family(tmp: Path) -> tuple[int, list[str]]:
             tried += 1
             probe.write_text(json.dumps(new))
             case = f"{config.parent.name} {section + '.' if section else ''}{key}={str(value)[:12]}"
-            try:
-                spec = ModelSpec.from_hf_config(probe)
-            except ValueError as exc:
-                if "\n" in str(exc) or str(probe) not in str(exc):
-                    bad.append(f"{case}: message {str(exc)[:80]!r}")
-                continue
-            except Exception as exc:  # noqa: BLE001 - what the probe looks for
-                bad.append(f"{case}: {type(exc).__name__}")
+            spec = _read_probe(probe, case, bad)
+            if spec is None:
                 continue
             sizes = (spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.total_params)
             if min(sizes) <= 0 or (spec.is_moe and spec.experts_per_token > spec.num_experts):
@@ -244,14 +251,8 @@ def layer_list_family(tmp: Path) -> tuple[int, list[str]]:
                     probe = tmp / "probe" / "config.json"
                     probe.parent.mkdir(exist_ok=True)
                     probe.write_text(json.dumps(new))
-                    try:
-                        spec = ModelSpec.from_hf_config(probe)
-                    except ValueError as exc:
-                        if "\n" in str(exc) or str(probe) not in str(exc):
-                            bad.append(f"{path.parent.name} {key} {what}: {str(exc)[:80]!r}")
-                        continue
-                    except Exception as exc:  # noqa: BLE001 - the probe lists what escapes
-                        bad.append(f"{path.parent.name} {key} {what}: {type(exc).__name__}: {exc}")
+                    spec = _read_probe(probe, f"{path.parent.name} {key} {what}", bad)
+                    if spec is None:
                         continue
                     if spec.layer_window != original:
                         bad.append(f"{path.parent.name} {key} {what}: accepted with other layers, silently")
