@@ -548,7 +548,7 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     Within a kernel the shorter roofline hides under the longer by the device's
     ``roofline_overlap`` rho (``gpucap.catalog.gpus``): ``max(c, m) + (1 - rho) min(c, m)``, the
     roofline's max on a GPU (rho = 1), their sum on one CPU core (rho = 0: vLLM's oneDNN GEMMs
-    of a 20 M-parameter model at 16 rows took 9.3 ms against 4.6 ms for the weights' read and
+    of a 20 M-parameter model at 16 rows took 8.9 ms against 4.7 ms for the weights' read and
     3.4 ms for the multiplies at peak, benchmarks/README.md). It is written as two lines whose max
     is that, ``c' = c + (1 - rho) m`` and ``m' = m + (1 - rho) c``, so that every step term stays
     affine in the work (the closed forms of ``gpucap.physics.steady`` rely on it); with rho < 1
