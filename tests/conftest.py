@@ -1,6 +1,11 @@
+import os
 from pathlib import Path
 
 import pytest
+
+# The suite runs on every core already (pytest-xdist): the code under test maps serially unless a
+# test asks for processes (tests/test_parallel.py compares serial, joblib and Dask).
+os.environ.setdefault("GPUCAP_JOBS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_CASES = ROOT.parent / "shared" / "data" / "measured-public.csv"

@@ -13,6 +13,7 @@ from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.prices import read_prices
 from gpucap.cli.main import main
 from gpucap.config import hardware
+from gpucap.parallel import Runner
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
 from gpucap.planning.capacity import Headroom, replicas_needed
@@ -333,29 +334,29 @@ def test_the_check_in_a_pool_simulates_what_the_serial_rule_does(workers) -> Non
     from gpucap.planning.checks import MAX_SIMULATED, check_plans
 
     # plans from 12 $/hour pass: the first passing costs 12, so every plan up to 15 $/hour (five)
-    checks, processes = check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0), workers=workers)
+    run = Runner(jobs=workers)
+    checks, processes = check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0), run=run)
     assert [c.meets for c in checks] == [False, False, True, True, True]
     assert [c.ttft_s for c in checks] == [1.0, 1.1, 1.2, 1.25, 1.3]
     assert processes == workers
     # none passes: the check gives up after MAX_SIMULATED plans
     many = [float(k) for k in range(MAX_SIMULATED + 5)]
-    checks, _ = check_plans(many, lambda k: _PassesFrom(many[k], 1e9), workers=workers)
+    checks, _ = check_plans(many, lambda k: _PassesFrom(many[k], 1e9), run=run)
     assert len(checks) == MAX_SIMULATED and not any(c.meets for c in checks)
-    with pytest.raises(ValueError, match="workers must be"):
-        check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0), workers=0)
 
 
 def test_the_check_runs_serially_where_a_pool_cannot_start(monkeypatch) -> None:
+    from joblib.externals import loky
+
     from gpucap.planning import checks
 
     def no_pool(*args, **kwargs):
         raise OSError("no semaphores on this machine")
 
-    monkeypatch.setattr(checks, "ProcessPoolExecutor", no_pool)
-    found, processes = checks.check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0), workers=4)
-    assert processes == 1 and [c.meets for c in found] == [False, False, True, True, True]
-    monkeypatch.setattr(checks.os, "cpu_count", lambda: 1)  # one core: serial without trying a pool
-    found, processes = checks.check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0))
+    monkeypatch.setattr(loky, "get_reusable_executor", no_pool)
+    found, _ = checks.check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0), run=Runner(jobs=4))
+    assert [c.meets for c in found] == [False, False, True, True, True]
+    found, processes = checks.check_plans(COSTS, lambda k: _PassesFrom(COSTS[k], 12.0))  # no runner: serially
     assert processes == 1 and len(found) == 5
 
 
@@ -391,8 +392,8 @@ CHECKED = dict(
 
 
 def test_recommended_plan_passes_and_every_cheaper_one_was_simulated_and_missed(prices) -> None:
-    serial = plan(MODEL, prices=prices, check=True, workers=1, **CHECKED)
-    parallel = plan(MODEL, prices=prices, check=True, workers=2, **CHECKED)
+    serial = plan(MODEL, prices=prices, check=True, n_jobs=1, **CHECKED)
+    parallel = plan(MODEL, prices=prices, check=True, n_jobs=2, **CHECKED)
     # the same plans simulated and the same numbers, one process or two
     pd.testing.assert_frame_equal(serial.plans, parallel.plans)
     assert any("(1 process)" in n for n in serial.notes) and any("(2 processes)" in n for n in parallel.notes)
@@ -416,10 +417,10 @@ def test_without_a_check_nothing_is_recommended_and_simulate_top_is_a_minimum(pr
     analytic = plan(MODEL, prices=prices, **CHECKED)
     assert analytic.recommended is None and not analytic.plans["recommended"].any() and analytic.simulated == 0
     assert "meets_slo_simulated" not in analytic.plans and analytic.best_checked.equals(analytic.best)
-    at_least = plan(MODEL, prices=prices, simulate_top=4, workers=1, **CHECKED)
+    at_least = plan(MODEL, prices=prices, simulate_top=4, n_jobs=1, **CHECKED)
     assert at_least.simulated >= 4 and at_least.plans["meets_slo_simulated"].iloc[:4].notna().all()
-    with pytest.raises(ValueError, match="workers must be"):
-        plan(MODEL, prices=prices, check=True, workers=0, **CHECKED)
+    with pytest.raises(ValueError, match="n_jobs must be"):
+        plan(MODEL, prices=prices, check=True, n_jobs=0, **CHECKED)
     with pytest.raises(ValueError, match="simulate_top must be"):
         plan(MODEL, prices=prices, simulate_top=-1, **CHECKED)
 
@@ -452,7 +453,7 @@ def test_kv_format_twins_share_a_plan_number_that_the_notes_quote() -> None:
 def test_cli_says_the_recommendation_first_and_not_checked_for_the_rest(prices, capsys) -> None:
     args = ["plan", "--model", MODEL, "--target-rps", "12", "--input-len", "2000", "--output-len", "300"]
     args += ["--gpus", "H100-SXM-80GB,L40S-48GB", "--gpu-counts", "1,2", "--weight-dtypes", "fp8"]
-    args += ["--price", str(prices), "--workers", "1"]
+    args += ["--price", str(prices), "--jobs", "1"]
     assert main(args) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()

@@ -7,6 +7,7 @@ in another load mode, for another model on the same machines?"""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from gpucap.calibration.cases import testbed_keys
 from gpucap.calibration.limits import sweep_labels
 from gpucap.calibration.validate import METRICS, validate
 from gpucap.catalog.lookup import load_model
+from gpucap.parallel import Runner, as_runner
 from gpucap.physics.coefficients import Coefficients
 from gpucap.types import ENGINES
 
@@ -57,11 +59,15 @@ def error_table(
     by: str = "size",
     before: Coefficients | dict[str, Coefficients] | None = None,
     method: str = "simulate",
+    n_jobs: int | Runner | None = None,
 ) -> pd.DataFrame:
     """Median absolute error per group of ``by`` ("size", "gpu", "engine", "model") and metric,
     with ``before`` (default: each engine's defaults) and ``after`` coefficients side by side;
-    each case predicted by ``method`` (``gpucap.calibration.validate.predict_prepared``)."""
-    res_before, res_after = validate(cases, before, method=method), validate(cases, after, method=method)
+    each case predicted by ``method`` (``gpucap.calibration.validate.predict_prepared``; simulated
+    runs on ``n_jobs``, ``gpucap.parallel``)."""
+    run = as_runner(n_jobs)
+    res_before = validate(cases, before, method=method, n_jobs=run)
+    res_after = validate(cases, after, method=method, n_jobs=run)
     for res in (res_before, res_after):
         res["size"] = [size_bucket(str(m)) for m in res["model"]]
     table = _summary(res_before, by, "before").merge(_summary(res_after, by, "after"), on=[by, "metric"], how="outer")
@@ -151,75 +157,125 @@ def _engines(cases: pd.DataFrame) -> pd.Series:
     return cases["engine"].astype(str).str.lower().replace({"nim": "trtllm"})
 
 
+def _engine_fit(
+    engine: str, cases: pd.DataFrame, free: tuple[str, ...], method: str, within_ranges: bool
+) -> tuple[Coefficients, list[str]]:
+    """The fit on ``engine``'s rows of ``cases`` and its "missing mechanism" flags; the engine's
+    defaults (no flags) where its rows cannot determine the coefficients."""
+    rows = cases[(_engines(cases) == engine).to_numpy()]
+    try:
+        fit = calibrate(
+            rows, start=Coefficients.for_engine(engine), free=free, method=method, within_ranges=within_ranges,
+            compare_within=False, n_jobs=1,
+        )  # fmt: skip
+    except ValueError:
+        return Coefficients.for_engine(engine), []
+    return fit.coefficients, [f for f in fit.flags if f.startswith("missing mechanism")]
+
+
 def _fits_per_engine(
-    cases: pd.DataFrame, free: tuple[str, ...], method: str, within_ranges: bool = False, notes: list[str] | None = None
+    cases: pd.DataFrame,
+    free: tuple[str, ...],
+    method: str,
+    within_ranges: bool = False,
+    notes: list[str] | None = None,
+    run: Runner | None = None,
 ) -> dict[str, Coefficients]:
-    """One fit per engine on that engine's rows; an engine whose rows cannot determine the
-    coefficients keeps its defaults. Each fit's "missing mechanism" flags go to ``notes``."""
+    """One fit per engine on that engine's rows (one task each on ``run``); an engine whose rows
+    cannot determine the coefficients keeps its defaults. Each fit's "missing mechanism" flags
+    go to ``notes``."""
+    engines = sorted(set(_engines(cases).unique()) & set(ENGINES))  # other engines keep their defaults
+    task = partial(_engine_fit, cases=cases, free=free, method=method, within_ranges=within_ranges)
+    fits = (run or Runner()).map(task, engines, desc="fits per engine", label=lambda _, e: f"the {e} fit")
     out = {}
-    engines = _engines(cases)
-    for engine in sorted(set(engines.unique()) & set(ENGINES)):  # other engines keep their defaults
-        rows = cases[(engines == engine).to_numpy()]
-        try:
-            fit = calibrate(
-                rows, start=Coefficients.for_engine(engine), free=free, method=method, within_ranges=within_ranges,
-                compare_within=False,
-            )  # fmt: skip
-        except ValueError:
-            out[engine] = Coefficients.for_engine(engine)
-            continue
-        out[engine] = fit.coefficients
+    for engine, (coef, flags) in zip(engines, fits, strict=True):
+        out[engine] = coef
         if notes is not None:
-            notes += [f"{engine} fit: {f}" for f in fit.flags if f.startswith("missing mechanism")]
+            notes += [f"{engine} fit: {f}" for f in flags]
     if "trtllm" in out:
         out["nim"] = out["trtllm"]
     return out
 
 
-def _held_out(cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str, within_ranges: bool) -> pd.DataFrame:
-    """Every row predicted by per-engine fits on the rows of the other values of ``key``."""
-    parts = []
-    for value in sorted(cases[key].astype(str).unique()):
-        held = (cases[key].astype(str) == value).to_numpy()
-        coef = _fits_per_engine(cases[~held], free, method, within_ranges) if (~held).any() else None
-        parts.append(validate(cases[held], coef, method=method).set_index(cases.index[held]))
+def _held_out_part(
+    value: str, cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str, within_ranges: bool
+) -> pd.DataFrame:
+    """The rows whose ``key`` is ``value`` predicted by per-engine fits on the other rows."""
+    held = (cases[key].astype(str) == value).to_numpy()
+    coef = _fits_per_engine(cases[~held], free, method, within_ranges) if (~held).any() else None
+    return validate(cases[held], coef, method=method, n_jobs=1).set_index(cases.index[held])
+
+
+def _held_out(
+    cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str, within_ranges: bool, run: Runner
+) -> pd.DataFrame:
+    """Every row predicted by per-engine fits on the rows of the other values of ``key`` (one
+    task per value on ``run``)."""
+    values = sorted(cases[key].astype(str).unique())
+    task = partial(_held_out_part, cases=cases, key=key, free=free, method=method, within_ranges=within_ranges)
+    parts = run.map(task, values, desc=f"leave one {key} out", label=lambda _, v: f"{key} {v}")
     return pd.concat(parts).loc[cases.index]
 
 
+def _held_out_within_part(
+    job: tuple[str, str, np.ndarray],
+    cases: pd.DataFrame,
+    free: tuple[str, ...],
+    method: str,
+    within_ranges: bool,
+) -> np.ndarray | str:
+    """One (testbed, value, rows of the testbed held) job of ``_held_out_within``: the held rows'
+    ``validate`` table as an array, or why they cannot be held out."""
+    bed, _, held = job
+    in_bed = np.array(testbed_keys(cases, TESTBED)) == bed
+    engine = _engines(cases[in_bed]).iloc[0]
+    start = Coefficients.for_engine(engine) if engine in ENGINES else None
+    try:
+        fit = calibrate(
+            cases[in_bed & ~held], start=start, free=free, method=method, within_ranges=within_ranges,
+            compare_within=False,
+        )  # fmt: skip
+    except ValueError as exc:
+        return str(exc)
+    return validate(cases.iloc[np.flatnonzero(held)], fit.coefficients, method=method, n_jobs=1).to_numpy()
+
+
 def _held_out_within(
-    cases: pd.DataFrame, variant: str, free: tuple[str, ...], method: str, within_ranges: bool, notes: list[str]
+    cases: pd.DataFrame,
+    variant: str,
+    free: tuple[str, ...],
+    method: str,
+    within_ranges: bool,
+    notes: list[str],
+    run: Runner,
 ) -> pd.DataFrame:
     """``variant`` (``WITHIN``): in every testbed (``TESTBED``) with two or more sweeps, load
-    modes or models, each one's rows predicted by a fit on the testbed's other rows. Rows that
-    cannot be held out (their testbed has one, or the rest cannot determine the free
-    coefficients) keep no prediction, and ``notes`` says why."""
+    modes or models, each one's rows predicted by a fit on the testbed's other rows (one task
+    per held-out group on ``run``). Rows that cannot be held out (their testbed has one, or the
+    rest cannot determine the free coefficients) keep no prediction, and ``notes`` says why."""
     key, what = WITHIN[variant]
     beds = np.array(testbed_keys(cases, TESTBED))
     groups = np.array(sweep_labels(cases) if key == "sweep" else cases[key].astype(str).tolist())
-    out = validate(cases, method=method)
+    out = validate(cases, method=method, n_jobs=run)
     predicted = np.zeros(len(cases), dtype=bool)
     single = []
+    jobs: list[tuple[str, str, np.ndarray]] = []
     for bed in sorted(set(beds)):
         in_bed = beds == bed
         values = sorted(set(groups[in_bed]))
         if len(values) < 2:
             single.append(bed)
             continue
-        engine = _engines(cases[in_bed]).iloc[0]
-        for value in values:
-            held = in_bed & (groups == value)
-            rest = cases[in_bed & ~held]
-            start = Coefficients.for_engine(engine) if engine in ENGINES else None
-            try:
-                fit = calibrate(
-                    rest, start=start, free=free, method=method, within_ranges=within_ranges, compare_within=False
-                )
-            except ValueError as exc:
-                notes.append(f"{variant}: {bed}, {what} {value[:60]}: not held out ({exc})")
-                continue
-            pos = np.flatnonzero(held)
-            out.iloc[pos] = validate(cases.iloc[pos], fit.coefficients, method=method).to_numpy()
-            predicted[pos] = True
+        jobs += [(bed, value, in_bed & (groups == value)) for value in values]
+    task = partial(_held_out_within_part, cases=cases, free=free, method=method, within_ranges=within_ranges)
+    results = run.map(task, jobs, desc=f"{variant} fits", label=lambda _, j: f"{j[0]}, {what} {j[1][:60]}")
+    for (bed, value, held), result in zip(jobs, results, strict=True):
+        if isinstance(result, str):
+            notes.append(f"{variant}: {bed}, {what} {value[:60]}: not held out ({result})")
+            continue
+        pos = np.flatnonzero(held)
+        out.iloc[pos] = result
+        predicted[pos] = True
     if single:
         notes.append(
             f"{variant}: {len(single)} testbed(s) with one {what} only, nothing to hold out: {'; '.join(single)}"
@@ -240,13 +296,18 @@ def error_tables(
     free: tuple[str, ...] = DEFAULT_FREE,
     method: str = "closed-form",
     within_ranges: bool = False,
+    n_jobs: int | Runner | None = None,
+    dask: Any = None,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """The error tables a team pastes into a report: for every group of ``by`` (``size``: active
     parameters from the model specs, MoE marked; or any of gpu, engine, source_id, load_mode,
     model) and every variant (``VARIANT_TEXT``), per metric: rows compared, median and 90th
     percentile of ``|predicted / measured - 1|``, median ratio. ``coefficients`` given: they are
     the "fitted" variant; otherwise one fit per engine on all rows. Tidy: one row per (group,
-    variant, metric)."""
+    variant, metric). The held-out fits (one task per group held out) and simulated rows run on
+    ``n_jobs`` processes (None: every core; 1: serially) or the Dask cluster ``dask``
+    (``gpucap.parallel``); the table does not depend on where they ran."""
     by, variants = tuple(by), tuple(variants)
     bad = [v for v in variants if v not in VARIANTS]
     if bad or not variants:
@@ -260,20 +321,22 @@ def error_tables(
     if missing:
         raise ValueError(f"the cases have no column {', '.join(missing)}")
     cases = cases.reset_index(drop=True)
+    run = as_runner(n_jobs, dask, progress)
     results = {}
     notes: list[str] = []
     for v in variants:
         if v == "defaults":
-            results[v] = validate(cases, method=method)
+            results[v] = validate(cases, method=method, n_jobs=run)
         elif v == "fitted":
             coef = coefficients
             if coef is None:
-                coef = _fits_per_engine(cases, free, method, within_ranges, notes)
-            results[v] = validate(cases, coef, method=method)
+                coef = _fits_per_engine(cases, free, method, within_ranges, notes, run)
+            results[v] = validate(cases, coef, method=method, n_jobs=run)
         elif v in WITHIN:
-            results[v] = _held_out_within(cases, v, free, method, within_ranges, notes)
+            results[v] = _held_out_within(cases, v, free, method, within_ranges, notes, run)
         else:
-            results[v] = _held_out(cases, "model" if v == "lomo" else "source_id", free, method, within_ranges)
+            key = "model" if v == "lomo" else "source_id"
+            results[v] = _held_out(cases, key, free, method, within_ranges, run)
     labels = {
         "size": [size_class(str(m)) for m in cases["model"]],
         **{b: cases[b].astype(str).tolist() for b in by if b != "size"},

@@ -68,6 +68,7 @@ from gpucap.calibration.physical import (
 )
 from gpucap.calibration.ranges import LEVEL, fit_bands
 from gpucap.calibration.validate import METRICS, measured_metrics, predict_prepared, prepare_cases
+from gpucap.parallel import Runner, as_runner, progress_bar
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
 from gpucap.version import __version__
 
@@ -197,16 +198,22 @@ def _residual_function(
     targets: tuple[str, ...],
     slo: Slo | None,
     method: str,
+    run: Runner | None = None,
+    bar: Any = None,
 ) -> Callable[[np.ndarray], np.ndarray]:
     """The residual vector as a function of the free coefficients' values: the runs' log ratios
-    (with "runs" among the targets), then the weighted limits' log ratios."""
+    (with "runs" among the targets; simulated runs on ``run``), then the weighted limits' log
+    ratios. ``bar``: a progress bar counting the evaluations."""
 
     def residuals(x: np.ndarray) -> np.ndarray:
         """The fit's residuals at free-coefficient values ``x``."""
         coef = _with_values(start, free, x)
         parts = []
+        if bar is not None:
+            bar.update(1)
         if "runs" in targets:
-            parts.append(log_residuals(predict_prepared(data.prepared, coef, method), data.measured, data.metrics))
+            pred = predict_prepared(data.prepared, coef, method, run)
+            parts.append(log_residuals(pred, data.measured, data.metrics))
         if sweeps.usable:
             assert slo is not None
             parts.append(limit_residuals(predicted_limits(sweeps.usable, coef, slo), sweeps.usable, sweeps.weights))
@@ -284,6 +291,7 @@ def _held_out(
     slo: Slo | None,
     method: str,
     refit: Callable[[pd.DataFrame], Coefficients],
+    run: Runner,
 ) -> HeldOut:
     """``gpucap.calibration.heldout.held_out`` of this fit: its rows regrouped by ``by``, each
     group predicted (only the rows ``calibrate`` could prepare) by ``refit`` on the rest."""
@@ -293,11 +301,11 @@ def _held_out(
         pick = np.flatnonzero(held[ok])
         out = pd.DataFrame(np.nan, index=range(len(cases)), columns=list(data.metrics))
         if pick.size:
-            pred = predict_prepared([data.prepared[k] for k in pick], coef, method)
+            pred = predict_prepared([data.prepared[k] for k in pick], coef, method, run)
             out.iloc[ok[pick]] = log_ratios(pred, data.measured[pick], data.metrics).to_numpy()
         return out
 
-    return held_out(cases.reset_index(drop=True), by, refit, predict, sweeps.sweeps, slo)
+    return held_out(cases.reset_index(drop=True), by, refit, predict, sweeps.sweeps, slo, run)
 
 
 def held_summary(h: HeldOut) -> dict[str, Any]:
@@ -371,6 +379,9 @@ def calibrate(
     ranges: str | Path | Ranges | None = None,
     compare_within: bool = True,
     intervals: str = "covariance",
+    n_jobs: int | Runner | None = None,
+    dask: Any = None,
+    progress: bool = False,
 ) -> FitResult:
     """Fit ``free`` coefficients to the measured ``cases`` (the schema of measured-public.csv,
     or ``cases_from_runs`` of load-test results); the others stay at ``start`` or ``fixed``.
@@ -401,6 +412,8 @@ def calibrate(
     the fit repeated once per sweep or model without it, and the bands of every estimate
     (``ranges``) and the limits' 80% intervals taken from how far those fits miss what they left
     out, with the coverage of both measured on held-out data (``gpucap.calibration.heldout``).
+    ``n_jobs`` / ``dask``: where simulated runs and the held-out refits run (``gpucap.parallel``:
+    None every core, 1 serially, or a Dask cluster); ``progress``: a bar counting evaluations.
     """
     targets = tuple(targets)
     free = _checked_arguments(targets, slo, tuple(free), fixed)
@@ -423,14 +436,17 @@ def calibrate(
     if within_ranges:
         physical = physical_bounds(free, device, table)
         bounds = (np.maximum(bounds[0], physical[0]), np.minimum(bounds[1], physical[1]))
-    residuals = _residual_function(data, sweeps, start, free, targets, slo, method)
-    sol, r0 = _least_squares(residuals, start, free, loss, bounds)
+    run = dataclasses.replace(as_runner(n_jobs, dask), progress=False)
+    with progress_bar(None, "fit", progress, unit="evaluation") as bar:
+        residuals = _residual_function(data, sweeps, start, free, targets, slo, method, run, bar)
+        sol, r0 = _least_squares(residuals, start, free, loss, bounds)
     fit = uncertainty(sol, free, bounds)
     provenance = _provenance(cases, data, sweeps, targets=targets, slo=slo, method=method, loss=loss, sources=sources)
 
     fitted = _with_values(start, free, sol.x)
-    after = log_ratios(predict_prepared(data.prepared, fitted, method), measured, data.metrics)
-    changes = metric_changes(log_ratios(predict_prepared(data.prepared, start, method), measured, data.metrics), after)
+    after = log_ratios(predict_prepared(data.prepared, fitted, method, run), measured, data.metrics)
+    before = log_ratios(predict_prepared(data.prepared, start, method, run), measured, data.metrics)
+    changes = metric_changes(before, after)
     limits = pd.DataFrame()
     if slo is not None and sweeps.sweeps:
         limits = limit_table(sweeps.sweeps, slo, start, fitted, free, fit.covariance)
@@ -441,8 +457,8 @@ def calibrate(
         # each refit starts from this fit's coefficients: the same minimum less one group's pull
         held = _held_out(cases, data, sweeps, intervals, slo, method, lambda rest: calibrate(
             rest, start=fitted, free=free, fixed=fixed, metrics=metrics, loss=loss, method=method, targets=targets,
-            slo=slo, within_ranges=within_ranges, ranges=table, compare_within=False,
-        ).coefficients)  # fmt: skip
+            slo=slo, within_ranges=within_ranges, ranges=table, compare_within=False, n_jobs=1,
+        ).coefficients, run)  # fmt: skip
         provenance["held_out"] = held_summary(held)
         if not held.run_log_ratios.empty:
             bands = fit_bands(held.run_log_ratios)
@@ -457,9 +473,9 @@ def calibrate(
     elif outside:
         bounded = calibrate(
             cases, start=start, free=free, fixed=fixed, metrics=metrics, loss=loss, sources=sources,
-            method=method, targets=targets, slo=slo, within_ranges=True, ranges=table,
+            method=method, targets=targets, slo=slo, within_ranges=True, ranges=table, n_jobs=run,
         )  # fmt: skip
-        within = log_ratios(predict_prepared(data.prepared, bounded.coefficients, method), measured, data.metrics)
+        within = log_ratios(predict_prepared(data.prepared, bounded.coefficients, method, run), measured, data.metrics)
         driver = driving_mode([c.mode for c in data.prepared], after, within)
         flags = missing_mechanism_flags(fitted, outside, driver) + flags
     return FitResult(

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
 from gpucap.calibration.limits import Slo, Sweep, predicted_limits, sweep_labels
 from gpucap.calibration.ranges import LEVEL, band_quantiles
+from gpucap.parallel import Runner
 from gpucap.physics.coefficients import Coefficients
 
 HELD_OUT_BY = ("sweep", "model")
@@ -56,6 +58,14 @@ def group_labels(cases: pd.DataFrame, by: str) -> list[str]:
     return sweep_labels(cases) if by == "sweep" else cases["model"].astype(str).tolist()
 
 
+def _refit_or_why(refit: Callable[[pd.DataFrame], Coefficients], rest: pd.DataFrame) -> Coefficients | str:
+    """``refit(rest)``, or why it cannot be fitted."""
+    try:
+        return refit(rest)
+    except ValueError as exc:
+        return str(exc)
+
+
 def held_out(
     cases: pd.DataFrame,
     by: str,
@@ -63,11 +73,13 @@ def held_out(
     predict_log_ratios: Callable[[Coefficients, np.ndarray], pd.DataFrame],
     sweeps: list[Sweep],
     slo: Slo | None,
+    run: Runner | None = None,
 ) -> HeldOut:
-    """Refit without each group of ``cases`` (``refit``: the cases to fit -> coefficients) and
-    predict it (``predict_log_ratios``: coefficients and a row mask -> ``log(predicted /
-    measured)`` of every row, metrics as columns). ``sweeps`` (with ``slo``): the sweeps whose
-    limits are compared, each held out with the group its first run belongs to."""
+    """Refit without each group of ``cases`` (``refit``: the cases to fit -> coefficients; one
+    task per group on ``run``, ``gpucap.parallel``) and predict it (``predict_log_ratios``:
+    coefficients and a row mask -> ``log(predicted / measured)`` of every row, metrics as
+    columns). ``sweeps`` (with ``slo``): the sweeps whose limits are compared, each held out
+    with the group its first run belongs to."""
     cases = cases.reset_index(drop=True)
     labels = np.array(group_labels(cases, by))
     groups = sorted(set(labels))
@@ -81,12 +93,14 @@ def held_out(
             "(the covariance's intervals stand)"
         )
         return HeldOut(by, len(groups), labels, pd.DataFrame(), lim, lim_groups, tuple(notes))
-    for g in groups:
+    fits = (run or Runner()).map(
+        partial(_refit_or_why, refit), [cases[labels != g] for g in groups], desc=f"refits without each {by}",
+        label=lambda k, _: f"the fit without {by} {groups[k][:60]}",
+    )  # fmt: skip
+    for g, coef in zip(groups, fits, strict=True):
         held = labels == g
-        try:
-            coef = refit(cases[~held])
-        except ValueError as exc:
-            notes.append(f"held out by {by}: {g[:60]}: the other runs cannot be fitted ({exc})")
+        if isinstance(coef, str):
+            notes.append(f"held out by {by}: {g[:60]}: the other runs cannot be fitted ({coef})")
             continue
         r = predict_log_ratios(coef, held)
         if runs is None:

@@ -15,6 +15,7 @@ every row (the fast path calibration fits with).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from gpucap.calibration.cases import (
 from gpucap.catalog.lookup import load_model
 from gpucap.config import EngineConfig, Hardware, hardware, split_of
 from gpucap.errors import DoesNotFit
+from gpucap.parallel import Runner, as_runner
 from gpucap.physics.batching import LoadPoint, closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit
@@ -216,9 +218,10 @@ def _coef_for(hw: Hardware, coef: Coefficients | dict[str, Coefficients] | None)
     return Coefficients.for_engine(hw.engine.engine)
 
 
-def _simulated(case: PreparedCase, co: Coefficients) -> list[float]:
+def _simulated(case: PreparedCase, coef: Coefficients | dict[str, Coefficients] | None) -> list[float]:
     """Whole-case output tokens/s and TTFT, TPOT, ITL (ms, the row's statistics) by simulating one
     replica's run (``gpucap.queueing.simulate.run_benchmark``)."""
+    co = _coef_for(case.hw, coef)
     assert case.bench is not None and case.input_dist is not None and case.output_dist is not None
     run = run_benchmark(
         case.hw,
@@ -273,9 +276,11 @@ def predict_prepared(
     cases: list[PreparedCase],
     coef: Coefficients | dict[str, Coefficients] | None = None,
     method: str = "simulate",
+    run: Runner | None = None,
 ) -> pd.DataFrame:
     """Predictions for prepared cases: by simulating each case's benchmark run where it has one
-    (``method="simulate"``), else by the closed forms, one vectorized call per (hardware, load
+    (``method="simulate"``; the runs on ``run``'s processes or cluster, ``gpucap.parallel``,
+    serially when None), else by the closed forms, one vectorized call per (hardware, load
     mode, lengths).
 
     ``coef``: one set for every case, a dict engine -> set, or None for each engine's defaults.
@@ -285,11 +290,18 @@ def predict_prepared(
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     out = np.full((len(cases), len(ALL_METRICS)), np.nan)
     groups: dict[tuple[Any, ...], list[int]] = {}
+    simulate = [k for k, c in enumerate(cases) if method == "simulate" and c.bench is not None]
+    if simulate:
+        done = (run or Runner()).map(
+            partial(_simulated, coef=coef),
+            [cases[k] for k in simulate],
+            desc="simulating runs",
+            label=lambda _, c: f"case {c.case_id}",
+        )
+        out[simulate] = np.array(done, dtype=float)
     for k, c in enumerate(cases):
-        if method == "simulate" and c.bench is not None:
-            out[k] = _simulated(c, _coef_for(c.hw, coef))
-            continue
-        groups.setdefault(c.group_key, []).append(k)
+        if not (method == "simulate" and c.bench is not None):
+            groups.setdefault(c.group_key, []).append(k)
     for idx in groups.values():
         out[idx] = _closed_form([cases[k] for k in idx], _coef_for(cases[idx[0]].hw, coef))
     return pd.DataFrame(out, columns=[f"{m}_predicted" for m in ALL_METRICS])
@@ -332,16 +344,23 @@ def validate(
     speed: dict[str, float] | None = None,
     by: str = "source_id",
     part: str = "compute",
+    *,
+    n_jobs: int | Runner | None = None,
+    dask: Any = None,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """One row per case: measured and predicted metrics, their ratio, or the reason it cannot be
     predicted. ``speed``: a testbed speed factor per value of column ``by`` (``at_speed``; 1
-    elsewhere)."""
+    elsewhere). The simulated runs go to ``n_jobs`` processes (None: every core; 1: serially) or
+    the Dask cluster ``dask`` (a ``distributed.Client`` or an address), with a progress bar when
+    ``progress`` (``gpucap.parallel``); ``n_jobs`` may also be a ``Runner``."""
     prepared, errors = prepare_cases(cases)
     if speed:
         keys = testbed_keys(cases, by)
         ok = [pos for pos in range(len(cases)) if pos not in errors]
         prepared = [at_speed(c, speed.get(keys[pos], 1.0), part) for c, pos in zip(prepared, ok, strict=True)]
-    return compare(cases, prepared, errors, coef, method)
+    run = as_runner(n_jobs, dask, progress)
+    return compare(cases, prepared, errors, coef, method, run)
 
 
 def compare(
@@ -350,12 +369,13 @@ def compare(
     errors: dict[int, str],
     coef: Coefficients | dict[str, Coefficients] | None = None,
     method: str = "simulate",
+    run: Runner | None = None,
 ) -> pd.DataFrame:
     """``validate``'s table from cases already prepared (``prepare_cases``, in row order)."""
     ok = [pos for pos in range(len(cases)) if pos not in errors]
     pred = pd.DataFrame(np.nan, index=range(len(cases)), columns=[f"{m}_predicted" for m in ALL_METRICS])
     if prepared:
-        pred.loc[ok] = predict_prepared(prepared, coef, method).to_numpy()
+        pred.loc[ok] = predict_prepared(prepared, coef, method, run).to_numpy()
     keep = [
         k
         for k in ("case_id", "source_id", "model", "gpu", "engine", "num_gpus", "load_mode", "isl", "osl", "corrected")

@@ -24,6 +24,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from gpucap.errors import UnknownName
+from gpucap.parallel import carry
 from gpucap.textfiles import read_text
 from gpucap.units import GB, TB, TERA, US, GiB
 
@@ -270,6 +271,16 @@ def add_gpu_file(path: str | Path) -> list[str]:
     if text not in _ADDED_FILES:
         _ADDED_FILES.append(text)
     return keys
+
+
+def _add_gpu_files(paths: list[str]) -> None:
+    """``add_gpu_file`` of each of ``paths`` not added yet (a worker taking its caller's files)."""
+    for path in paths:
+        if path not in _ADDED_FILES:
+            add_gpu_file(path)
+
+
+carry("gpu files", lambda: list(_ADDED_FILES), _add_gpu_files)  # tasks run in other processes see them
 
 
 def load_gpus(extra: str | Path | None = None) -> dict[str, GPU]:

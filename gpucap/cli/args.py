@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def whole(least: int) -> Callable[[str], int]:
@@ -82,3 +83,28 @@ def output_file(path: str, *, overwrite: bool, inputs: Sequence[str] = ()) -> Pa
         if resolved == p or (p.is_dir() and resolved.is_relative_to(p) and out.exists()):
             raise ValueError(f"--out {out} is one of the inputs; write the result elsewhere")
     return out
+
+
+def add_parallel(p: argparse.ArgumentParser, what: str) -> None:
+    """``--jobs``, ``--dask`` and ``--quiet``: where ``what`` runs (``gpucap.parallel``)."""
+    p.add_argument(
+        "--jobs", type=positive_int, default=None, help=f"processes for {what} (default: every core; 1: serially)"
+    )
+    p.add_argument(
+        "--dask",
+        default=None,
+        metavar="ADDRESS",
+        help=f"run {what} on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786; or set GPUCAP_DASK)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def parallel_runner(a: argparse.Namespace) -> Any:
+    """The ``gpucap.parallel.Runner`` of ``add_parallel``'s options: a progress bar on a terminal
+    unless ``--quiet`` or ``--json``."""
+    import sys
+
+    from gpucap.parallel import runner
+
+    show = not a.quiet and not getattr(a, "json", False) and sys.stderr.isatty()
+    return runner(a.jobs, a.dask, progress=show)

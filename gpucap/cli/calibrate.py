@@ -11,7 +11,7 @@ from typing import Any
 
 from gpucap.calibration.calibrate import DEFAULT_FREE
 from gpucap.calibration.limits import LIMIT_STATS, Slo
-from gpucap.cli.args import output_file, positive_float, positive_int
+from gpucap.cli.args import add_parallel, output_file, parallel_runner, positive_float, positive_int
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 
@@ -54,6 +54,7 @@ def add_parser(sub: Any) -> None:
     )
     c.add_argument("--json", action="store_true", help="print the saved JSON instead of the report")
     c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
+    add_parallel(c, "simulated runs and the held-out refits")
     c.add_argument(
         "--history",
         default=None,
@@ -144,6 +145,7 @@ def run(a: argparse.Namespace) -> int:
 
         read_history(history_path(a.history))
     cases, _ = read_calibration_cases(a)
+    run = parallel_runner(a)
     # the files a fit is traced to: result files and manifests (what was read), not everything
     # beside them (a checkpoint in the same folder is neither read nor hashed)
     from gpucap.calibration.manifests import MANIFEST_NAMES
@@ -164,6 +166,8 @@ def run(a: argparse.Namespace) -> int:
         targets=targets,
         slo=Slo(a.ttft_slo, a.tpot_slo, a.stat),
         intervals=a.intervals,
+        n_jobs=run,
+        progress=run.progress,
     )
     if not fit.success and not a.save_unconverged:
         print(fit.report())
@@ -176,7 +180,7 @@ def run(a: argparse.Namespace) -> int:
         return 0
     print(fit.report())
     print(f"\nmedian absolute error by model size, default -> calibrated coefficients ({a.method}):")
-    table = error_table(cases, fit.coefficients, by="size", method=a.method)
+    table = error_table(cases, fit.coefficients, by="size", method=a.method, n_jobs=run)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     for line in fit.provenance.get("not_sweeps", []):
         print(f"no limit: {line}")

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpucap.calibration.analysis import GROUPS
 from gpucap.calibration.calibrate import DEFAULT_FREE
+from gpucap.cli.args import add_parallel, parallel_runner
 from gpucap.cli.calibrate import read_calibration_cases, results_options
 
 
@@ -34,6 +35,7 @@ def add_parser(sub: Any) -> None:
         "--method", default="closed-form", choices=["closed-form", "simulate"], help="how each row is predicted"
     )
     results_options(e)
+    add_parallel(e, "the held-out fits and simulated rows")
 
 
 def run(a: argparse.Namespace) -> int:
@@ -51,6 +53,7 @@ def run(a: argparse.Namespace) -> int:
         free=tuple(n.strip() for n in a.free.split(",") if n.strip()),
         method=a.method,
         within_ranges=a.within_ranges,
+        n_jobs=parallel_runner(a),
     )
     print(format_error_table(table, a.format))
     notes = table.attrs.get("notes", [])

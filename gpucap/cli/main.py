@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from gpucap.cli import calibrate, catalog, errors, estimate, frontier, plan, simulate, telemetry, validate
 from gpucap.errors import DoesNotFit, UnknownName
+from gpucap.parallel import WorkerDied
 from gpucap.version import __version__
 
 COMMANDS = {
@@ -83,8 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = {"GPU": " (`gpucap gpus` lists all; add your own with --gpu-file)"}.get(exc.kind, "")
         print(f"gpucap: error: {exc}{hint}", file=sys.stderr)
         return 2
-    except ValueError as exc:
-        print(f"gpucap: error: {exc}", file=sys.stderr)
+    except (ValueError, WorkerDied) as exc:  # a note names the row or task it came from
+        print(" ".join([f"gpucap: error: {exc}", *getattr(exc, "__notes__", ())]), file=sys.stderr)
         return 2
 
 

@@ -10,7 +10,16 @@ from typing import Any
 
 import numpy as np
 
-from gpucap.cli.args import count, names, non_negative_float, positive_float, positive_int, positive_ints
+from gpucap.cli.args import (
+    add_parallel,
+    count,
+    names,
+    non_negative_float,
+    parallel_runner,
+    positive_float,
+    positive_int,
+    positive_ints,
+)
 from gpucap.config import SLO
 from gpucap.planning.capacity import Headroom
 from gpucap.planning.commands import VerifyCommands, plan_commands
@@ -83,9 +92,7 @@ def add_parser(sub: Any) -> None:
         help="check plans by simulation: by default from the cheapest until one meets the SLOs (recommended), then "
         "every plan up to 25%% dearer; N: at least the N cheapest too; 0: no check, nothing recommended",
     )
-    p.add_argument(
-        "--workers", type=positive_int, default=None, help="processes for the simulation checks (default: one per core)"
-    )
+    add_parallel(p, "the simulation checks and a trace's replays")
     p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10; --json prints all)")
     p.add_argument(
         "--no-commands",
@@ -148,7 +155,7 @@ def run(a: argparse.Namespace) -> int:
         progress=not a.json and sys.stderr.isatty(),
         check=a.simulate_top != 0,
         simulate_top=a.simulate_top or 0,
-        workers=a.workers,
+        n_jobs=parallel_runner(a),
     )
     commands = None if a.no_commands or result.plans.empty else verify(result, a)
     if a.json:
@@ -274,6 +281,7 @@ def run_trace(a: argparse.Namespace) -> int:
         start=int(best["replicas"]),
         replay_replicas=a.replay_replicas,
         progress=None if a.json else trace_progress,
+        n_jobs=parallel_runner(a),
     )
     option = f"{best['gpu']} x {int(best['gpus_per_replica'])} (tp={int(best['tp'])}, {best['weight_dtype']})"
     print(f"cheapest option: {option}")

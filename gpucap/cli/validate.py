@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpucap.cli.args import add_parallel, parallel_runner
 from gpucap.cli.calibrate import add_gpu_file
 
 
@@ -28,6 +29,7 @@ def add_parser(sub: Any) -> None:
         choices=["simulate", "closed-form"],
         help="simulate each row's benchmark run (default) or use the closed forms (fast)",
     )
+    add_parallel(v, "the simulated rows")
 
 
 def run(a: argparse.Namespace) -> int:
@@ -40,11 +42,12 @@ def run(a: argparse.Namespace) -> int:
     out = Path(a.out) if a.out else None
     if out is not None and out.exists():
         raise ValueError(f"{out} exists; choose another --out (results are never overwritten)")
+    run = parallel_runner(a)  # a cluster that does not answer stops the command before any work
     add_gpu_file(a)
     cases = read_cases(a.cases)
     if a.corrections:
         cases = apply_corrections(cases, read_corrections(a.corrections), where=a.corrections)
-    result = validate(cases, method=a.method)
+    result = validate(cases, method=a.method, n_jobs=run)
     if out is not None:
         result.to_csv(out, index=False)
     if a.json:

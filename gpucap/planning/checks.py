@@ -15,8 +15,8 @@ Which plans are simulated (``to_simulate``), cheapest first:
 3. at least the ``minimum`` cheapest (``plan(..., simulate_top=N)``), whatever the rule says.
 
 Every plan cheaper than the recommended one is therefore simulated and misses. The simulations
-run in a process pool (``os.cpu_count()`` processes) and serially on one core or where a pool
-cannot start; each plan's simulation draws its arrivals and lengths from the same fixed seed
+run where ``gpucap.parallel`` says (every core by default, serially with one job, or a Dask
+cluster); each plan's simulation draws its arrivals and lengths from the same fixed seed
 (``SEED``) in whichever process runs it, and the rule takes the verdicts in cost order, so the
 plans simulated and every number are the same either way.
 """
@@ -24,16 +24,14 @@ plans simulated and every number are the same either way.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from gpucap.config import Hardware
+from gpucap.parallel import Runner
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.capacity import simulated
 from gpucap.queueing.lengths import Lengths
@@ -115,40 +113,27 @@ def check_plans(
     job: Callable[[int], SimulationJob],
     *,
     minimum: int = 0,
-    workers: int | None = None,
+    run: Runner | None = None,
 ) -> tuple[list[Check], int]:
-    """The checks of the first ``to_simulate`` plans (``job(k)``: plan ``k``'s simulation) and the
-    processes that ran them (1: serially). Where the rule asks for one plan at a time (none has
-    passed yet) the pool runs the next ``workers`` at once; the verdicts are then taken in cost
-    order as the serial rule takes them, and the ones it would not have reached are dropped."""
-    workers = (os.cpu_count() or 1) if workers is None else workers
-    if not (isinstance(workers, int) and workers >= 1):
-        raise ValueError(f"workers must be a whole number >= 1, got {workers!r}")
+    """The checks of the first ``to_simulate`` plans (``job(k)``: plan ``k``'s simulation) and how
+    many ran at once (1: serially). Where the rule asks for one plan at a time (none has passed
+    yet) ``run`` (``gpucap.parallel``; None: serially) takes the next ``run.width`` at once; the
+    verdicts are then taken in cost order as the serial rule takes them, and the ones it would
+    not have reached are dropped."""
+    run = run or Runner()
+    width = run.width
     done: list[Check] = []
-    pool: ProcessPoolExecutor | None = None
-    used = 1
-    try:
-        while (need := to_simulate(costs, [c.meets for c in done], minimum=minimum)) > len(done):
-            limit = min(max(minimum, MAX_SIMULATED), len(costs))
-            batch = [job(k) for k in range(len(done), min(max(need, len(done) + workers), limit))]
-            results: list[Check] | None = None
-            if workers > 1 and len(batch) > 1:
-                try:
-                    pool = pool or ProcessPoolExecutor(max_workers=workers)
-                    results = list(pool.map(_run, batch))
-                    used = workers
-                except (OSError, BrokenProcessPool, NotImplementedError, PermissionError):
-                    workers = 1  # no pool on this machine: serially, the same results
-            if results is None:
-                results = [j.run() for j in batch]
-            for check in results:  # in cost order, as the serial rule would stop
-                if to_simulate(costs, [c.meets for c in done], minimum=minimum) <= len(done):
-                    break
-                done.append(check)
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
-    return done, used
+    at_once = 1
+    while (need := to_simulate(costs, [c.meets for c in done], minimum=minimum)) > len(done):
+        limit = min(max(minimum, MAX_SIMULATED), len(costs))
+        batch = [job(k) for k in range(len(done), min(max(need, len(done) + width), limit))]
+        at_once = max(at_once, min(width, len(batch)))
+        results = run.map(_run, batch, desc="simulating plans", label=lambda k, _: f"plan {len(done) + k + 1}")
+        for check in results:  # in cost order, as the serial rule would stop
+            if to_simulate(costs, [c.meets for c in done], minimum=minimum) <= len(done):
+                break
+            done.append(check)
+    return done, at_once
 
 
 def with_checks(plans: pd.DataFrame, checks: Sequence[Check]) -> pd.DataFrame:

@@ -34,6 +34,7 @@ from gpucap.catalog.models import ModelSpec
 from gpucap.catalog.prices import Prices, read_prices
 from gpucap.config import SLO, EngineConfig, Hardware, hardware
 from gpucap.errors import DoesNotFit
+from gpucap.parallel import Runner, as_runner
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit, short_of_one_request_bytes, weight_bytes_per_gpu
@@ -154,7 +155,7 @@ def _simulation_job(row: pd.Series, ask: _Question) -> SimulationJob:
 
 
 def _check_by_simulation(
-    plans: pd.DataFrame, ask: _Question, *, minimum: int, workers: int | None
+    plans: pd.DataFrame, ask: _Question, *, minimum: int, run: Runner
 ) -> tuple[pd.DataFrame, list[str], float]:
     """The plans with the simulation check's columns (``gpucap.planning.checks``: cheapest first
     until one passes, then every plan within 25% of its cost, at least ``minimum``), numbered;
@@ -164,7 +165,7 @@ def _check_by_simulation(
         plans["cost_per_hour"].to_numpy(dtype=float),
         lambda k: _simulation_job(plans.iloc[k], ask),
         minimum=minimum,
-        workers=workers,
+        run=run,
     )
     seconds = time.perf_counter() - started
     plans = number_plans(with_checks(plans, checks))
@@ -357,7 +358,8 @@ def plan(
     progress: Callable[[int, int, float], None] | bool | None = None,
     check: bool = False,
     simulate_top: int = 0,
-    workers: int | None = None,
+    n_jobs: int | Runner | None = None,
+    dask: Any = None,
 ) -> Plan:
     """Search GPU type x GPUs per replica x split x formats for the cheapest fleet that carries
     the target within the SLOs; see the module docstring for the rules.
@@ -370,8 +372,9 @@ def plan(
     ``progress``: a callback ``(done, total, started)``, or True for a bar on stderr once the
     search has run for a second.
 
-    ``check=True`` checks the plans with the step-level simulation (about a second each, in
-    ``workers`` processes, default ``os.cpu_count()``; rate and output-token targets) and
+    ``check=True`` checks the plans with the step-level simulation (about a second each, on
+    ``n_jobs`` processes, default every core, or the Dask cluster ``dask``: ``gpucap.parallel``;
+    rate and output-token targets) and
     recommends one (``Plan.recommended``: the cheapest that meets the SLOs in simulation). The
     rule (``gpucap.planning.checks``): cheapest first until one passes, then every plan costing up
     to 25% more than it (``RECOMMEND_WITHIN``; ``MAX_SIMULATED`` at most). Columns
@@ -408,7 +411,8 @@ def plan(
         progress=progress,
         check=check,
         simulate_top=simulate_top,
-        workers=workers,
+        n_jobs=n_jobs,
+        dask=dask,
     )
 
 
@@ -428,15 +432,15 @@ def plan_for(
     progress: Callable[[int, int, float], None] | bool | None = None,
     check: bool = False,
     simulate_top: int = 0,
-    workers: int | None = None,
+    n_jobs: int | Runner | None = None,
+    dask: Any = None,
 ) -> Plan:
     """``plan`` on objects: the ``target``, the ``slo`` (its statistic applies to both SLOs), the
     lengths (a number or a distribution, ``gpucap.queueing.lengths``) and the ``search`` space;
-    ``check``, ``simulate_top`` and ``workers`` as ``plan`` takes them."""
+    ``check``, ``simulate_top``, ``n_jobs`` and ``dask`` as ``plan`` takes them."""
     if not (isinstance(simulate_top, int) and simulate_top >= 0):
         raise ValueError(f"simulate_top must be a whole number >= 0, got {simulate_top!r}")
-    if workers is not None and not (isinstance(workers, int) and workers >= 1):
-        raise ValueError(f"workers must be a whole number >= 1 (or None: one per core), got {workers!r}")
+    run = as_runner(n_jobs, dask)
     search = search or Search()
     gpus, gpu_counts, weight_dtypes, kv_dtypes = search.gpus, search.gpu_counts, search.weight_dtypes, search.kv_dtypes
     engine, max_comm_share, gpu_file = search.engine, search.max_comm_share, search.gpu_file
@@ -487,7 +491,7 @@ def plan_for(
     plans, check_s = number_plans(plans), 0.0
     check = check or simulate_top > 0
     if check and target.kind != "concurrency" and not plans.empty:
-        plans, found, check_s = _check_by_simulation(plans, ask, minimum=simulate_top, workers=workers)
+        plans, found, check_s = _check_by_simulation(plans, ask, minimum=simulate_top, run=run)
         notes += found
     elif check and target.kind == "concurrency":
         notes.append("the simulation check runs for request-rate and output-token targets only: nothing is recommended")

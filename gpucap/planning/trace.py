@@ -24,6 +24,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ import pandas as pd
 
 from gpucap.config import SLO, Hardware, Workload
 from gpucap.errors import DoesNotFit
+from gpucap.parallel import Runner, as_runner
 from gpucap.physics.batching import open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.concurrency import loop_point
@@ -228,6 +230,8 @@ def size_trace(
     max_replicas: int = 256,
     replay_replicas: int | None = None,
     progress: Callable[[dict[str, Any], float], None] | None = None,
+    n_jobs: int | Runner | None = None,
+    dask: Any = None,
 ) -> TraceSizing:
     """Smallest replica count whose TTFT and TPOT at the SLO's statistic over every request of
     ``trace`` meet the SLOs, replaying each replica's share (module docstring). The search starts at ``start``
@@ -235,7 +239,10 @@ def size_trace(
     the gap) while it fails. ``replay_replicas``: replay only that many of the k replicas' shares
     (their requests stand for all: the router gives each replica traffic alike), to size a long
     trace faster; None replays every replica. ``progress``: called with each count's row of
-    ``tried`` and the seconds so far, as the search goes (a long trace takes minutes a count)."""
+    ``tried`` and the seconds so far, as the search goes (a long trace takes minutes a count).
+    The replicas' replays of one count run on ``n_jobs`` processes (None: every core; 1:
+    serially) or the Dask cluster ``dask`` (``gpucap.parallel``): each replica's share is
+    replayed whole, so the answer does not depend on where."""
     import time
 
     ttft_slo_s, tpot_slo_s, stat = slo.ttft_s, slo.tpot_s, slo.statistic
@@ -247,6 +254,7 @@ def size_trace(
     cap = batch_slots(hw, context_tokens=wl.max_context)
     kv = kv_capacity_tokens(hw, wl.max_context)
     rows: dict[int, dict[str, Any]] = {}
+    run = as_runner(n_jobs, dask)
 
     def check(k: int) -> bool:
         if k not in rows:
@@ -271,21 +279,12 @@ def size_trace(
             # a percentile SLO fails once more than (1 - q) of the requests replayed are late: stop there
             allowed = int((1 - q / 100) * np.count_nonzero(who < shown)) if q is not None else 0
             give_up = None if q is None else (ttft_slo_s, allowed)
-            for r in range(shown):
-                mine = np.flatnonzero(who == r)
-                if mine.size and not missed:
-                    a, b = replay(
-                        hw,
-                        coef,
-                        arrival_s=trace.arrival_s[mine],
-                        input_len=trace.input_len[mine],
-                        output_len=trace.output_len[mine],
-                        max_running=cap,
-                        kv_capacity_tokens=kv,
-                        give_up=give_up,
-                    )
-                    ttft[mine], tpot[mine] = a, b
-                    missed = bool(np.isnan(a).all())
+            shares = [share for share in (np.flatnonzero(who == r) for r in range(shown)) if share.size]
+            task = partial(_replay_share, hw, coef, max_running=cap, kv_capacity_tokens=kv, give_up=give_up)
+            parts = [Trace(trace.arrival_s[m], trace.input_len[m], trace.output_len[m]) for m in shares]
+            for mine, (a, b) in zip(shares, run.map(task, parts, desc=f"replaying {k} replicas"), strict=True):
+                ttft[mine], tpot[mine] = a, b
+                missed = missed or bool(np.isnan(a).all())
             t, p = (math.inf, math.inf) if missed else (statistic(ttft, stat), statistic(tpot, stat))
             # one-token outputs have no TPOT: where no request has one, only the TTFT SLO applies
             meets = t <= ttft_slo_s and (math.isnan(p) or p <= tpot_slo_s)
@@ -314,6 +313,29 @@ def size_trace(
             found = hi
     tried = pd.DataFrame(sorted(rows.values(), key=lambda r: r["replicas"]))
     return TraceSizing(found, tried, stat, router, time.perf_counter() - t0)
+
+
+def _replay_share(
+    hw: Hardware,
+    coef: Coefficients,
+    share: Trace,
+    *,
+    max_running: float,
+    kv_capacity_tokens: float,
+    give_up: tuple[float, int] | None,
+) -> tuple[Array, Array]:
+    """TTFT and TPOT (s) of the requests of ``share`` replayed on one replica
+    (``gpucap.queueing.simulate.replay``)."""
+    return replay(
+        hw,
+        coef,
+        arrival_s=share.arrival_s,
+        input_len=share.input_len,
+        output_len=share.output_len,
+        max_running=max_running,
+        kv_capacity_tokens=kv_capacity_tokens,
+        give_up=give_up,
+    )
 
 
 def burstiness(trace: Trace) -> float:
