@@ -12,7 +12,10 @@ Where the work runs (``Runner``):
 
 Results come back in the items' order wherever they ran, and every task carries its own inputs
 (the simulations their fixed seeds), so a result never depends on where or in which order it
-ran: callers reduce the list in order. A map inside a task runs serially (no pools of pools).
+ran: callers reduce the list in order. Every task, serial ones included, runs with one BLAS
+thread (threadpoolctl): a multithreaded matrix product sums in another order, and its last bits
+would then depend on the threads a process had (Dask's workers have one). A map inside a task
+runs serially (no pools of pools).
 
 Failures: an error raised by a task is raised here with a note naming the item. A worker process
 that dies (killed, out of memory) fails the tasks it held; each is run once more in a fresh pool,
@@ -184,12 +187,17 @@ def parallel_map(
 def _call(fn: Callable[[T], R], item: T, name: str = "", state: dict[str, Any] | None = None) -> R:
     """``fn(item)`` marked as a task (a map inside runs serially), after restoring the ``state``
     carried from the mapping process (``carry``); an error gets a note naming the item."""
+    from threadpoolctl import threadpool_limits
+
     for key, value in (state or {}).items():
         _CARRIED[key][1](value)
     outer = getattr(_inside, "task", False)
     _inside.task = True
     try:
-        return fn(item)
+        if outer:
+            return fn(item)
+        with threadpool_limits(limits=1, user_api="blas"):
+            return fn(item)
     except Exception as exc:
         if name:
             exc.add_note(f"(while running {name})")

@@ -162,3 +162,36 @@ def test_the_search_reports_each_count_as_it_goes():
     )
     assert sorted(k for k, _ in seen) == res.tried["replicas"].tolist()  # each count tried, reported once
     assert all(s >= 0 for _, s in seen) and [s for _, s in seen] == sorted(s for _, s in seen)
+
+
+def test_pieces_with_a_warm_up_replay_what_the_whole_replay_does(monkeypatch):
+    """A share replayed in 60-second pieces, each after 30 s of the traffic before it, against
+    the share replayed whole: the same verdicts, the SLO statistics within 2%; with no warm-up
+    the pieces start from an empty engine and the tail comes out lower."""
+    import gpucap.planning.trace as trace_module
+    from gpucap.planning.trace import _pieces
+
+    hw, coef = hardware("meta-llama/Llama-3.1-8B", "L40S-48GB"), Coefficients.for_engine("vllm")
+    rng = np.random.default_rng(11)
+    n = 2400
+    t = Trace(np.cumsum(rng.exponential(1 / 8.0, n)), rng.integers(200, 2500, n).astype(float),
+              rng.integers(20, 400, n).astype(float))  # fmt: skip
+    # the pieces cover the share once, in order, each with the requests of the 30 s before it
+    pieces = _pieces(t, np.arange(n), 60.0, 30.0)
+    assert np.array_equal(np.concatenate([p.own for p in pieces]), np.arange(n)) and len(pieces) == 5
+    second = pieces[1]
+    warm = second.requests.arrival_s.size - second.own.size
+    assert warm > 0 and second.requests.arrival_s[0] >= t.arrival_s[second.own[0]] - 30.0
+    assert second.requests.arrival_s[warm - 1] < t.arrival_s[second.own[0]]
+    slo = SLO(ttft_s=1.0, tpot_s=0.06, statistic="p90")
+    whole = size_trace(hw, coef, t, slo, start=2, max_replicas=2, chunk_s=None, n_jobs=1).tried
+    monkeypatch.setattr(trace_module, "WARMUP_S", 30.0)
+    cut = size_trace(hw, coef, t, slo, start=2, max_replicas=2, chunk_s=60.0, n_jobs=1).tried
+    assert whole["meets"].tolist() == cut["meets"].tolist()
+    for col in ("ttft_s", "tpot_s"):
+        assert np.allclose(cut[col], whole[col], rtol=0.02), (col, cut[col].tolist(), whole[col].tolist())
+    monkeypatch.setattr(trace_module, "WARMUP_S", 0.0)  # each piece from an empty engine
+    cold = size_trace(hw, coef, t, slo, start=2, max_replicas=2, chunk_s=60.0, n_jobs=1).tried
+    assert (cold["tpot_s"] < 0.97 * whole["tpot_s"]).all() and (cold["ttft_s"] < 0.98 * whole["ttft_s"]).all()
+    with pytest.raises(ValueError, match="chunk_s must be a positive number of seconds"):
+        size_trace(hw, coef, t, slo, chunk_s=0.0)

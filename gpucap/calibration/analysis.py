@@ -197,23 +197,41 @@ def _fits_per_engine(
     return out
 
 
-def _held_out_part(
-    value: str, cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str, within_ranges: bool
-) -> pd.DataFrame:
-    """The rows whose ``key`` is ``value`` predicted by per-engine fits on the other rows."""
-    held = (cases[key].astype(str) == value).to_numpy()
-    coef = _fits_per_engine(cases[~held], free, method, within_ranges) if (~held).any() else None
-    return validate(cases[held], coef, method=method, n_jobs=1).set_index(cases.index[held])
+def _engine_fit_without(
+    job: tuple[str, str], cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str, within_ranges: bool
+) -> tuple[Coefficients, list[str]]:
+    """``_engine_fit`` of engine ``job[1]`` on the rows whose ``key`` is not ``job[0]``."""
+    value, engine = job
+    return _engine_fit(engine, cases[(cases[key].astype(str) != value).to_numpy()], free, method, within_ranges)
 
 
 def _held_out(
-    cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str, within_ranges: bool, run: Runner
+    cases: pd.DataFrame,
+    key: str,
+    free: tuple[str, ...],
+    method: str,
+    within_ranges: bool,
+    run: Runner,
+    fits: dict[str, Coefficients],
 ) -> pd.DataFrame:
-    """Every row predicted by per-engine fits on the rows of the other values of ``key`` (one
-    task per value on ``run``)."""
+    """Every row predicted by per-engine fits on the rows of the other values of ``key``.
+    ``fits``: the per-engine fits on every row (``_fits_per_engine``). Leaving a value out
+    changes only the fits of the engines its rows ran on; the other engines keep ``fits``, which
+    is the same fit on the same rows. The refits run one task each on ``run``."""
     values = sorted(cases[key].astype(str).unique())
-    task = partial(_held_out_part, cases=cases, key=key, free=free, method=method, within_ranges=within_ranges)
-    parts = run.map(task, values, desc=f"leave one {key} out", label=lambda _, v: f"{key} {v}")
+    engines = _engines(cases)
+    labels = cases[key].astype(str)
+    jobs = [(v, e) for v in values for e in sorted(set(engines[labels == v]) & set(ENGINES))]
+    task = partial(_engine_fit_without, cases=cases, key=key, free=free, method=method, within_ranges=within_ranges)
+    refits = run.map(task, jobs, desc=f"leave one {key} out", label=lambda _, j: f"the {j[1]} fit without {key} {j[0]}")
+    parts = []
+    for value in values:
+        held = (labels == value).to_numpy()
+        coef = dict(fits)
+        coef.update({e: c for (v, e), (c, _) in zip(jobs, refits, strict=True) if v == value})
+        if "trtllm" in coef:
+            coef["nim"] = coef["trtllm"]
+        parts.append(validate(cases[held], coef, method=method, n_jobs=run).set_index(cases.index[held]))
     return pd.concat(parts).loc[cases.index]
 
 
@@ -324,19 +342,22 @@ def error_tables(
     run = as_runner(n_jobs, dask, progress)
     results = {}
     notes: list[str] = []
+    # one fit per engine on every row, done once: the "fitted" variant, and where lomo and loso start
+    fits: dict[str, Coefficients] = {}
+    fit_flags: list[str] = []
+    if {"lomo", "loso"} & set(variants) or ("fitted" in variants and coefficients is None):
+        fits = _fits_per_engine(cases, free, method, within_ranges, fit_flags, run)
     for v in variants:
         if v == "defaults":
             results[v] = validate(cases, method=method, n_jobs=run)
         elif v == "fitted":
-            coef = coefficients
-            if coef is None:
-                coef = _fits_per_engine(cases, free, method, within_ranges, notes, run)
-            results[v] = validate(cases, coef, method=method, n_jobs=run)
+            notes += fit_flags if coefficients is None else []
+            results[v] = validate(cases, fits if coefficients is None else coefficients, method=method, n_jobs=run)
         elif v in WITHIN:
             results[v] = _held_out_within(cases, v, free, method, within_ranges, notes, run)
         else:
             key = "model" if v == "lomo" else "source_id"
-            results[v] = _held_out(cases, key, free, method, within_ranges, run)
+            results[v] = _held_out(cases, key, free, method, within_ranges, run, fits)
     labels = {
         "size": [size_class(str(m)) for m in cases["model"]],
         **{b: cases[b].astype(str).tolist() for b in by if b != "size"},

@@ -92,10 +92,11 @@ def active_line(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple
         t = np.where(attn == ATTN_COMPUTE, k[ATTN_COMPUTE], k[ATTN_MEMORY])
         return pp * (g + t + k[COMM])
 
+    g0, g1 = gpu(k0), gpu(k1)
     if not overlap:
-        return gpu(k0) + k0[OVERHEAD], gpu(k1) + k1[OVERHEAD]
-    host = v[OVERHEAD] > gpu(k0) + gpu(k1) * a
-    return np.where(host, k0[OVERHEAD], gpu(k0)), np.where(host, k1[OVERHEAD], gpu(k1))
+        return g0 + k0[OVERHEAD], g1 + k1[OVERHEAD]
+    host = v[OVERHEAD] > g0 + g1 * a
+    return np.where(host, k0[OVERHEAD], g0), np.where(host, k1[OVERHEAD], g1)
 
 
 def _at_each(lines: Lines) -> Lines:
@@ -181,7 +182,22 @@ def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float, overlap: bool = Fal
 
 
 def _value_slope(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array]:
-    return step_seconds(lines, a, pp, overlap), active_line(lines, a, pp, overlap)[1]
+    """``step_seconds`` and the slope of ``active_line`` at ``a`` in one pass over the terms."""
+    k0, k1 = lines
+    v = k0 + k1 * a
+    gemm = v[GEMM_COMPUTE] >= v[GEMM_MEMORY]
+    attn = v[ATTN_COMPUTE] >= v[ATTN_MEMORY]
+    rooflines = np.where(gemm, v[GEMM_COMPUTE], v[GEMM_MEMORY]) + np.where(attn, v[ATTN_COMPUTE], v[ATTN_MEMORY])
+    gpu = pp * (rooflines + v[COMM])
+    g1 = np.where(gemm, k1[GEMM_COMPUTE], k1[GEMM_MEMORY]) + np.where(attn, k1[ATTN_COMPUTE], k1[ATTN_MEMORY])
+    slope = pp * (g1 + k1[COMM])
+    if not overlap:
+        return gpu + v[OVERHEAD], slope + k1[OVERHEAD]
+    k0_gpu = pp * (
+        np.where(gemm, k0[GEMM_COMPUTE], k0[GEMM_MEMORY]) + np.where(attn, k0[ATTN_COMPUTE], k0[ATTN_MEMORY]) + k0[COMM]
+    )
+    host = v[OVERHEAD] > k0_gpu + slope * a  # as active_line decides it, to the last bit
+    return np.maximum(gpu, v[OVERHEAD]), np.where(host, k1[OVERHEAD], slope)
 
 
 def separated_step(

@@ -14,6 +14,16 @@ counting a request in flight from its arrival until its arrival plus its expecte
 system, TTFT + (output - 1) x TPOT of the analytic model at the trace's mean load per replica),
 replays each replica's share through the step-level engine (``gpucap.queueing.simulate.replay``), and
 finds the smallest k whose SLO statistic over all requests holds.
+
+A long share is replayed in pieces of ``CHUNK_S`` seconds of arrivals, each as its own task
+(``gpucap.parallel``: every core, or a Dask cluster), so that a month of traffic spreads over
+cores and memory stays that of one piece. Each piece starts from an empty engine ``WARMUP_S``
+earlier and replays those requests too, keeping only its own: the engine's queue and batch at
+the piece's start are rebuilt from the traffic before it, not assumed empty. The replay of a
+piece equals the whole replay once the two engines hold the same requests, at the latest when
+the whole replay's engine is idle for a moment inside the warm-up; a replica that meets its SLOs
+empties its queue many times in five minutes. Measured on a one-hour trace:
+``benchmarks/README.md`` ("Sizing from a trace").
 """
 
 from __future__ import annotations
@@ -50,6 +60,8 @@ ROUTERS = ("round_robin", "least_outstanding")
 # the percentile of each statistic (gpucap.types.STATISTICS); None: the mean
 PERCENT: dict[str, float | None] = {"mean": None, **{s: 100 * q for s, q in QUANTILES.items()}}
 MAX_TRACE_BYTES = 1 << 30
+CHUNK_S = 1800.0  # seconds of arrivals one piece of a replica's share replays (module docstring)
+WARMUP_S = 300.0  # seconds of arrivals before a piece replayed to rebuild the engine's state
 Array = npt.NDArray[np.float64]
 
 
@@ -232,6 +244,7 @@ def size_trace(
     progress: Callable[[dict[str, Any], float], None] | None = None,
     n_jobs: int | Runner | None = None,
     dask: Any = None,
+    chunk_s: float | None = CHUNK_S,
 ) -> TraceSizing:
     """Smallest replica count whose TTFT and TPOT at the SLO's statistic over every request of
     ``trace`` meet the SLOs, replaying each replica's share (module docstring). The search starts at ``start``
@@ -241,8 +254,12 @@ def size_trace(
     trace faster; None replays every replica. ``progress``: called with each count's row of
     ``tried`` and the seconds so far, as the search goes (a long trace takes minutes a count).
     The replicas' replays of one count run on ``n_jobs`` processes (None: every core; 1:
-    serially) or the Dask cluster ``dask`` (``gpucap.parallel``): each replica's share is
-    replayed whole, so the answer does not depend on where."""
+    serially) or the Dask cluster ``dask`` (``gpucap.parallel``), each share in pieces of
+    ``chunk_s`` seconds with ``WARMUP_S`` before each (module docstring; None: each share
+    whole). The pieces are fixed by the trace, not by the cores, so the answer does not depend
+    on where it ran."""
+    if chunk_s is not None and not (math.isfinite(chunk_s) and chunk_s > 0):
+        raise ValueError(f"chunk_s must be a positive number of seconds (or None: no pieces), got {chunk_s!r}")
     import time
 
     ttft_slo_s, tpot_slo_s, stat = slo.ttft_s, slo.tpot_s, slo.statistic
@@ -280,10 +297,10 @@ def size_trace(
             allowed = int((1 - q / 100) * np.count_nonzero(who < shown)) if q is not None else 0
             give_up = None if q is None else (ttft_slo_s, allowed)
             shares = [share for share in (np.flatnonzero(who == r) for r in range(shown)) if share.size]
-            task = partial(_replay_share, hw, coef, max_running=cap, kv_capacity_tokens=kv, give_up=give_up)
-            parts = [Trace(trace.arrival_s[m], trace.input_len[m], trace.output_len[m]) for m in shares]
-            for mine, (a, b) in zip(shares, run.map(task, parts, desc=f"replaying {k} replicas"), strict=True):
-                ttft[mine], tpot[mine] = a, b
+            jobs = [job for m in shares for job in _pieces(trace, m, chunk_s, WARMUP_S)]
+            task = partial(_replay_piece, hw, coef, max_running=cap, kv_capacity_tokens=kv, give_up=give_up)
+            for job, (a, b) in zip(jobs, run.map(task, jobs, desc=f"replaying {k} replicas"), strict=True):
+                ttft[job.own], tpot[job.own] = a, b
                 missed = missed or bool(np.isnan(a).all())
             t, p = (math.inf, math.inf) if missed else (statistic(ttft, stat), statistic(tpot, stat))
             # one-token outputs have no TPOT: where no request has one, only the TTFT SLO applies
@@ -315,27 +332,65 @@ def size_trace(
     return TraceSizing(found, tried, stat, router, time.perf_counter() - t0)
 
 
-def _replay_share(
+@dataclass(frozen=True)
+class Piece:
+    """Part of one replica's share to replay: ``requests`` (warm-up first), of which the last
+    ``own.size`` are the piece's own, at positions ``own`` of the trace; ``context_tokens``: the
+    share's mean prompt + output (what the engine's step model takes for all its pieces)."""
+
+    requests: Trace
+    own: npt.NDArray[np.int64]
+    context_tokens: float
+
+
+def _pieces(trace: Trace, share: npt.NDArray[np.int64], chunk_s: float | None, warmup_s: float) -> list[Piece]:
+    """The share (positions in ``trace``, arrival order) in pieces of ``chunk_s`` seconds of
+    arrivals from its first, each with the requests of the ``warmup_s`` before it; one piece, the
+    whole share, when ``chunk_s`` is None or the share is shorter."""
+    t = trace.arrival_s[share]
+    context = float(np.mean(trace.input_len[share] + trace.output_len[share]))
+    if chunk_s is None or t[-1] - t[0] <= chunk_s:
+        starts = np.array([0])
+    else:
+        starts = np.searchsorted(t, t[0] + chunk_s * np.arange(int((t[-1] - t[0]) // chunk_s) + 1), side="left")
+        starts = np.unique(starts[starts < t.size])
+    ends = np.append(starts[1:], t.size)
+    out = []
+    for own_from, own_to in zip(starts, ends, strict=True):
+        first = int(np.searchsorted(t, t[own_from] - warmup_s, side="left")) if own_from else 0
+        m = share[first:own_to]
+        requests = Trace(trace.arrival_s[m], trace.input_len[m], trace.output_len[m])
+        out.append(Piece(requests, share[own_from:own_to], context))
+    return out
+
+
+def _replay_piece(
     hw: Hardware,
     coef: Coefficients,
-    share: Trace,
+    piece: Piece,
     *,
     max_running: float,
     kv_capacity_tokens: float,
     give_up: tuple[float, int] | None,
 ) -> tuple[Array, Array]:
-    """TTFT and TPOT (s) of the requests of ``share`` replayed on one replica
-    (``gpucap.queueing.simulate.replay``)."""
-    return replay(
+    """TTFT and TPOT (s) of a piece's own requests, replayed on one replica after its warm-up
+    (``gpucap.queueing.simulate.replay``); it gives up where its own late requests alone are
+    already more than ``give_up`` allows."""
+    r = piece.requests
+    warm = r.arrival_s.size - piece.own.size
+    ttft, tpot = replay(
         hw,
         coef,
-        arrival_s=share.arrival_s,
-        input_len=share.input_len,
-        output_len=share.output_len,
+        arrival_s=r.arrival_s,
+        input_len=r.input_len,
+        output_len=r.output_len,
         max_running=max_running,
         kv_capacity_tokens=kv_capacity_tokens,
         give_up=give_up,
+        context_tokens=piece.context_tokens,
+        judged_from=warm,
     )
+    return ttft[warm:], tpot[warm:]
 
 
 def burstiness(trace: Trace) -> float:

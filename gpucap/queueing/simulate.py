@@ -360,21 +360,27 @@ def replay(
     max_running: float,
     kv_capacity_tokens: float,
     give_up: tuple[float, int] | None = None,
+    context_tokens: float | None = None,
+    judged_from: int = 0,
 ) -> tuple[Array, Array]:
     """One replica serving a recorded trace: requests arrive at ``arrival_s`` (sorted, seconds)
     with their own lengths, through the engine loop of ``simulate``. Returns each request's TTFT
-    and TPOT (NaN for one-token answers), in the trace's order.
+    and TPOT (NaN for one-token answers), in the trace's order. ``context_tokens``: the mean
+    context the engine's step model takes (None: the mean prompt + output of these requests; a
+    piece of a longer trace passes the whole trace's).
 
     ``give_up = (ttft_s, count)``: stop as soon as more than ``count`` requests are sure to wait
     longer than ``ttft_s`` for their first token (no first token by arrival + ttft_s), and return
-    NaN TTFTs and TPOTs: a percentile SLO that allows ``count`` late requests is already missed."""
+    NaN TTFTs and TPOTs: a percentile SLO that allows ``count`` late requests is already missed.
+    Only requests from position ``judged_from`` on count (those before warm the engine up)."""
     n = int(np.asarray(arrival_s).size)
     if n == 0:
         return np.zeros(0), np.zeros(0)
     inp, out = _per_request(input_len, n, "input_len"), _per_request(output_len, n, "output_len")
     reqs = Requests(inp.copy(), out.copy())
+    context = float(np.mean(inp + out)) if context_tokens is None else float(context_tokens)
     engine = _engine(hw, coef, reqs, policy=None, max_running=max_running, kv_capacity=kv_capacity_tokens,
-                     context_tokens=float(np.mean(inp + out)))  # fmt: skip
+                     context_tokens=context)  # fmt: skip
     arrival = np.asarray(arrival_s, dtype=float)
     for j, t in enumerate(arrival):
         engine.send(j, float(t))
@@ -388,8 +394,9 @@ def replay(
         steps += 1
         if give_up is not None and steps % GIVE_UP_CHECK_STEPS == 0:
             slo, count = give_up
-            due = arrival + slo < engine.t
-            late = due & (np.isnan(reqs.first) | (reqs.first - arrival > slo))
+            due = arrival[judged_from:] + slo < engine.t
+            first = reqs.first[judged_from:]
+            late = due & (np.isnan(first) | (first - arrival[judged_from:] > slo))
             if int(np.count_nonzero(late)) > count:
                 return np.full(n, np.nan), np.full(n, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
