@@ -26,6 +26,7 @@ way. A scheduler address that does not answer within ``CONNECT_TIMEOUT_S`` is on
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -232,6 +233,17 @@ class progress_bar:
             self.bar.close()
 
 
+_started: list[Any] = []  # the process pools this process started, shut down at exit
+
+
+@atexit.register
+def _shut_down() -> None:
+    """Stop the pools' workers before the interpreter goes (their semaphores with them)."""
+    for pool in _started:
+        pool.shutdown(wait=True)
+    _started.clear()
+
+
 def _captured() -> dict[str, Any]:
     return {key: capture() for key, (capture, _) in _CARRIED.items()}
 
@@ -253,6 +265,8 @@ def _loky_map(
     state = _captured()
     try:
         pool = get_reusable_executor(max_workers=min(jobs, len(items)))
+        if all(p is not pool for p in _started):
+            _started.append(pool)
         futures = [pool.submit(_call, fn, x, name(k, x), state) for k, x in enumerate(items)]
     except (OSError, NotImplementedError, PermissionError):
         return None

@@ -9,9 +9,8 @@ from pathlib import Path
 MAX_BYTES = 16 << 20  # no GPU list, price list, coefficients or config.json is this large
 
 
-def read_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
-    """The text of ``path``; ``what`` names the file in errors ("GPU file", "price file")."""
-    path = Path(path)
+def _checked(path: Path, what: str, max_bytes: int) -> None:
+    """A regular file of at most ``max_bytes``, or the error naming it."""
     if not path.exists():
         raise FileNotFoundError(path)  # callers say what to give instead
     if not path.is_file():
@@ -19,10 +18,28 @@ def read_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
     size = path.stat().st_size
     if size > max_bytes:
         raise ValueError(f"{what} {path} is {size:,} bytes, more than such a file holds ({max_bytes:,} at most)")
+
+
+def read_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
+    """The text of ``path``; ``what`` names the file in errors ("GPU file", "price file")."""
+    path = Path(path)
+    _checked(path, what, max_bytes)
     try:
         return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise ValueError(f"{what} {path} is not UTF-8 text (a binary file?)") from None
+    except OSError as exc:
+        raise ValueError(f"{what} {path} cannot be read ({exc.strerror or exc})") from None
+
+
+def peek_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES, head_bytes: int = 1 << 16) -> str:
+    """The first ``head_bytes`` of ``path`` as text (a character cut at the end is dropped), with
+    ``read_text``'s checks of the whole file: to tell a format before reading a large file."""
+    path = Path(path)
+    _checked(path, what, max_bytes)
+    try:
+        with path.open("rb") as f:
+            return f.read(head_bytes).decode("utf-8-sig", errors="ignore")
     except OSError as exc:
         raise ValueError(f"{what} {path} cannot be read ({exc.strerror or exc})") from None
 
