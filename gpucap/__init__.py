@@ -41,6 +41,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'gpucap' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The module's names and the lazily imported ones (so that completion and ``dir`` list them)."""
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "GPU",
     "SLO",

@@ -88,3 +88,5 @@ def test_does_not_fit_carries_how_much_and_what_would_fit() -> None:
 def test_the_public_surface() -> None:
     for name in gpucap.__all__:
         assert getattr(gpucap, name) is not None, name
+    # dir() lists the names imported on first use too (plan, calibrate, validate, ...)
+    assert set(gpucap.__all__) <= set(dir(gpucap)) and "plan" in dir(gpucap)
