@@ -15,8 +15,8 @@ Prompts and answers are drawn from long-tailed (exponential) lengths with means 
 tokens, so the analytic plan and the replay see the same traffic. The option is Llama-3.1-8B on
 H100 in fp8 at vLLM's defaults, p99 TTFT <= 2 s and p99 TPOT <= 50 ms. ``--dask`` sizes on a
 ``LocalCluster`` of ``--jobs`` single-threaded workers (a scheduler started here, its address
-passed with ``--dask``). The peak memory printed is the largest resident set of the command and
-the worker processes it started (a Dask worker's: its memory at the end).
+passed with ``--dask``). The peak memory printed is the largest resident set of one process: the
+command, a worker it started, or a Dask worker.
 """
 
 from __future__ import annotations
@@ -84,14 +84,12 @@ def main() -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
     print(done.stdout + done.stderr)
+    if cluster is not None:
+        cluster.close()  # its workers are reaped here: their peak joins the children's below
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB -> MiB, Linux
     where = f"a LocalCluster of {args.jobs}" if args.dask else f"{args.jobs} process(es)"
     print(f"wall time, reading and planning included: {wall:.0f} s on {where}")
-    print(f"peak memory of the command's process or a worker it started: {peak:,.0f} MiB")
-    if cluster is not None:
-        held = [w["metrics"]["memory"] / 2**20 for w in cluster.scheduler_info["workers"].values()]
-        print(f"Dask workers' memory at the end: {', '.join(f'{m:,.0f}' for m in held)} MiB")
-        cluster.close()
+    print(f"peak memory of one process (the command, a worker): {peak:,.0f} MiB")
 
 
 if __name__ == "__main__":

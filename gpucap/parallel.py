@@ -288,9 +288,12 @@ def _loky_map(
 
 
 def _dask_map(client: Any, fn: Callable[[T], R], items: list[T], name: Callable[[int, T], str], bar: Any) -> list[R]:
-    """The tasks on a Dask cluster, in order; a task Dask gives up on (``KilledWorker``) is named."""
+    """The tasks on a Dask cluster, in order; a task Dask gives up on (``KilledWorker``) is named.
+    The items go to the workers first (``scatter``), not inside the task graph: a month's trace
+    pieces are hundreds of MiB, more than a graph should carry."""
     n, state = len(items), _captured()
-    futures = client.map(_call, [fn] * n, items, [name(k, x) for k, x in enumerate(items)], [state] * n, pure=False)
+    data = client.scatter(items)
+    futures = client.map(_call, [fn] * n, data, [name(k, x) for k, x in enumerate(items)], [state] * n, pure=False)
     out: list[Any] = []
     try:
         for k, f in enumerate(futures):
