@@ -117,9 +117,11 @@ def main() -> None:
         f"   {p.searched} options ({len(p.plans)} plans, {len(p.rejected)} rejected) in {s:.2f} s on one core (best of 3)"
     )
     print(f"   search rate {p.searched / s:.0f} options/s (target >= 120)")
+    first = plan("meta-llama/Llama-3.3-70B-Instruct", check=True, **question)
+    print(f"   simulation check, first in this process (its process pool starts): {first.check_s:.2f} s")
     checked = plan("meta-llama/Llama-3.3-70B-Instruct", check=True, **question)
     print(
-        f"   simulation check: {checked.simulated} plans simulated in {checked.check_s:.2f} s "
+        f"   simulation check, pool started: {checked.simulated} plans simulated in {checked.check_s:.2f} s "
         f"({os.cpu_count()} cores), recommended plan {int(checked.recommended['plan'])}"
         if checked.recommended is not None
         else f"   simulation check: {checked.simulated} plans in {checked.check_s:.2f} s, none recommended"
