@@ -109,14 +109,6 @@ class Runner:
     progress: bool = False
 
     @property
-    def where(self) -> str:
-        """Where the tasks run, in words ("2 processes", "serially", "the Dask cluster at ...")."""
-        if self.client is not None:
-            scheduler = getattr(self.client, "scheduler", None)
-            return f"the Dask cluster at {getattr(scheduler, 'address', '?')}"
-        return "serially" if self.jobs == 1 else f"{self.jobs} processes"
-
-    @property
     def width(self) -> int:
         """How many tasks run at once: ``jobs``, or the Dask cluster's worker threads."""
         if self.client is None:

@@ -203,3 +203,20 @@ def test_prompt_steps_apart_satisfy_their_fixed_point() -> None:
     two_stages = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", pp=2)
     with pytest.raises(ValueError, match="not modelled with pipeline parallelism"):
         closed_loop(two_stages, coef, concurrency=1.0, input_len=i, output_len=o, prompt_steps="apart")
+
+
+@pytest.mark.parametrize(("pp", "overlap"), [(1, False), (2, False), (1, True), (2, True)])
+def test_the_piece_at_a_agrees_with_the_step_time_and_its_kinks(pp, overlap) -> None:
+    """On random lines: the value on the piece holding ``a`` is ``step_seconds`` there, and the
+    piece's line, intercept + slope x a, passes through it (a line of the max is the max at a)."""
+    from gpucap.physics.steady import _on_piece, active_line
+
+    rng = np.random.default_rng(pp + 2 * overlap)
+    lines = (rng.uniform(0.0, 1.0, (6, 500)), rng.uniform(-0.01, 1.0, (6, 500)))
+    a = rng.uniform(0.0, 3.0, 500)
+    t, intercept, slope = _on_piece(lines, a, pp, overlap)
+    assert np.array_equal(t, step_seconds(lines, a, pp, overlap))
+    assert np.allclose(intercept + slope * a, t, rtol=1e-12)
+    assert all(
+        np.array_equal(x, y) for x, y in zip(active_line(lines, a, pp, overlap), (intercept, slope), strict=True)
+    )

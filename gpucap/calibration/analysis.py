@@ -192,8 +192,6 @@ def _fits_per_engine(
         out[engine] = coef
         if notes is not None:
             notes += [f"{engine} fit: {f}" for f in flags]
-    if "trtllm" in out:
-        out["nim"] = out["trtllm"]
     return out
 
 
@@ -227,10 +225,7 @@ def _held_out(
     parts = []
     for value in values:
         held = (labels == value).to_numpy()
-        coef = dict(fits)
-        coef.update({e: c for (v, e), (c, _) in zip(jobs, refits, strict=True) if v == value})
-        if "trtllm" in coef:
-            coef["nim"] = coef["trtllm"]
+        coef = {**fits, **{e: c for (v, e), (c, _) in zip(jobs, refits, strict=True) if v == value}}
         parts.append(validate(cases[held], coef, method=method, n_jobs=run).set_index(cases.index[held]))
     return pd.concat(parts).loc[cases.index]
 

@@ -289,7 +289,6 @@ def predict_prepared(
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     out = np.full((len(cases), len(ALL_METRICS)), np.nan)
-    groups: dict[tuple[Any, ...], list[int]] = {}
     simulate = [k for k, c in enumerate(cases) if method == "simulate" and c.bench is not None]
     if simulate:
         done = (run or Runner()).map(
@@ -299,9 +298,9 @@ def predict_prepared(
             label=lambda _, c: f"case {c.case_id}",
         )
         out[simulate] = np.array(done, dtype=float)
-    for k, c in enumerate(cases):
-        if not (method == "simulate" and c.bench is not None):
-            groups.setdefault(c.group_key, []).append(k)
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for k in sorted(set(range(len(cases))) - set(simulate)):  # the rest by the closed forms
+        groups.setdefault(cases[k].group_key, []).append(k)
     for idx in groups.values():
         out[idx] = _closed_form([cases[k] for k in idx], _coef_for(cases[idx[0]].hw, coef))
     return pd.DataFrame(out, columns=[f"{m}_predicted" for m in ALL_METRICS])

@@ -36,8 +36,9 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
         0.05,
         1.0,
         "share of dense tensor-core peak reached by a serving step's matmuls and attention; "
-        "prefill is commonly taken at 50-60% of peak, and the default is the lower end (assumption, "
-        "checked only through benchmarks/accuracy.py)",
+        "the default, half of peak, is an assumption inside the range measured on GPUs "
+        "(data/coefficient-ranges.csv: 0.30, FlashAttention-2's share of H100's peak, to 0.86, the best "
+        "BF16 matmul on A100), checked only through benchmarks/accuracy.py",
     ),
     "u_hbm": Coefficient(
         0.80,

@@ -82,21 +82,29 @@ def step_seconds(lines: Lines, a: Array, pp: int, overlap: bool = False) -> Arra
 
 def active_line(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array]:
     """Intercept and slope of ``t`` on the linear piece that holds ``a``."""
+    _, intercept, slope = _on_piece(lines, a, pp, overlap)
+    return intercept, slope
+
+
+def _on_piece(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array, Array]:
+    """``t(a)`` (as ``step_seconds``) and the intercept and slope of the linear piece that holds
+    ``a``, in one pass over the terms: the larger roofline of the matmuls and of attention at
+    ``a``, and, when the host overlaps the GPU, the larger of the host and the GPU."""
     k0, k1 = lines
     v = k0 + k1 * a
-    gemm = np.where(v[GEMM_COMPUTE] >= v[GEMM_MEMORY], GEMM_COMPUTE, GEMM_MEMORY)
-    attn = np.where(v[ATTN_COMPUTE] >= v[ATTN_MEMORY], ATTN_COMPUTE, ATTN_MEMORY)
+    gemm = v[GEMM_COMPUTE] >= v[GEMM_MEMORY]
+    attn = v[ATTN_COMPUTE] >= v[ATTN_MEMORY]
 
     def gpu(k: Array) -> Array:
-        g = np.where(gemm == GEMM_COMPUTE, k[GEMM_COMPUTE], k[GEMM_MEMORY])
-        t = np.where(attn == ATTN_COMPUTE, k[ATTN_COMPUTE], k[ATTN_MEMORY])
+        g = np.where(gemm, k[GEMM_COMPUTE], k[GEMM_MEMORY])
+        t = np.where(attn, k[ATTN_COMPUTE], k[ATTN_MEMORY])
         return pp * (g + t + k[COMM])
 
-    g0, g1 = gpu(k0), gpu(k1)
+    g0, g1, at_a = gpu(k0), gpu(k1), gpu(v)
     if not overlap:
-        return g0 + k0[OVERHEAD], g1 + k1[OVERHEAD]
+        return at_a + v[OVERHEAD], g0 + k0[OVERHEAD], g1 + k1[OVERHEAD]
     host = v[OVERHEAD] > g0 + g1 * a
-    return np.where(host, k0[OVERHEAD], g0), np.where(host, k1[OVERHEAD], g1)
+    return np.maximum(at_a, v[OVERHEAD]), np.where(host, k0[OVERHEAD], g0), np.where(host, k1[OVERHEAD], g1)
 
 
 def _at_each(lines: Lines) -> Lines:
@@ -182,22 +190,9 @@ def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float, overlap: bool = Fal
 
 
 def _value_slope(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array]:
-    """``step_seconds`` and the slope of ``active_line`` at ``a`` in one pass over the terms."""
-    k0, k1 = lines
-    v = k0 + k1 * a
-    gemm = v[GEMM_COMPUTE] >= v[GEMM_MEMORY]
-    attn = v[ATTN_COMPUTE] >= v[ATTN_MEMORY]
-    rooflines = np.where(gemm, v[GEMM_COMPUTE], v[GEMM_MEMORY]) + np.where(attn, v[ATTN_COMPUTE], v[ATTN_MEMORY])
-    gpu = pp * (rooflines + v[COMM])
-    g1 = np.where(gemm, k1[GEMM_COMPUTE], k1[GEMM_MEMORY]) + np.where(attn, k1[ATTN_COMPUTE], k1[ATTN_MEMORY])
-    slope = pp * (g1 + k1[COMM])
-    if not overlap:
-        return gpu + v[OVERHEAD], slope + k1[OVERHEAD]
-    k0_gpu = pp * (
-        np.where(gemm, k0[GEMM_COMPUTE], k0[GEMM_MEMORY]) + np.where(attn, k0[ATTN_COMPUTE], k0[ATTN_MEMORY]) + k0[COMM]
-    )
-    host = v[OVERHEAD] > k0_gpu + slope * a  # as active_line decides it, to the last bit
-    return np.maximum(gpu, v[OVERHEAD]), np.where(host, k1[OVERHEAD], slope)
+    """``t(a)`` and the slope of its piece there (``_on_piece``)."""
+    t, _, slope = _on_piece(lines, a, pp, overlap)
+    return t, slope
 
 
 def separated_step(

@@ -903,8 +903,8 @@ def open_loop_latency(
     ``max_running``: batch slots (the smaller of the engine's ``max_num_seqs`` and the requests
     the KV cache holds). ``service_scv``: squared coefficient of variation of the time a request
     holds a slot when all are busy; 0 for fixed input and output lengths, about 1 for
-    exponential-like output lengths; None: the curve's, from the lengths (``_service_scv``). ``stats``: only these statistics (the others are absent from
-    the result). ``curve``: the replica's ``service_curve`` when already computed for these
+    exponential-like output lengths; None: the curve's, from the lengths (``_service_scv``).
+    ``stats``: only these statistics (the others are absent from the result). ``curve``: the replica's ``service_curve`` when already computed for these
     inputs (the planner reuses the one ``max_request_rate`` made). ``input_lengths``: the prompt
     lengths' distribution (mean ``input_len``) for the queue for the token budget;
     ``output_lengths`` (mean ``output_len``) for the spread of TPOT; default every request of the
