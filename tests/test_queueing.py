@@ -279,3 +279,23 @@ def test_the_service_time_spread_comes_from_the_lengths() -> None:
     constant = open_loop_latency(TOY, TOY_COEF, request_rate=rate, curve=expo, service_scv=0.0, **kw)
     assert default.ttft_s["p99"] == pytest.approx(given.ttft_s["p99"])
     assert default.ttft_s["p99"] > constant.ttft_s["p99"]
+
+
+def test_a_full_replica_drains_at_its_service_rate() -> None:
+    """Above R a waiting prompt is admitted, and prefilled, only when a running request finishes,
+    so a full replica completes at the rate where prompts enter as fast as requests leave, the
+    service rate mu = c(R, mu); the wait of an arrival that finds it full is then as in M/M/c,
+    exponential with rate (full completion rate) - lambda (Kleinrock, Queueing Systems vol. 1,
+    section 3.5): mean 1 / (mu - lambda) with exponential service (Allen-Cunneen's scale
+    (c_a^2 + c_s^2) / 2 = 1). The rate c(R, lambda) with prompts arriving at lambda < mu is higher
+    (fewer prompts stall the decodes) and would drain the queue too fast: 2,000-token prompts on
+    8 slots make the difference large, so the test tells the two apart."""
+    kw = dict(input_len=2000.0, output_len=100.0, max_running=8.0)
+    curve = queueing.service_curve(HW, COEF, **kw)
+    mu = curve.service_rate
+    lam = np.array([0.9 * mu])
+    st = queueing.state_distribution(curve, lam, 1.0, 1.0)
+    assert float(st.wait_mean_s[0]) == pytest.approx(1.0 / (mu - lam[0]), rel=1e-9)
+    at_lambda = float(curve.completion_rates(lam)[0, -1])
+    # c(R, lambda), 5.6% above mu here, would have drained 1 / (c - lambda): a third shorter a wait
+    assert at_lambda - lam[0] > 1.5 * (mu - lam[0])

@@ -27,11 +27,15 @@ gamma gaps of shape ``burstiness`` (squared coefficient of variation ``c_a^2 = 1
    ``ln pi(n) - ln pi(n-1) = ln(lambda / mu(n)) (lambda + mu(n)) / (c_a^2 lambda + c_d^2 mu(n))``.
    Departures repeat the arrival pattern (each request enters at once and leaves about one
    sojourn later, as in an infinite-server queue), ``c_d^2 = c_a^2``, and the exponent is
-   ``burstiness``: ``pi(n) ~ prod_k (lambda / mu(k)) ** burstiness``. Above R the same ratio with
-   mu(R) gives a geometric tail ``r = (lambda / mu(R)) ** burstiness``; stable iff lambda < mu(R).
+   ``burstiness``: ``pi(n) ~ prod_k (lambda / mu(k)) ** burstiness``. Above R the prompts no
+   longer come at lambda: a waiting request is admitted, and its prompt prefilled, only when one
+   running finishes, so the full replica completes at the rate where prompts enter as fast as
+   requests leave, the service rate ``mu = c(R, mu)`` (below), not at ``mu(R) = c(R, lambda)``,
+   which counts the prompts at the lower arrival rate and so overstates how fast a queue drains.
+   The tail is geometric, ``r = (lambda / mu) ** burstiness``; stable iff lambda < mu.
 2. Wait for a slot. An arrival that finds n >= R waits for n - R + 1 departures; the count is
    geometric with ratio r, so with exponential gaps the wait is exponential with mean
-   ``w_M = 1 / (mu(R) (1 - r))`` (Poisson arrivals, exponential service: M/M/c, ``1 / (R mu -
+   ``w_M = 1 / (mu (1 - r))`` (Poisson arrivals, exponential service: M/M/c, ``1 / (R mu -
    lambda)``; Kleinrock, Queueing Systems vol. 1, 1975, section 3.5). A full batch holds each
    request a near-constant time when lengths are fixed, so the mean wait is scaled as in
    Allen-Cunneen by ``(c_a^2 + c_s^2) / 2`` (Allen, Probability, Statistics and Queueing Theory,
@@ -511,7 +515,10 @@ def state_distribution(curve: ServiceCurve, rate: Array, burstiness: float, serv
     log_ratio = np.log(lam) - np.log(done)  # ln(lambda / c(k))
     log_pi = np.concatenate([np.zeros((lam.shape[0], 1)), np.cumsum(burstiness * log_ratio, axis=1)], axis=1)
     pi = np.exp(log_pi - log_pi.max(axis=1, keepdims=True))  # n = 0..R
-    r = np.exp(burstiness * log_ratio[:, -1])
+    # above R a waiting prompt enters only when a request finishes, so prompts come at the
+    # completion rate, not at lambda: the full replica completes at its service rate mu
+    mu = curve.service_rate
+    r = np.exp(burstiness * (np.log(lam[:, 0]) - np.log(mu)))
     tail = pi[:, -1] / (1.0 - r)  # sum over n >= R
     edges = _bins(curve.slots)
     # an arrival that finds n waits when the KV cache holds no more than n (P(N <= n))
@@ -527,13 +534,12 @@ def state_distribution(curve: ServiceCurve, rate: Array, burstiness: float, serv
     var_m = weight @ (m * m) + p_wait * curve.slots**2 - mean_m**2
     with np.errstate(divide="ignore"):
         k2 = 0.25 + mean_m / (3.0 * burstiness * np.maximum(var_m, 0.0))
-    mu = curve.service_rate
     scale = wait_scale(slots=curve.slots, utilization=lam[:, 0] / mu, ca2=1.0 / burstiness, service_scv=service_scv)
     return _States(
         weight=weight,
         state=state,
         wait_probability=p_wait,
-        wait_mean_s=scale / (done[:, -1] * (1.0 - r)),
+        wait_mean_s=scale / (mu * (1.0 - r)),
         mean_m=mean_m,
         life_shrink=np.sqrt(np.minimum(k2, 1.0)),
     )
