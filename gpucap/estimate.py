@@ -417,14 +417,40 @@ def _notes(
     return notes
 
 
-def _speed_at(
+def _loop_points(
     hw: Hardware, coef: Coefficients, wl: Workload, op: OperatingPoint, found: _Search, replicas: int,
     images: Images | None, speculative: Speculative | None,
+) -> tuple[LoadPoint, LoadPoint | None]:  # fmt: skip
+    """In one vectorized call: the closed loop at the recommendation and one request beyond it
+    (the engine's slots), and, unless the operating point is a rate, at the operating point's
+    concurrency per replica (the slots memory holds): ``(pair, at)``, ``at`` None for a rate."""
+    rec = max(found.recommended, 1.0)
+    slots = float(hw.engine.max_num_seqs or np.inf)
+    concurrency, caps = [rec, rec + 1.0], [slots, slots]
+    if op.request_rate is None:
+        concurrency.append(_closed_concurrency(op, found, replicas) / replicas)
+        caps.append(batch_slots(hw, found.mem_limit))
+    points = loop_point(
+        hw, coef, wl, np.array(concurrency), max_running=np.array(caps), images=images, speculative=speculative
+    )
+    return take(points, slice(0, 2)), None if op.request_rate is not None else take(points, 2)
+
+
+def _closed_concurrency(op: OperatingPoint, found: _Search, replicas: int) -> float:
+    """The concurrency (all replicas) a closed-loop operating point stands for: the one asked,
+    else the recommendation (at least one request a replica)."""
+    return float(op.concurrency) if op.concurrency is not None else max(found.recommended, 1.0) * replicas
+
+
+def _speed_at(
+    hw: Hardware, coef: Coefficients, wl: Workload, op: OperatingPoint, found: _Search, replicas: int,
+    images: Images | None, speculative: Speculative | None, closed: LoadPoint | None,
 ) -> tuple[LoadPoint, float, list[str]]:  # fmt: skip
     """One replica at the operating point (open loop at the rate, closed loop at the
     concurrency, else at the recommendation), the concurrency it stands for (all replicas) and
     what to say about it: a rate beyond the service rate, a link that takes most of the step, a
-    concurrency beyond what memory holds."""
+    concurrency beyond what memory holds. ``closed``: the closed loop at that concurrency
+    (``_loop_points``), for an operating point that is not a rate."""
     cap = batch_slots(hw, found.mem_limit)
     notes = []
     if op.request_rate is not None:
@@ -446,8 +472,8 @@ def _speed_at(
                 "the queue grows without bound"
             )
     else:
-        c_total = float(op.concurrency) if op.concurrency is not None else max(found.recommended, 1.0) * replicas
-        at = loop_point(hw, coef, wl, c_total / replicas, max_running=cap, images=images, speculative=speculative)
+        assert closed is not None
+        c_total, at = _closed_concurrency(op, found, replicas), closed
     share = float(at.decode_step.comm_share)
     if share > COMM_SHARE_WARNING:
         notes.append(f"communication is {share:.0%} of the step (> 50%): fewer GPUs per replica or a faster link")
@@ -487,17 +513,12 @@ def estimate_for(
     coef, bands, sat_band = _coefficients(coefficients, hw, at.request_rate)
     found = _search(hw, coef, wl, slo, images, speculative, range_slos(slo, bands))
     rec = found.recommended
-    # the recommendation and one request beyond it, in one call
-    slots = float(hw.engine.max_num_seqs or np.inf)
-    pair = loop_point(
-        hw, coef, wl, np.array([max(rec, 1.0), max(rec, 1.0) + 1.0]), max_running=slots, images=images,
-        speculative=speculative,
-    )  # fmt: skip
+    pair, closed = _loop_points(hw, coef, wl, at, found, replicas, images, speculative)
     bottleneck, why = _bottleneck(hw, coef, wl, slo, found, pair)
     binding, binds = _what_binds(hw, coef, slo, found, pair, bottleneck, replicas)
     notes = [convention] if convention else []
     notes += _notes(hw, wl, deployment, found.mem, images, speculative, image_tokens, why)
-    point, c_total, speed_notes = _speed_at(hw, coef, wl, at, found, replicas, images, speculative)
+    point, c_total, speed_notes = _speed_at(hw, coef, wl, at, found, replicas, images, speculative, closed)
     sat = saturation_run(
         hw, coef, num_prompts=np.inf, input_len=wl.prompt_len, output_len=wl.output_len,
         max_running=batch_slots(hw, found.mem_limit), images=images, speculative=speculative,

@@ -9,6 +9,7 @@ counts (``tests/test_models.py``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -230,11 +231,11 @@ class ModelSpec:
     def router_params(self) -> float:
         return float(self.hidden_size * self.num_experts)
 
-    @property
+    @functools.cached_property
     def num_moe_layers(self) -> int:
         return sum(self.layer_is_moe)
 
-    @property
+    @functools.cached_property
     def num_dense_layers(self) -> int:
         """Layers with a dense MLP: all but the MoE ones and those with no MLP."""
         without = sum(1 for has in self.layer_has_mlp if not has)
@@ -250,12 +251,12 @@ class ModelSpec:
     def norm_params(self) -> float:
         return float(2 * self.hidden_size * self.num_layers + self.hidden_size)
 
-    @property
+    @functools.cached_property
     def num_linear_layers(self) -> int:
         """Linear-attention / state-space layers (window 0); 0 for a plain transformer."""
         return sum(1 for w in self.layer_window if w == 0)
 
-    @property
+    @functools.cached_property
     def num_kv_layers(self) -> int:
         """Layers that attend over a KV cache: all but the linear ones."""
         return self.num_layers - self.num_linear_layers

@@ -14,6 +14,7 @@ and a decoding sequence wait for, and ``front_end_s`` gives the front end's shar
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -173,6 +174,12 @@ class ClosedLoad:
     budget_tokens: float  # M = max_num_batched_tokens
     a_budget: Array  # the a at which P = M - (k + 1) B: the prompt-token budget is full
 
+    @functools.cached_property
+    def unit_terms(self) -> tuple[Array, Array, Array, Array]:
+        """A dense model's step terms per unit of work (``_unit_terms``): they do not depend on
+        the solution, so both solves of one closed loop share them."""
+        return _unit_terms(self.hw, self.coef, i=self.prompt, ctx=self.context, pairs_one=self.pairs, ex=self.ex)
+
     @property
     def one_mb(self) -> float:
         """Micro-batches a prompt chunk's step is charged: a request's prompt chunk rides in one
@@ -326,9 +333,7 @@ def solve_dense(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
     hw, coef = load.hw, load.coef
     r, decoding = load.running, load.decoding
     chunks = load.chunks_at(np.zeros_like(r))
-    base, per_decode, per_prompt, per_images = _unit_terms(
-        hw, coef, i=load.prompt, ctx=load.context, pairs_one=load.pairs, ex=load.ex
-    )
+    base, per_decode, per_prompt, per_images = load.unit_terms
     dec = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode + per_prompt + per_images)
 
     def pre_at(ch: Array, sel: Select = slice(None)) -> Lines:

@@ -242,10 +242,15 @@ def _rising_root(fun: Callable[[Array, Ints], tuple[Array, Array]], hi: Array, s
             secant = lower - fl * (t - lower) / (ft - fl)
         inside = np.isfinite(step) & (step > lower) & (step < t)
         fallback = np.where(np.isfinite(secant) & (secant > lower) & (secant < t), secant, 0.5 * (lower + t))
-        new = np.where(inside, step, fallback)
-        a[act] = new
         tol = ROOT_TOLERANCE * np.maximum(x, 1e-12)
-        act = act[(np.abs(new - x) > tol) & (t - lower > tol)]
+        # converged: the step taken, the bracket, or Newton's own step (its distance to the root
+        # on this piece) within the tolerance; the last stops, at Newton's point, an element
+        # whose Newton step lands on the bracket's end by rounding, where false position would
+        # creep on
+        newton = np.where(np.isfinite(step), np.abs(step - x), np.inf) <= tol
+        new = np.where(inside, step, np.where(newton, np.clip(step, lower, t), fallback))
+        a[act] = new
+        act = act[(np.abs(new - x) > tol) & (t - lower > tol) & ~newton]
     return np.where(f_hi <= 0, hi, a)
 
 
