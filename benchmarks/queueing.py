@@ -25,8 +25,9 @@ from gpucap.config import EngineConfig, Hardware, hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
-from gpucap.queueing.analytic import STATS, max_request_rate, open_loop_latency
+from gpucap.queueing.analytic import max_request_rate, open_loop_latency
 from gpucap.queueing.simulate import Simulation, simulate
+from gpucap.types import STATISTICS
 
 UTILIZATIONS = (0.3, 0.6, 0.8, 0.9, 0.95)
 BURSTINESS = (1.0, 0.5)
@@ -103,7 +104,7 @@ def compare(
     kw = dict(input_len=case.input_len, output_len=case.output_len, max_running=slots)
     mu = open_loop_latency(case.hw, coef, request_rate=1.0, **kw).service_rate
     print(f"\n{case.label}, burstiness {burstiness:g}: {slots:.0f} slots, service rate {mu:.2f} requests/s")
-    print(f"{'util':>5} {'':5} " + " ".join(f"{s + ' analytic / sim':>30}" for s in STATS))
+    print(f"{'util':>5} {'':5} " + " ".join(f"{s + ' analytic / sim':>30}" for s in STATISTICS))
     lat = open_loop_latency(case.hw, coef, request_rate=np.array(utilizations) * mu, burstiness=burstiness, **kw)
     disagree = []
     for k, u in enumerate(utilizations):
@@ -121,7 +122,7 @@ def compare(
         sim_s = time.perf_counter() - t0
         for name, label in NAMES.items():
             row = []
-            for s in STATS:
+            for s in STATISTICS:
                 a, b = float(getattr(lat, name)[s][k]), sim.summary[name][s]
                 row.append(f"{cell(a, b):>30}")
                 if abs(b / a - 1) > DISAGREE:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from gpucap.config import hardware
 from gpucap.physics.coefficients import Coefficients
-from gpucap.planning.tailcheck import TailCase, compare, judge
+from gpucap.planning.tailcheck import TailCase, compare_tails, judge
 from gpucap.queueing.lengths import Lengths
 
 UTILIZATIONS = (0.3, 0.5, 0.7, 0.8, 0.9)
@@ -96,7 +96,7 @@ def main() -> None:
     for case in cases(args.quick):
         t0 = time.perf_counter()
         runs = [
-            compare(case, coef, [u], num_requests=requests_at(requests, u, args.quick), seed=100 * s + k)
+            compare_tails(case, coef, [u], num_requests=requests_at(requests, u, args.quick), seed=100 * s + k)
             for s in range(seeds)
             for k, u in enumerate(UTILIZATIONS)
         ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpucap.config import hardware
-from gpucap.planning.disagg import check_by_simulation, compare, read_links, transfer_s
+from gpucap.planning.disagg import check_by_simulation, compare_disaggregated, read_links, transfer_s
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
 CASE = dict(rate=2.0, input_len=8000.0, output_len=200.0)
@@ -22,7 +22,7 @@ def test_kv_transfer_by_hand():
 
 
 def test_a_transfer_above_the_ttft_slo_is_not_offered():
-    table, notes = compare(
+    table, notes = compare_disaggregated(
         LLAMA_70B,
         "H100-SXM-80GB",
         ttft_slo_s=0.02,
@@ -35,11 +35,13 @@ def test_a_transfer_above_the_ttft_slo_is_not_offered():
     assert "disaggregated" not in set(table.get("serving", []))
     assert any("above the TTFT SLO of 0.02 s: no split with it is offered" in n for n in notes)
     with pytest.raises(ValueError, match="unknown link 'ib'"):
-        compare(LLAMA_70B, "H100-SXM-80GB", ttft_slo_s=2, tpot_slo_s=0.03, link="ib", **CASE)
+        compare_disaggregated(LLAMA_70B, "H100-SXM-80GB", ttft_slo_s=2, tpot_slo_s=0.03, link="ib", **CASE)
 
 
 def test_long_prompts_and_tight_tpot_favour_the_split_and_the_simulation_agrees():
-    table, _ = compare(LLAMA_70B, "H100-SXM-80GB", ttft_slo_s=2.0, tpot_slo_s=0.03, weight_dtype="fp8", **CASE)
+    table, _ = compare_disaggregated(
+        LLAMA_70B, "H100-SXM-80GB", ttft_slo_s=2.0, tpot_slo_s=0.03, weight_dtype="fp8", **CASE
+    )
     rows = table.set_index("serving")
     assert rows.loc["disaggregated", "gpus"] < rows.loc["aggregated", "gpus"]
     for kind in ("aggregated", "disaggregated"):

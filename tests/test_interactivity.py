@@ -8,7 +8,7 @@ import pytest
 
 from gpucap.catalog.prices import Prices
 from gpucap.cli.main import main
-from gpucap.planning.interactivity import frontier, pareto
+from gpucap.planning.interactivity import interactivity_frontier, pareto
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
 
@@ -24,7 +24,7 @@ def test_pareto_by_hand():
 
 def test_curves_trade_interactivity_for_throughput():
     prices = Prices({"H200-SXM-141GB": 4.0})
-    table, skipped = frontier(
+    table, skipped = interactivity_frontier(
         LLAMA_70B,
         ["H200-SXM-141GB"],
         input_len=2000,
@@ -47,15 +47,17 @@ def test_curves_trade_interactivity_for_throughput():
 
 
 def test_a_ttft_slo_nothing_meets_empties_the_front():
-    table, _ = frontier(LLAMA_70B, ["H200-SXM-141GB"], input_len=2000, output_len=500, tp=(8,), ttft_slo_s=1e-4)
+    table, _ = interactivity_frontier(
+        LLAMA_70B, ["H200-SXM-141GB"], input_len=2000, output_len=500, tp=(8,), ttft_slo_s=1e-4
+    )
     assert not table["meets_ttft_slo"].any() and not table["pareto"].any()
 
 
 def test_options_that_do_not_fit_are_named(capsys):
-    table, skipped = frontier(LLAMA_70B, ["H100-SXM-80GB"], input_len=2000, output_len=500, tp=(1, 4))
+    table, skipped = interactivity_frontier(LLAMA_70B, ["H100-SXM-80GB"], input_len=2000, output_len=500, tp=(1, 4))
     assert set(table["tp"]) == {4} and len(skipped) == 1 and "tp=1" in skipped[0] and "does not fit" in skipped[0]
     with pytest.raises(ValueError, match="no option fits"):
-        frontier(LLAMA_70B, ["L4-24GB"], input_len=2000, output_len=500, tp=(1,))
+        interactivity_frontier(LLAMA_70B, ["L4-24GB"], input_len=2000, output_len=500, tp=(1,))
     assert main(["frontier", "--model", LLAMA_70B, "--gpus", "H200-SXM-141GB", "--tp", "8", "--input-len", "1000",
                  "--output-len", "200", "--ttft-slo", "2"]) == 0  # fmt: skip
     out = capsys.readouterr().out

@@ -11,7 +11,7 @@ import pytest
 from gpucap.calibration.calibrate import calibrate
 from gpucap.calibration.fitchecks import sanity_flags
 from gpucap.calibration.fitresiduals import robust_cost
-from gpucap.calibration.limits import Slo, crossing, find_sweeps, predicted_limits
+from gpucap.calibration.limits import Slo, crossing, find_sweeps, predicted_limits, sweep_table
 from gpucap.calibration.loadtests import cases_from_runs
 from gpucap.calibration.results import read_results
 from gpucap.calibration.validate import synthetic_cases
@@ -50,6 +50,19 @@ def test_sweeps_are_one_configuration_at_several_loads(dense) -> None:
     assert len(skipped) == 1 and "one load level" in skipped[0] and "Qwen3-8B" in skipped[0]
     for s in sweeps:
         assert list(s.loads) == sorted(s.loads) and s.x == "concurrency"
+
+
+def test_sweep_table_has_a_row_per_sweep_with_its_measured_limit(dense) -> None:
+    sweeps, _ = find_sweeps(dense, Slo(1.0, 0.05))
+    table = sweep_table(sweeps)
+    assert list(table.columns) == ["sweep", "loads", "measured limit", "status", "binds"]
+    assert list(table["sweep"]) == [s.label for s in sweeps]
+    # the loads as typed: 1, 2, 3, ... 512 (LEVELS, 28 log-spaced concurrencies rounded)
+    assert table["loads"].iloc[0].startswith("1, 2, 3") and table["loads"].iloc[0].endswith(", 512")
+    for row, s in zip(table.itertuples(), sweeps, strict=True):
+        assert row.status == s.measured.status and row.binds == s.measured.binding
+        if s.measured.limit is not None:
+            assert row[3] == round(s.measured.limit, 2)
 
 
 def test_measured_limit_from_cases_uses_itl_where_tpot_is_missing() -> None:

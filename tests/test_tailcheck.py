@@ -13,7 +13,7 @@ import pytest
 
 from gpucap.config import hardware
 from gpucap.physics.coefficients import Coefficients
-from gpucap.planning.tailcheck import TailCase, compare, judge
+from gpucap.planning.tailcheck import TailCase, compare_tails, judge
 from gpucap.queueing.lengths import Lengths
 
 COEF = Coefficients.for_engine("vllm")
@@ -34,7 +34,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def table() -> pd.DataFrame:
-    frames = [compare(case, COEF, (0.3, 0.6, 0.8), num_requests=3000, seed=11) for case in CASES]
+    frames = [compare_tails(case, COEF, (0.3, 0.6, 0.8), num_requests=3000, seed=11) for case in CASES]
     return judge(pd.concat(frames, ignore_index=True), ttft_slo_s=2.0, tpot_slo_s=0.1)
 
 
@@ -64,4 +64,4 @@ def test_judge_flags_an_optimistic_edge() -> None:
 
 def test_compare_rejects_a_mean() -> None:
     with pytest.raises(ValueError, match="percentiles"):
-        compare(CASES[0], COEF, (0.5,), stats=("mean",), num_requests=10)
+        compare_tails(CASES[0], COEF, (0.5,), stats=("mean",), num_requests=10)

@@ -252,6 +252,21 @@ def find_sweeps(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[str]]:
     return sweeps, skipped
 
 
+def sweep_table(sweeps: list[Sweep]) -> pd.DataFrame:
+    """One row per sweep: its label, the load levels it ran, the measured limit (None where the
+    SLO was not reached or already missed at the lowest load), how it was found and which SLO
+    binds there."""
+    return pd.DataFrame(
+        {
+            "sweep": [s.label for s in sweeps],
+            "loads": [", ".join(f"{v:g}" for v in s.loads) for s in sweeps],
+            "measured limit": [s.measured.limit for s in sweeps],
+            "status": [s.measured.status for s in sweeps],
+            "binds": [s.measured.binding for s in sweeps],
+        }
+    ).round(2)
+
+
 BISECTIONS = 12  # halvings of the step from a stable load to an unstable one (2^-12 of it)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from gpucap.cli.args import names, positive_float, positive_ints
 from gpucap.config import EngineConfig
 from gpucap.physics.coefficients import Coefficients
-from gpucap.planning.interactivity import frontier
+from gpucap.planning.interactivity import interactivity_frontier
 from gpucap.types import ENGINES, LENGTHS
 
 
@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
 
 def run(a: argparse.Namespace) -> int:
     coef = Coefficients.from_file(a.coefficients, a.engine) if a.coefficients else None
-    table, skipped = frontier(
+    table, skipped = interactivity_frontier(
         a.model,
         a.gpus,
         input_len=a.input_len,

@@ -182,14 +182,14 @@ def verify(result: Plan, a: argparse.Namespace) -> VerifyCommands:
 
 def print_disaggregated(a: argparse.Namespace, inp: Lengths, out: Lengths) -> None:
     """``--disaggregated LINK``: per GPU and format, aggregated serving against prefill/decode pools."""
-    from gpucap.planning.disagg import compare
+    from gpucap.planning.disagg import compare_disaggregated
 
     if not a.target_rps:
         raise ValueError("--disaggregated compares pools for a request rate: give --target-rps")
     print(f"\naggregated against disaggregated (mean TTFT and TPOT, mean lengths, KV over {a.disaggregated}):")
     for gpu in a.gpus:
         for wd in a.weight_dtypes:
-            table, notes = compare(
+            table, notes = compare_disaggregated(
                 a.model,
                 gpu,
                 rate=a.target_rps,

@@ -30,7 +30,6 @@ from gpucap.config import Hardware, Images
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import ArrayLike, serves_images
 from gpucap.physics.solvers import ClosedLoad, Solution, closed_load, front_end_s, solve, step_times, terms
-from gpucap.physics.solvers import frontend_rate as _frontend_rate  # noqa: F401 (gpucap.physics.runs uses it)
 from gpucap.physics.speculative import Speculative
 from gpucap.physics.step import Array, StepTime, combine
 from gpucap.physics.vision import image_work
@@ -104,7 +103,7 @@ class Extras:
 NO_EXTRAS = Extras()
 
 
-def _steps(
+def step_at(
     hw: Hardware,
     coef: Coefficients,
     *,
@@ -120,7 +119,7 @@ def _steps(
     return combine(hw, terms(hw, coef, batch, context, prefill, pairs, ex, images))
 
 
-def _frontend_latency(hw: Hardware, coef: Coefficients) -> float:
+def frontend_latency_s(hw: Hardware, coef: Coefficients) -> float:
     """What the front end adds to a request's TTFT when it is alone: its latency and its own
     serial time, ``t_frontend_s + t_request_s`` (zero offline)."""
     fe = front_end(hw.engine, coef)
@@ -201,7 +200,7 @@ def closed_loop(
         cached_tokens=cached_tokens,
         context_tokens=context_tokens,
     )
-    lead_s = _frontend_latency(hw, coef)
+    lead_s = frontend_latency_s(hw, coef)
     r = load.running
     # a request that arrives while others run (probability 1 - 1/R) waits for the step in progress
     # before its prefill, and the front end's core is shared with the others passing it: solve once

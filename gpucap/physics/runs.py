@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpucap.config import Hardware, Images
-from gpucap.physics.batching import Extras, LoadPoint, _frontend_rate, _steps, closed_loop
+from gpucap.physics.batching import Extras, LoadPoint, closed_loop, step_at
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import ArrayLike
+from gpucap.physics.solvers import frontend_rate
 from gpucap.physics.speculative import Speculative
 from gpucap.physics.step import Array, prefill_pairs_per_layer
 
@@ -46,7 +47,7 @@ def static_batch(
     pairs = bb * prefill_pairs_per_layer(hw.spec, i)
     zero = 0.0 * bb
     chunk_images = bb * ex.images_per_request / chunks
-    pre = _steps(
+    pre = step_at(
         hw,
         coef,
         batch=zero,
@@ -56,7 +57,7 @@ def static_batch(
         ex=ex,
         images=chunk_images,
     )
-    dec = _steps(hw, coef, batch=bb, context=i + o / 2.0, prefill=zero, pairs=zero, ex=ex)
+    dec = step_at(hw, coef, batch=bb, context=i + o / 2.0, prefill=zero, pairs=zero, ex=ex)
     ttft = chunks * pre.total_s
     duration = ttft + np.maximum(o - 1.0, 0.0) / ex.tokens_per_step * dec.total_s
     x = bb / duration
@@ -75,7 +76,7 @@ def static_batch(
 
 def _decode_steps_s(hw: Hardware, coef: Coefficients, *, batch: Array, context: Array, ex: Extras) -> Array:
     zero = 0.0 * batch
-    return _steps(hw, coef, batch=batch, context=context, prefill=zero, pairs=zero, ex=ex).total_s
+    return step_at(hw, coef, batch=batch, context=context, prefill=zero, pairs=zero, ex=ex).total_s
 
 
 def drain_time(
@@ -167,7 +168,7 @@ def saturation_run(
         waiting > 0, drain_time(hw, coef, staggered=True, **kw), drain_time(hw, coef, staggered=False, **kw)
     )
     with np.errstate(invalid="ignore"):
-        duration = np.maximum(burst.ttft_s + admit + drain, n / _frontend_rate(hw, coef))
+        duration = np.maximum(burst.ttft_s + admit + drain, n / frontend_rate(hw, coef))
     finite = np.isfinite(n)
     tput = np.where(finite, n * o / np.where(finite, duration, 1.0), steady.output_tokens_per_s)
     x = tput / o

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucap.config import Hardware
-from gpucap.physics.batching import LoadPoint, _frontend_latency, _steps
+from gpucap.physics.batching import LoadPoint, frontend_latency_s, step_at
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.step import prefill_pairs_per_layer
@@ -55,10 +55,10 @@ def wave_loop(
     chunk = np.minimum(wave, m)  # prompt tokens of a budget-full step (the whole wave if smaller)
     pairs = chunk / i * prefill_pairs_per_layer(hw.spec, i)
     zero = 0.0 * c
-    full = _steps(hw, coef, batch=zero, context=i, prefill=chunk, pairs=pairs)
-    dec = _steps(hw, coef, batch=r, context=i + o / 2.0, prefill=zero, pairs=zero)
+    full = step_at(hw, coef, batch=zero, context=i, prefill=chunk, pairs=pairs)
+    dec = step_at(hw, coef, batch=r, context=i + o / 2.0, prefill=zero, pairs=zero)
     tau, t_dec = full.total_s, dec.total_s
-    server = _frontend_latency(hw, coef) + (r - 1.0) * front_end(hw.engine, coef).serial_s
+    server = frontend_latency_s(hw, coef) + (r - 1.0) * front_end(hw.engine, coef).serial_s
     own = np.maximum(i / m, 1.0)  # steps one prompt takes
     prefill_s = np.maximum(k, 1.0) * tau
     first = server + 0.5 * (np.maximum(k, 1.0) + own) * tau

@@ -189,7 +189,7 @@ def aggregated_pool(
     return None
 
 
-def compare(
+def compare_disaggregated(
     model: str,
     gpu: str,
     *,
@@ -282,7 +282,7 @@ def _row(kind: str, label: str, pools: list[Pool], move: float, price: float | N
 def check_by_simulation(
     row: pd.Series | dict[str, Any], *, rate: float, input_len: float, output_len: float, requests: int = 600
 ) -> dict[str, float]:
-    """Mean TTFT and TPOT of a ``compare`` row by the step-level simulation: an aggregated
+    """Mean TTFT and TPOT of a ``compare_disaggregated`` row by the step-level simulation: an aggregated
     replica at its share of the rate; for a split, a prefill replica serving one-token answers
     (its TTFT, plus the transfer) and a decode replica whose requests arrive with their prompt's
     KV (all but the last prompt token cached)."""

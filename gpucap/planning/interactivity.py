@@ -94,7 +94,7 @@ def pareto(per_user: np.ndarray, per_gpu: np.ndarray, eligible: np.ndarray) -> n
     return flags
 
 
-def frontier(
+def interactivity_frontier(
     model: str | Path | ModelSpec,
     gpus: Sequence[str],
     *,
@@ -151,12 +151,12 @@ def frontier(
     return table[COLUMNS], skipped
 
 
-def describe(row: pd.Series | dict[str, Any]) -> str:
+def describe_point(row: pd.Series | dict[str, Any]) -> str:
     """One frontier point in words: 'H200-SXM-141GB tp=8 fp8, 64 requests in flight'."""
     return f"{row['gpu']} tp={row['tp']} {row['weight_dtype']}, {row['concurrency']:,.0f} requests in flight"
 
 
-def frontier_figure(table: pd.DataFrame, *, title: str = "") -> Any:
+def interactivity_figure(table: pd.DataFrame, *, title: str = "") -> Any:
     """Tokens/s per GPU (y) against tokens/s per user (x), one line per option and the Pareto
     front drawn thick; beside it, $ per million output tokens against the same x where priced.
     Points that miss the TTFT SLO are hollow."""

@@ -89,7 +89,7 @@ def analytic_tail(
     return frame
 
 
-def compare(
+def compare_tails(
     case: TailCase,
     coef: Coefficients,
     utilizations: Sequence[float],
@@ -132,7 +132,7 @@ def compare(
 
 
 def judge(frame: pd.DataFrame, *, ttft_slo_s: float, tpot_slo_s: float) -> pd.DataFrame:
-    """``compare``'s rows with the test of the module docstring: ``slo_s``, ``judged`` (simulated
+    """``compare_tails``'s rows with the test of the module docstring: ``slo_s``, ``judged`` (simulated
     below ``CEILING`` SLOs), ``within`` (ratio within ``TOLERANCE`` of 1), ``edge`` (simulated
     within ``EDGE`` of the SLO) and ``optimistic`` (ratio below ``1 - TOLERANCE`` there); ``ok``
     where a judged row is within and no edge row optimistic."""
