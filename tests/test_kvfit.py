@@ -61,7 +61,7 @@ def test_a_long_prompt_waits_for_the_room_it_needs() -> None:
     2,803 tokens): the top bin of prompts (the longest 1%, up to 8,000 tokens, so over 2 x 2,803)
     waits for more than two completions, the shortest bin for one; without the KV cache counted,
     every prompt waits for one."""
-    from gpucap.queueing.analytic import service_curve
+    from gpucap.queueing.servicecurve import service_curve
 
     hw = hardware("meta-llama/Llama-3.3-70B-Instruct", "H100-SXM-80GB", tp=2, weight_dtype="fp8")
     coef = Coefficients.for_engine("vllm")

@@ -13,12 +13,15 @@ import math
 import numpy as np
 import pytest
 
-import gpucap.queueing.analytic as queueing
+import gpucap.queueing.arrivals as arrivals
+import gpucap.queueing.states as states
 from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
 from gpucap.queueing.analytic import max_request_rate, open_loop_latency
+from gpucap.queueing.servicecurve import service_curve
+from gpucap.queueing.states import state_distribution
 from gpucap.types import STATISTICS as STATS
 
 TOY = hardware("meta-llama/Llama-3.2-3B-Instruct", "H100-SXM-80GB")
@@ -184,8 +187,13 @@ def test_vectorized_over_rate_shape() -> None:
 def test_state_bins_match_single_states(monkeypatch: pytest.MonkeyPatch) -> None:
     lam = np.array([10.0, 19.0, 20.5])
     binned = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
-    monkeypatch.setattr(queueing, "EXACT_STATES", 4096)
+    assert len(states._bins(int(SLOTS))) < SLOTS  # the default merges states into bins
+    monkeypatch.setattr(states, "EXACT_STATES", 4096)
+    monkeypatch.setattr(arrivals, "EXACT_STATES", 4096)
+    states._bins.cache_clear()  # bins are cached per slot count
+    assert len(states._bins(int(SLOTS))) == int(SLOTS)
     exact = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
+    states._bins.cache_clear()
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         for s in STATS:
             assert getattr(binned, name)[s] == pytest.approx(getattr(exact, name)[s], rel=0.01), (name, s)
@@ -269,9 +277,9 @@ def test_the_service_time_spread_comes_from_the_lengths() -> None:
     from gpucap.queueing.lengths import Lengths
 
     kw = dict(input_len=16.0, output_len=400.0, max_running=8.0)
-    fixed = queueing.service_curve(TOY, TOY_COEF, **kw)
+    fixed = service_curve(TOY, TOY_COEF, **kw)
     assert fixed.service_scv == 0.0
-    expo = queueing.service_curve(TOY, TOY_COEF, output_lengths=Lengths.exponential(400.0), **kw)
+    expo = service_curve(TOY, TOY_COEF, output_lengths=Lengths.exponential(400.0), **kw)
     assert 0.8 < expo.service_scv <= 1.05
     rate = [0.9 * expo.service_rate]
     default = open_loop_latency(TOY, TOY_COEF, request_rate=rate, curve=expo, **kw)
@@ -291,10 +299,10 @@ def test_a_full_replica_drains_at_its_service_rate() -> None:
     (fewer prompts stall the decodes) and would drain the queue too fast: 2,000-token prompts on
     8 slots make the difference large, so the test tells the two apart."""
     kw = dict(input_len=2000.0, output_len=100.0, max_running=8.0)
-    curve = queueing.service_curve(HW, COEF, **kw)
+    curve = service_curve(HW, COEF, **kw)
     mu = curve.service_rate
     lam = np.array([0.9 * mu])
-    st = queueing.state_distribution(curve, lam, 1.0, 1.0)
+    st = state_distribution(curve, lam, 1.0, 1.0)
     assert float(st.wait_mean_s[0]) == pytest.approx(1.0 / (mu - lam[0]), rel=1e-9)
     at_lambda = float(curve.completion_rates(lam)[0, -1])
     # c(R, lambda), 5.6% above mu here, would have drained 1 / (c - lambda): a third shorter a wait

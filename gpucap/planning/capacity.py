@@ -18,8 +18,9 @@ from gpucap.config import Hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import charged_tokens_per_layer
-from gpucap.queueing.analytic import ServiceCurve, max_request_rate, open_loop_latency, service_curve
+from gpucap.queueing.analytic import max_request_rate, open_loop_latency
 from gpucap.queueing.lengths import Lengths
+from gpucap.queueing.servicecurve import ServiceCurve, service_curve
 from gpucap.queueing.simulate import Simulation, simulate
 from gpucap.types import QUANTILES
 

@@ -21,8 +21,9 @@ from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit
 from gpucap.planning.capacity import simulated_run
-from gpucap.queueing.analytic import open_loop_latency, service_curve
+from gpucap.queueing.analytic import open_loop_latency
 from gpucap.queueing.lengths import Lengths
+from gpucap.queueing.servicecurve import service_curve
 from gpucap.types import QUANTILES
 
 TOLERANCE = 0.25

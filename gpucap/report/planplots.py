@@ -25,7 +25,8 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots
 from gpucap.planning.result import rejected_counts as rejected_counts
 from gpucap.planning.search import plan
-from gpucap.queueing.analytic import open_loop_latency, service_curve
+from gpucap.queueing.analytic import open_loop_latency
+from gpucap.queueing.servicecurve import service_curve
 from gpucap.queueing.simulate import simulate
 from gpucap.types import STATISTICS
 

@@ -1,0 +1,336 @@
+"""What an arrival pays: its TTFT as a mixture over the states it may find (the step in
+progress, the queue for the token budget, the wait for a slot, its own prompt's length) and its
+TPOT over the batch it lives with, with their means and quantiles (``gpucap.queueing.analytic``'s
+docstring, step 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucap.physics.step import Array
+from gpucap.queueing.brackets import first_true
+from gpucap.queueing.promptqueue import (
+    PromptWait,
+    StepChain,
+    cost_at_size,
+    group_chain,
+    normal_quantile,
+    prompt_wait,
+    stalled_tpot,
+)
+from gpucap.queueing.servicecurve import ServiceCurve
+from gpucap.queueing.states import EXACT_STATES, States, state_distribution
+
+Bools = npt.NDArray[np.bool_]
+
+QUANTILE_POINTS = 63  # points a round of the quantile search
+QUANTILE_ROUNDS = 4  # rounds: the quantile to 64^-4 (6e-8) of its first bracket
+STATE_GROUP_EDGES = (0.5, 0.8, 0.95, 0.99)  # running states merged for the TTFT mixture, by probability
+
+
+def _at(values: Array, n: Array) -> Array:
+    """A per-concurrency figure (index m - 1) at fractional states n (concurrency n + 1)."""
+    return np.interp(n, np.arange(values.size, dtype=float), values)
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """Per rate (rows): X = base_j + U span_j (U uniform on [0, 1)) with probability weight_j, or
+    tail_base_t + an exponential of mean tail_mean_t with probability tail_weight_t (the waits for
+    a slot, t over the prompt-length bins). Component j also
+    waits for the token budget with probability queue_p_j, from base_j + queue_offset_j:
+    ``W = queue_shift + Exp(queue_rate)``,
+    and then shares its last step with the prompts that arrived while it waited, ``min(queue_gain
+    W, queue_cap)`` more (in place of the step in progress, which the wait holds;
+    ``gpucap.queueing.promptqueue``)."""
+
+    weight: Array  # (rows, K)
+    base: Array  # (rows, K)
+    span: Array  # (rows, K)
+    tail_weight: Array  # (rows, T)
+    tail_base: Array  # (rows, T)
+    tail_mean: Array  # (rows, T)
+    queue_p: Array  # (rows, K)
+    queue_offset: Array  # (rows, K) added to the base in the queued branch
+    queue_shift: Array  # (rows,)
+    queue_rate: Array  # (rows,)
+    queue_gain: Array  # (rows,)
+    queue_cap: Array  # (rows,)
+
+    def _wait(self, t: Array) -> Array:
+        """The budget wait W that, with the prompts behind it, ends at ``t`` past the base
+        (``t`` (rows, P, K))."""
+        gain, cap = self.queue_gain[:, None, None], self.queue_cap[:, None, None]
+        knee = cap * (1.0 + gain) / np.maximum(gain, 1e-300)
+        return np.where(t < knee, t / (1.0 + gain), t - cap)
+
+    def mean(self) -> Array:
+        d, theta, gain = self.queue_shift, self.queue_rate, self.queue_gain
+        w_cap = self.queue_cap / np.maximum(gain, 1e-300)
+        capped = np.where(w_cap <= d, w_cap, d - np.expm1(-theta * np.maximum(w_cap - d, 0.0)) / theta)
+        queued = (d + 1.0 / theta + gain * capped)[:, None]
+        own = (1.0 - self.queue_p) * (self.base + self.span / 2) + self.queue_p * (
+            self.base + self.queue_offset + queued
+        )
+        return (self.weight * own).sum(axis=1) + (self.tail_weight * (self.tail_base + self.tail_mean)).sum(axis=1)
+
+    def cdf(self, t: Array) -> Array:
+        """P(X <= t) for each row's t: ``t`` (rows,), or (rows, P) for P points a row."""
+        t = np.asarray(t, dtype=float)
+        pts = t[:, :, None] if t.ndim == 2 else t[:, None, None]  # (rows, P, 1)
+        base, span = self.base[:, None, :], self.span[:, None, :]
+        inv_span = 1.0 / np.maximum(span, 1e-300)  # a point mass counts once t passes it
+        below = np.clip((pts - base) * inv_span, 0.0, 1.0)
+        waited = self._wait(pts - base - self.queue_offset[:, None, :]) - self.queue_shift[:, None, None]
+        rate = self.queue_rate[:, None, None]
+        queued = np.where(waited > 0.0, -np.expm1(-rate * np.maximum(waited, 0.0)), 0.0)
+        p = self.queue_p[:, None, :]
+        own = ((1.0 - p) * below + p * queued) @ self.weight[:, :, None]  # (rows, P, 1)
+        past = np.maximum(pts - self.tail_base[:, None, :], 0.0)  # (rows, P, T)
+        tail = -np.expm1(-past / self.tail_mean[:, None, :]) @ self.tail_weight[:, :, None]
+        out = own[:, :, 0] + tail[:, :, 0]
+        return out if t.ndim == 2 else out[:, 0]
+
+    def quantile(self, q: float) -> Array:
+        """Smallest t with P(X <= t) >= q, to ``64^-4`` (6e-8) of a first bracket a few times the
+        answer (``gpucap.queueing.brackets.first_true``)."""
+        # every tail component at the longest mean with all the tails' weight: above the quantile
+        spread = self.tail_mean.max(axis=1) * np.log(np.maximum(self.tail_weight.sum(axis=1) / (1.0 - q), 1.0))
+        tail_q = self.tail_base.max(axis=1) + spread
+        queue_q = self.queue_shift + np.log(np.maximum(self.queue_p.max(axis=1) / (1.0 - q), 1.0)) / self.queue_rate
+        lo = self.base.min(axis=1)
+        top = (self.base + self.span).max(axis=1)
+        hi = np.maximum(top + queue_q * (1.0 + self.queue_gain) + self.queue_cap, tail_q) + 1e-12
+        _, hi = first_true(lo, hi, lambda t: self.cdf(t) >= q, points=QUANTILE_POINTS, rounds=QUANTILE_ROUNDS)
+        return hi
+
+
+@dataclass(frozen=True)
+class Stalls:
+    """What stretches a request's decode steps at each rate (rows): prompts arriving at ``rate``
+    while it runs, each adding ``stall_s`` (rows, K) of probability ``weights``."""
+
+    rate: Array  # (rows,)
+    stall_s: Array  # (rows, K)
+    weights: Array  # (K,)
+    burstiness: float
+
+
+@dataclass
+class Parts:
+    """Latency of the arrivals at each stable rate: the TTFT mixture; TPOT by bin and the e2e
+    mixture when asked (the rate search reads only TTFT and a TPOT quantile)."""
+
+    curve: ServiceCurve
+    ttft: Mixture
+    states: States
+    life: tuple[Array, Array]  # mean m, k (rows, 1): life-average batch = mean m + k (m - mean m)
+    stalls: Stalls
+    prompt: PromptWait
+    first: Array  # (bins,) TTFT of an arrival that runs at once, by state
+    chain: StepChain
+    p_queue: Array  # (rows,)
+    queue: tuple[Array, Array, Array, Array]
+
+    @cached_property
+    def tpot(self) -> Array:
+        """(rows, bins) TPOT of an arrival that runs at once."""
+        return _life_tpot(self.curve, self.life, self.states.state[None, :] + 1.0, self.stalls)
+
+    @cached_property
+    def tpot_wait(self) -> Array:
+        """(rows,) TPOT of one that waits for a slot."""
+        return _life_tpot(self.curve, self.life, np.full((1, 1), float(self.curve.slots)), self.stalls)[:, 0]
+
+    def tpot_mean(self) -> Array:
+        return (self.states.weight * self.tpot).sum(axis=1) + self.states.wait_probability * self.tpot_wait
+
+    @cached_property
+    def e2e(self) -> Mixture:
+        """Request latency (for means and Little's law): the step in progress at its mean, per state."""
+        st, chain, curve = self.states, self.chain, self.curve
+        busy = st.state > 0
+        o1 = max(curve.output_len - 1.0, 0.0)
+        d_mean = (chain.weight * chain.length_s).sum(axis=1)[:, None]
+        span = np.where(busy[None, :], d_mean, 0.0)
+        base = self.first + o1 * self.tpot + chain.rho[:, None] * span
+        q_p = np.where(busy[None, :], self.p_queue[:, None], 0.0)
+        tail_base = float(curve.ttft_s[-1]) + o1 * self.tpot_wait
+        pw, wm = st.wait_probability, st.wait_mean_s
+        return Mixture(
+            st.weight, base, span, pw[:, None], tail_base[:, None], wm[:, None], q_p, -chain.rho[:, None] * span,
+            *self.queue,
+        )  # fmt: skip
+
+
+def _life_tpot(curve: ServiceCurve, life: tuple[Array, Array], m: Array, stalls: Stalls, z: float = 0.0) -> Array:
+    """TPOT at the life-average batch of an arrival that runs at concurrency m: the closed loop's,
+    or where it is longer, the decode-only step stretched by the prompts met during the life with
+    their sum at its normal quantile ``z`` (``gpucap.queueing.promptqueue.stalled_tpot``)."""
+    mean_m, k = life
+    n_life = mean_m + k * (m - mean_m) - 1.0
+    closed = _at(curve.tpot_s, n_life)
+    dec = _at(curve.decode_step_s, n_life)
+    stalled = stalled_tpot(
+        dec,
+        output_len=curve.output_len if z == 0.0 else curve.spread_output_len,
+        rate=stalls.rate,
+        burstiness=stalls.burstiness,
+        stall_s=stalls.stall_s,
+        weights=stalls.weights,
+        z=z,
+    )
+    return np.maximum(closed, stalled)
+
+
+def _at_rows(values: Array, n: Array) -> Array:
+    """A per-concurrency table (R, ...) at each row's fractional state n (rows,): (rows, ...),
+    linear between the neighbouring whole states (held at the ends)."""
+    at = np.clip(np.asarray(n, dtype=float), 0.0, values.shape[0] - 1.0)
+    lo = np.floor(at).astype(np.int64)
+    hi = np.minimum(lo + 1, values.shape[0] - 1)
+    frac = (at - lo).reshape(-1, *([1] * (values.ndim - 1)))
+    return values[lo] * (1.0 - frac) + values[hi] * frac
+
+
+def _prompt_costs_at(curve: ServiceCurve, rate: Array, n: Array) -> tuple[Array, Array, StepChain]:
+    """s(I) and q(I) (rows, K) at each rate's mean state n, and the steps (``group_chain``). Each
+    step's prompts are the ones the step before gathered (a gated queue); a prompt costs ``s_N(I)`` at the N prompts it shares a
+    step with, over the chain of prompts per step (``gpucap.queueing.promptqueue.group_costs``: a
+    mixture-of-experts step shares its expert reads, a pipeline fills with pp prompts). The
+    budget's queue forms only when steps are full, each then carrying ``G = (M - B) / I`` prompts
+    of that length: queued, a prompt holds the budget for its share of such a step,
+    ``q(I) = s_G(I) + t_dec I / (M - B)``."""
+    dec = _at_rows(curve.decode_step_s, n)
+    stall, chain = group_chain(
+        np.asarray(rate, dtype=float), dec, _at_rows(curve.per_length_s, n), curve.prompt_weights
+    )
+    room = _at_rows(curve.room_share, n)  # I / (M - B) = 1 / G
+    full = cost_at_size(_at_rows(curve.stall_s, n), 1.0 / np.maximum(room, 1e-300))
+    return stall, full + dec[:, None] * room, chain
+
+
+def _state_groups(st: States, first: Array) -> tuple[Array, Array, Bools]:
+    """The states an arrival finds, merged for the TTFT mixture: n = 0 (no step in progress), then
+    the running states cut at the cumulative shares ``STATE_GROUP_EDGES`` of their probability;
+    each group's probability and its probability-weighted TTFT ``first``. Returns ``(weight,
+    first, busy)``, (rows, G) and (G,)."""
+    w = st.weight  # (rows, bins), bin 0 is n = 0
+    running = w[:, 1:]
+    total = np.maximum(running.sum(axis=1, keepdims=True), 1e-300)
+    mid = (np.cumsum(running, axis=1) - 0.5 * running) / total  # each state's place in the running share
+    group = np.searchsorted(np.asarray(STATE_GROUP_EDGES), mid)
+    onehot = group[:, :, None] == np.arange(len(STATE_GROUP_EDGES) + 1)[None, None, :]
+    gw = np.einsum("rb,rbg->rg", running, onehot)
+    gf = np.einsum("rb,rbg->rg", running * first[None, 1:], onehot) / np.maximum(gw, 1e-300)
+    weight = np.concatenate([w[:, :1], gw], axis=1)
+    firsts = np.concatenate([np.broadcast_to(first[:1], (w.shape[0], 1)), gf], axis=1)
+    busy = np.arange(weight.shape[1]) > 0
+    return weight, firsts, busy
+
+
+def arrival_parts(curve: ServiceCurve, rate: Array, burstiness: float, service_scv: float) -> Parts:
+    """The mixtures of ``gpucap.queueing.analytic`` (step 3) for stable rates (rows)."""
+    st = state_distribution(curve, rate, burstiness, service_scv)
+    lam = np.asarray(rate, dtype=float)[:, None]
+    n = st.state
+    first = _at(curve.ttft_s, n)  # TTFT at concurrency n + 1
+    busy = n > 0  # a step in progress, made of the n present
+    mean_n = st.mean_m - 1.0
+    stall_s, hold_s, chain = _prompt_costs_at(curve, lam[:, 0], mean_n)
+    prompt = prompt_wait(lam[:, 0], burstiness, hold_s, curve.prompt_weights)
+    # only an arrival that finds others running can find prompts ahead of it
+    others = (st.weight * busy[None, :]).sum(axis=1)
+    # (rows where prompts outrun the budget have no steady state: kept finite here, set to inf by
+    # the callers from ``prompt.stable``)
+    p_queue = np.where(prompt.stable, np.minimum(1.0, prompt.p / np.maximum(others, 1e-300)), 0.0)
+    # a prompt that waited W shares its last step with the prompt work that arrived meanwhile,
+    # rho W, up to a full step: t(B, M - B) = (M - B) q(I) / I, less its own q(I)
+    hold = hold_s @ curve.prompt_weights
+    mean_tokens = float(curve.prompt_tokens @ curve.prompt_weights)
+    room = np.maximum(curve.budget_tokens - _at(curve.decode_batch, mean_n), 1.0)
+    queue = (
+        np.where(prompt.stable, prompt.shift_s, 0.0),
+        np.where(prompt.stable, prompt.rate, 1.0),
+        np.where(prompt.stable, prompt.rho, 0.0),
+        np.maximum(room * hold / mean_tokens - hold, 0.0),
+    )
+    # a life meets the prompts of the others admitted meanwhile: none with one slot, all with many
+    stalls = Stalls(lam[:, 0] * (1.0 - 1.0 / curve.slots), stall_s, curve.prompt_weights, burstiness)
+    life = (st.mean_m[:, None], st.life_shrink[:, None])
+    pw, wm = st.wait_probability, st.wait_mean_s
+    # an arrival that waits for a slot: the full batch's TTFT and its own prompt's, after the wait
+    # for as many completions as its prompt needs (``ServiceCurve.own_wait_scale``), per length bin
+    tail = (
+        pw[:, None] * curve.own_weights[None, :],
+        np.broadcast_to(float(curve.ttft_s[-1]) + curve.own_extra_s[None, :], (pw.size, curve.own_weights.size)),
+        wm[:, None] * curve.own_wait_scale[None, :],
+    )
+    ttft = _ttft_mixture(curve, st, first, chain, p_queue, queue, tail)
+    return Parts(curve, ttft, st, life, stalls, prompt, first, chain, p_queue, queue)
+
+
+def _ttft_mixture(
+    curve: ServiceCurve,
+    st: States,
+    first: Array,
+    chain: StepChain,
+    p_queue: Array,
+    queue: tuple[Array, Array, Array, Array],
+    tail: tuple[Array, Array, Array],
+) -> Mixture:
+    """TTFT as a mixture over what an arrival finds (``_state_groups``), the step in progress
+    (``chain``: it waits for the rest, ``U d``, and its own step carries the ``rho d`` of prompts
+    gathered meanwhile) or the budget's queue (probability ``p_queue``, in place of the step), and
+    its own prompt's length bin (``own_extra_s``)."""
+    rows = first.shape[0] if first.ndim > 1 else st.weight.shape[0]
+    gw, gf, gbusy = _state_groups(st, first)
+    d = np.where(gbusy[None, :, None], chain.length_s[:, None, :], 0.0)  # (rows, G, P)
+    w = gw[:, :, None] * chain.weight[:, None, :]
+    base = gf[:, :, None] + chain.rho[:, None, None] * d
+    offset = -chain.rho[:, None, None] * d  # the queued branch waits W in place of the step
+    qp = np.where(gbusy[None, :, None], p_queue[:, None, None], 0.0) * np.ones_like(d)
+    j = curve.own_weights.size
+    extra = curve.own_extra_s[None, None, None, :]
+
+    def spread(x: Array) -> Array:
+        return np.broadcast_to(x[..., None], (*x.shape, j)).reshape(rows, -1)
+
+    return Mixture(
+        (w[..., None] * curve.own_weights[None, None, None, :]).reshape(rows, -1),
+        (base[..., None] + extra).reshape(rows, -1),
+        spread(d),
+        *tail,
+        spread(qp),
+        spread(offset),
+        *queue,
+    )
+
+
+def tpot_quantile(curve: ServiceCurve, parts: Parts, q: float) -> Array:
+    """q-quantile of TPOT: the q-quantile of the concurrency m an arrival runs at (R for waiting
+    ones; the state itself among the one-state bins, interpolated between bin centres among the
+    log-spaced ones) through the non-decreasing life TPOT(m), with the prompts met during the
+    life at their q-quantile."""
+    st = parts.states
+    cum = np.cumsum(st.weight, axis=1)
+    mid = cum - 0.5 * st.weight
+    rows = np.arange(mid.shape[0])
+    if mid.shape[1] > 1:
+        j = np.clip((mid < q).sum(axis=1), 1, mid.shape[1] - 1)
+        m0, m1 = mid[rows, j - 1], mid[rows, j]
+        frac = np.clip((q - m0) / np.maximum(m1 - m0, 1e-300), 0.0, 1.0)
+        n_q = st.state[j - 1] + frac * (st.state[j] - st.state[j - 1])
+    else:
+        n_q = np.full(rows.size, st.state[0])
+    # where the quantile falls in a one-state bin (n < EXACT_STATES), it is that state: spreading
+    # the mass of n = 0 towards n = 1 would double a light load's P99 TPOT
+    k = np.minimum((cum < q).sum(axis=1), cum.shape[1] - 1)
+    n_q = np.where(st.state[k] < EXACT_STATES, st.state[k], n_q)
+    m_q = np.where(q > cum[:, -1], float(curve.slots), n_q + 1.0)
+    return _life_tpot(curve, parts.life, m_q[:, None], parts.stalls, normal_quantile(q))[:, 0]

@@ -1,0 +1,333 @@
+"""The service curve of one replica: the closed loop's figures at every concurrency m = 1..R
+and what each prompt length costs the steps it rides in, from which the completion rates
+c(m, lambda) and the service rate mu follow (``gpucap.queueing.analytic``'s docstring, step 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucap.config import Hardware
+from gpucap.physics.attention import prefill_pairs_per_layer
+from gpucap.physics.batching import closed_loop
+from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.step import Array, step_time, step_work
+from gpucap.queueing.brackets import first_true
+from gpucap.queueing.kvfit import held_moments, slot_shares
+from gpucap.queueing.lengths import Lengths
+from gpucap.queueing.promptqueue import GROUP_SIZES, group_costs, per_prompt_costs
+
+Ints = npt.NDArray[np.int64]
+
+CURVE_POINTS = 64  # concurrencies at which the closed loop is solved; log-interpolated between
+# bins of a request's own prompt length in the TTFT mixture: finer towards the tail, which P90
+# and P99 read
+OWN_EDGES = (0.5, 0.8, 0.95, 0.99)
+CHAIN_POINTS = 3  # concurrencies at which the chain of prompts per step is solved (``ServiceCurve.mean_stall_s``)
+PROMPT_POINTS = 16  # prompt lengths the budget queue is solved at (quantile bins of the distribution)
+SECANT_STEPS = 8  # ServiceCurve.service_rate's secant steps before a bracket search
+MAX_PROMPT_SHARE = 1.0 - 1e-6  # the prompts' share of a replica's time, lambda s, kept below 1
+
+
+@dataclass(frozen=True)
+class ServiceCurve:
+    """Closed-loop figures of one replica at every concurrency m = 1..R (index m - 1)."""
+
+    slots: int
+    output_len: float
+    spread_output_len: float  # the output length whose stalls spread as the workload's do (``_spread_length``)
+    requests_per_s: Array  # X(m), the closed loop's throughput
+    ttft_s: Array  # non-decreasing in m
+    tpot_s: Array  # non-decreasing in m
+    decode_step_s: Array  # a decode-only step of the closed loop's decode batch
+    decode_batch: Array  # that batch
+    comm_share: Array  # the link's share of a decode step
+    budget_tokens: float  # max_num_batched_tokens
+    prompt_tokens: Array  # (K,) prompt lengths of the workload
+    prompt_weights: Array  # (K,) their probabilities
+    stall_s: Array  # (R, K, G) time each prompt adds to a step that carries G of its length, s_G(I)
+    room_share: Array  # (R, K) the prompt's tokens over the budget's room, I / (M - B)
+    own_extra_s: Array  # (J,) TTFT alone of a prompt of each length bin over the mean prompt's
+    own_weights: Array  # (J,) their probabilities
+    slot_shares: Array  # (R,) P(N = k) requests fit in the KV cache at once, k = 1..R (``gpucap.queueing.kvfit``)
+    own_tokens: Array  # (J,) the mean prompt of each of those bins
+    own_wait_scale: Array  # (J,) completions a waiting prompt of each length bin waits for (``_own_wait_scale``)
+    service_scv: float = 0.0  # c_s^2 of the time a request holds a slot when all are busy (``_service_scv``)
+
+    def mean_stall_s(self, rate: Array) -> Array:
+        """s(lambda, m) (rows, R): the mean time a prompt
+        adds to the steps at concurrency m when prompts arrive at ``rate`` (rows,), over the
+        prompts a step carries (``gpucap.queueing.promptqueue.group_costs``). Solved at
+        ``CHAIN_POINTS`` concurrencies and interpolated in log m between them."""
+        lam = np.asarray(rate, dtype=float)
+        points, j, frac = self._chain_points
+        at = np.tile(points, lam.size)
+        costs = group_costs(np.repeat(lam, points.size), self.decode_step_s[at], self.mean_cost_s[at])
+        by_point = costs.reshape(lam.size, points.size)
+        return by_point[:, j] * (1.0 - frac) + by_point[:, j + 1] * frac
+
+    @cached_property
+    def _chain_points(self) -> tuple[Ints, Ints, Array]:
+        """``mean_stall_s``'s concurrencies (indices m - 1) and, for every m, the pair of them it
+        sits between in log m and how far along."""
+        points = np.unique(np.round(np.geomspace(1, self.slots, min(CHAIN_POINTS, self.slots)))).astype(np.int64) - 1
+        if points.size == 1:
+            return np.array([0, 0]), np.zeros(self.slots, dtype=np.int64), np.zeros(self.slots)
+        m = np.log(np.arange(1, self.slots + 1, dtype=float))
+        grid = np.log(points + 1.0)
+        j = np.clip(np.searchsorted(grid, m, side="right") - 1, 0, points.size - 2)
+        return points, j, np.clip((m - grid[j]) / (grid[j + 1] - grid[j]), 0.0, 1.0)
+
+    @cached_property
+    def per_length_s(self) -> Array:
+        """s_n(I) (R, K, N): ``stall_s`` at n = 0..GROUP_STATES-1 prompts a step
+        (``gpucap.queueing.promptqueue.per_prompt_costs``)."""
+        return per_prompt_costs(self.stall_s)
+
+    @cached_property
+    def mean_cost_s(self) -> Array:
+        """s_n (R, N): ``per_length_s`` averaged over the prompt lengths."""
+        return np.einsum("mkn,k->mn", self.per_length_s, self.prompt_weights)
+
+    def completion_rates(self, rate: Array) -> Array:
+        """c(m, lambda) (rows, R), requests/s finishing with m running under arrivals at ``rate``
+        (rows,): ``m / (TTFT(m) + (O - 1) t_dec(m) / (1 - lambda s(lambda, m)))``
+        (``gpucap.queueing.analytic``, step 1); where lengths differ and the KV cache binds, min(m, N) of them run
+        (``slot_shares``), ``E[c(min(m, N))]``."""
+        lam = np.asarray(rate, dtype=float)[:, None]
+        busy = np.minimum(lam * self.mean_stall_s(lam[:, 0]), MAX_PROMPT_SHARE)
+        life = self.ttft_s[None, :] + (self.output_len - 1.0) * self.decode_step_s[None, :] / (1.0 - busy)
+        done = np.arange(1, self.slots + 1, dtype=float)[None, :] / life
+        if self.slot_shares[-1] >= 1.0:
+            return done
+        # with m in the replica, min(m, N) run: the mean of c over the requests that fit, N
+        p = self.slot_shares[None, :]
+        below = np.concatenate([np.zeros((done.shape[0], 1)), np.cumsum(p * done, axis=1)[:, :-1]], axis=1)
+        return below + self.fits_at_least[None, :] * done
+
+    @cached_property
+    def fits_at_least(self) -> Array:
+        """P(N >= m) (R,), m = 1..R: the KV cache holds at least m of the requests at once."""
+        return np.cumsum(self.slot_shares[::-1])[::-1]
+
+    @cached_property
+    def service_rate(self) -> float:
+        """mu, the largest request rate the replica carries: the lambda with ``lambda = c(R,
+        lambda)`` (every slot busy, arrivals as fast as completions)."""
+        top = self.slots / (self.ttft_s[-1] + (self.output_len - 1.0) * self.decode_step_s[-1])
+
+        def done(lam: Array) -> Array:
+            """c(R, lambda) at each of ``lam``."""
+            return self.completion_rates(lam)[:, -1]
+
+        # secant steps on g = lambda - c(R, lambda), increasing in lambda, from the closed loop's
+        # throughput (exact at once where prompts cost nothing: c constant); a bracket search
+        # where they do not settle within the bracket [0, top]
+        x = np.array([self.requests_per_s[-1], 0.98 * self.requests_per_s[-1]])
+        g = x - done(x)
+        for _ in range(SECANT_STEPS):
+            if g[1] == g[0]:
+                break
+            nxt = x[1] - g[1] * (x[1] - x[0]) / (g[1] - g[0])
+            if not 0.0 < nxt <= top:
+                break
+            x, g = np.array([x[1], nxt]), np.array([g[1], nxt - done(np.array([nxt]))[0]])
+            if abs(x[1] - x[0]) <= 1e-10 * x[1]:
+                return float(x[1])
+        lo, hi = first_true(np.array([0.0]), np.array([top]), lambda lam: lam >= done(lam[0])[None, :], rounds=3)
+        return float(0.5 * (lo[0] + hi[0]))
+
+
+def service_curve(
+    hw: Hardware,
+    coef: Coefficients,
+    *,
+    input_len: float,
+    output_len: float,
+    max_running: float,
+    input_lengths: Lengths | None = None,
+    output_lengths: Lengths | None = None,
+    kv_slots: float | None = None,
+) -> ServiceCurve:
+    """``closed_loop`` at up to ``CURVE_POINTS`` concurrencies from 1 to R = floor(max_running),
+    interpolated in log m to every whole m (one vectorized call); and at the same points the
+    decode-only step and what each prompt length (``input_lengths``, default ``input_len`` for
+    every request) costs the token budget and the decodes (``gpucap.queueing.promptqueue``);
+    ``output_lengths`` (default ``output_len`` for every request) sets how widely the stalls
+    spread TPOT. ``kv_slots``: the requests of mean length the KV cache holds (``memory_limit``);
+    with it, how many of the workload's lengths fit at once (``gpucap.queueing.kvfit``); None: R
+    always fit."""
+    for name, v in (("input_len", input_len), ("output_len", output_len)):
+        if not (np.isfinite(v) and v >= 1):
+            raise ValueError(f"{name} must be a number of tokens >= 1, got {v!r}")
+    if not (np.isfinite(max_running) and max_running >= 1):
+        raise ValueError(f"max_running must be a finite number of batch slots >= 1, got {max_running!r}")
+    slots = int(np.floor(max_running))
+    grid = np.unique(np.round(np.geomspace(1.0, slots, min(CURVE_POINTS, slots))))
+    inp = input_lengths if input_lengths is not None else Lengths.fixed(input_len)
+    out = output_lengths if output_lengths is not None else Lengths.fixed(output_len)
+    ctx, held_sd = held_moments(inp, out)  # the running requests' mean context: length-biased
+    pt = closed_loop(
+        hw, coef, concurrency=grid, input_len=input_len, output_len=output_len, max_running=slots, waits=False,
+        context_tokens=ctx,
+    )  # the wait for the step in progress is the model's own (below)  # fmt: skip
+    m = np.arange(1, slots + 1, dtype=float)
+
+    def interp(y: Array) -> Array:
+        return np.exp(np.interp(np.log(m), np.log(grid), np.log(y)))
+
+    tokens, weights = _prompt_points(input_lengths, input_len)
+    own_extra, own_weights, own_tokens = _own_extra(hw, coef, tokens, weights, input_len, output_len)
+    decode_s, stall, room = prompt_costs(hw, coef, pt.decode_batch, ctx, tokens)
+
+    def interp_cols(y: Array) -> Array:
+        """``interp`` of each column (any trailing shape)."""
+        flat = y.reshape(y.shape[0], -1)
+        cols = [interp(np.maximum(flat[:, k], 1e-300)) for k in range(flat.shape[1])]
+        return np.stack(cols, axis=1).reshape((m.size, *y.shape[1:]))
+
+    return ServiceCurve(
+        slots=slots,
+        output_len=float(output_len),
+        spread_output_len=_spread_length(output_lengths, output_len),
+        requests_per_s=interp(pt.requests_per_s),
+        ttft_s=np.maximum.accumulate(interp(pt.ttft_s)),
+        tpot_s=np.maximum.accumulate(interp(pt.tpot_s)),
+        decode_step_s=interp(decode_s),
+        decode_batch=interp(np.maximum(pt.decode_batch, 1e-300)),
+        comm_share=np.interp(np.log(m), np.log(grid), pt.decode_step.comm_share),
+        budget_tokens=float(hw.engine.max_num_batched_tokens or 8192),
+        prompt_tokens=tokens,
+        prompt_weights=weights,
+        stall_s=interp_cols(stall),
+        room_share=interp_cols(room),
+        own_extra_s=own_extra,
+        own_weights=own_weights,
+        slot_shares=_slot_shares(slots, kv_slots, input_len + output_len, ctx, held_sd),
+        own_tokens=own_tokens,
+        own_wait_scale=_own_wait_scale(
+            own_tokens, slots, kv_slots, input_len + output_len, float(hw.engine.max_num_batched_tokens or 8192)
+        ),
+        service_scv=_service_scv(out, own_extra, own_weights, ttft_s=float(pt.ttft_s[-1]), tpot_s=float(pt.tpot_s[-1])),
+    )
+
+
+def _service_scv(out: Lengths, own_extra: Array, own_weights: Array, *, ttft_s: float, tpot_s: float) -> float:
+    """c_s^2 of the time a request holds its slot when all R are busy, from the lengths:
+    ``S = TTFT(R) + e(I) + (O - 1) TPOT(R)``, e(I) its own prompt's extra time to first token
+    (``_own_extra``) and O its output, taken independent: ``Var S = Var e + TPOT^2 Var O`` over
+    ``E[S]^2``. Fixed lengths give 0 (Allen-Cunneen's constant service), exponential-like
+    outputs near 1 (step 2 of ``gpucap.queueing.analytic``)."""
+    mean_o, var_o = out.moment(1), out.moment(2) - out.moment(1) ** 2
+    mean_e, var_e = (
+        float(own_weights @ own_extra),
+        float(own_weights @ (own_extra * own_extra)) - float(own_weights @ own_extra) ** 2,
+    )
+    mean_s = ttft_s + mean_e + max(mean_o - 1.0, 0.0) * tpot_s
+    if not mean_s > 0:
+        return 0.0
+    return float(max(var_e, 0.0) + tpot_s**2 * max(var_o, 0.0)) / mean_s**2
+
+
+def _own_wait_scale(tokens: Array, slots: int, kv_slots: float | None, length: float, budget: float) -> Array:
+    """Completions a prompt of each length waits for once the replica is full: one where the
+    batch slots bind (any completion frees a slot); where the KV cache binds, enough to free
+    its first chunk, ``max(1, min(I, M) / (I_mean + O_mean))`` (a completion frees a mean
+    request's tokens; vLLM admits a prompt with room for its first chunk of at most M tokens)."""
+    if kv_slots is None or kv_slots > slots + 1.0:
+        return np.ones(tokens.size)
+    return np.maximum(1.0, np.minimum(tokens, budget) / length)
+
+
+def _slot_shares(slots: int, kv_slots: float | None, length: float, held_mean: float, held_sd: float) -> Array:
+    """``ServiceCurve.slot_shares``: all R fit without ``kv_slots``; else ``kvfit.slot_shares``
+    on ``kv_slots`` x ``length`` (I + O) tokens of context."""
+    hard = np.zeros(slots)
+    hard[-1] = 1.0
+    if kv_slots is None:
+        return hard
+    if not (np.isfinite(kv_slots) and kv_slots > 0):
+        raise ValueError(f"kv_slots must be a positive number of requests, got {kv_slots!r}")
+    return slot_shares(float(kv_slots) * length, slots, held_mean, held_sd)
+
+
+def _own_extra(
+    hw: Hardware, coef: Coefficients, tokens: Array, weights: Array, input_len: float, output_len: float
+) -> tuple[Array, Array, Array]:
+    """``(extra, weights, lengths)``: a request's own prefill beyond the mean prompt's: ``TTFT(I) - TTFT(I_mean)`` alone on the
+    replica (``closed_loop`` at concurrency 1), over bins of the prompt lengths cut at the
+    quantiles ``OWN_EDGES`` (each at its mean length); (0,), (1,) for one length. The queueing model
+    runs at the mean lengths; the slowest first tokens are the longest prompts' own."""
+    if tokens.size == 1:
+        return np.zeros(1), np.ones(1), np.array([float(input_len)])
+    edges = np.searchsorted(np.cumsum(weights), np.asarray(OWN_EDGES) - 1e-12, side="right")
+    starts = np.unique(np.concatenate([[0], np.minimum(edges, tokens.size - 1)]))
+    w = np.add.reduceat(weights, starts)
+    lengths = np.add.reduceat(weights * tokens, starts) / w
+    alone = closed_loop(
+        hw, coef, concurrency=1.0, input_len=np.append(lengths, input_len), output_len=output_len, waits=False
+    ).ttft_s
+    return np.asarray(alone[:-1] - alone[-1], dtype=float), w / w.sum(), lengths
+
+
+def _spread_length(lengths: Lengths | None, mean: float) -> float:
+    """The output length O whose TPOT spreads as the workload's: the prompts a life meets add
+    a sum whose spread over the life's O - 1 steps goes as ``(O - 1)^-1/2``, so over a mix of
+    lengths ``O - 1 = E[(O - 1)^-1/2]^-2``."""
+    if lengths is None or lengths.is_fixed:
+        return float(mean)
+    d = np.maximum(np.asarray(lengths.values, dtype=float) - 1.0, 1.0)
+    w = np.asarray(lengths.weights, dtype=float)
+    return float(1.0 + (w @ d**-0.5 / w.sum()) ** -2)
+
+
+def _prompt_points(lengths: Lengths | None, mean: float) -> tuple[Array, Array]:
+    """Prompt lengths and their probabilities: the distribution's values merged into at most
+    ``PROMPT_POINTS`` quantile bins (each at its mean length), or the one mean length."""
+    if lengths is None or lengths.is_fixed:
+        return np.array([float(mean)]), np.array([1.0])
+    values, weights = np.asarray(lengths.values, dtype=float), np.asarray(lengths.weights, dtype=float)
+    order = np.argsort(values)
+    values, weights = values[order], weights[order] / weights.sum()
+    if values.size <= PROMPT_POINTS:
+        return values, weights
+    edges = np.searchsorted(np.cumsum(weights), np.linspace(0, 1, PROMPT_POINTS + 1)[1:-1], side="right")
+    starts = np.unique(np.concatenate([[0], edges]))
+    w = np.add.reduceat(weights, starts)
+    v = np.add.reduceat(weights * values, starts) / w
+    return v, w
+
+
+def prompt_costs(
+    hw: Hardware, coef: Coefficients, decode_batch: Array, context: float, prompt_tokens: Array
+) -> tuple[Array, Array, Array]:
+    """At each decode batch B (rows) and prompt length I (columns): the decode-only step
+    ``t_dec(B)`` (rows,); the time each prompt adds to a step that carries G of that length,
+    ``s_G(I) = (t_step(B decodes + G I prompt tokens with their causal pairs) - t_dec(B)) / G``
+    (rows, K, G) for G in ``GROUP_SIZES`` (a mixture-of-experts step reads the experts once
+    for all its tokens, so s falls with G); and ``I / (M - B)`` (rows, K), the prompt's share of a
+    full budget (M = ``max_num_batched_tokens``; ``gpucap.queueing.promptqueue``).
+
+    Under pipeline parallelism a prompt's chunk rides in one micro-batch, which every stage runs
+    in turn while the others wait for it: a step that carries G < pp prompts lasts as if it
+    carried ``pp / G`` times their tokens, as the engine loop charges it
+    (``gpucap.queueing.engine.Engine._mixed_step``); pp or more fill the pipeline."""
+    b = np.asarray(decode_batch, dtype=float)[:, None, None]
+    i = np.asarray(prompt_tokens, dtype=float)[None, :, None]
+    g = np.asarray(GROUP_SIZES, dtype=float)[None, None, :]
+    budget = float(hw.engine.max_num_batched_tokens or 8192)
+    dec = np.asarray(step_time(hw, step_work(hw, decode_tokens=b[:, 0, 0], decode_context=context), coef).total_s)
+    pp = float(hw.layout.pp)
+    charged = g * pp / np.minimum(pp, g)  # prompts' worth of tokens the step is charged
+    pairs = prefill_pairs_per_layer(hw.spec, i)
+    work = step_work(
+        hw, decode_tokens=b, decode_context=context, prefill_tokens=charged * i, prefill_pairs=charged * pairs
+    )
+    mixed = np.asarray(step_time(hw, work, coef).total_s, dtype=float)
+    stall = np.maximum(mixed - dec[:, None, None], 0.0) / g
+    room = np.broadcast_to(i[:, :, 0] / np.maximum(budget - b[:, :, 0], 1.0), stall.shape[:2])
+    return np.asarray(dec, dtype=float), stall, np.ascontiguousarray(room)
