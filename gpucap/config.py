@@ -400,6 +400,9 @@ class SLO:
         if self.statistic not in STATISTICS:
             raise ValueError(f"stat must be one of {', '.join(STATISTICS)}, got {self.statistic!r}")
 
+    def __str__(self) -> str:
+        return f"{self.statistic} TTFT <= {self.ttft_s:g} s, TPOT <= {self.tpot_s * 1e3:g} ms"
+
 
 @dataclass(frozen=True)
 class OperatingPoint:

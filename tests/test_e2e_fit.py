@@ -109,9 +109,10 @@ def _cpu_cases() -> pd.DataFrame:
 
 def test_shipped_cpu_sweep_limit_and_its_fit(cpu_gpu: None) -> None:
     from gpucap.calibration.calibrate import calibrate
-    from gpucap.calibration.limits import Slo, find_sweeps
+    from gpucap.calibration.limits import find_sweeps
+    from gpucap.config import SLO
 
-    slo = Slo(1.0, 0.05, "mean")
+    slo = SLO(1.0, 0.05, "mean")
     cases = _cpu_cases()
     (sweep,), _ = find_sweeps(cases, slo)
     # concurrency-0004.json: mean TTFT 736.24 ms; -0008: 1534.4 ms (TPOT 42 ms < 50 there): the

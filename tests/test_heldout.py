@@ -9,8 +9,8 @@ import pytest
 
 from gpucap.calibration.calibrate import calibrate
 from gpucap.calibration.heldout import HeldOut, limit_coverage, limit_intervals, run_coverage
-from gpucap.calibration.limits import Slo
 from gpucap.calibration.validate import synthetic_cases
+from gpucap.config import SLO
 from gpucap.physics.coefficients import Coefficients
 
 TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.0, t_overhead_s=2e-3, t_seq_s=10e-6)
@@ -57,7 +57,7 @@ def cases() -> pd.DataFrame:
 
 
 def test_calibrate_takes_bands_and_limit_intervals_out_of_sample(cases) -> None:
-    slo = Slo(ttft_s=0.5, tpot_s=0.05, stat="mean")
+    slo = SLO(ttft_s=0.5, tpot_s=0.05, statistic="mean")
     fit = calibrate(cases, start=TRUTH, free=("u_compute", "u_hbm"), slo=slo, intervals="sweep")
     h = fit.provenance["held_out"]
     assert h["by"] == "sweep" and h["groups"] == 6  # three setups x two shapes, four levels each

@@ -10,16 +10,16 @@ import pytest
 
 from gpucap.calibration.calibrate import calibrate
 from gpucap.calibration.history import HISTORY_NAME, append_history, calibration_history, history_limits, what_changed
-from gpucap.calibration.limits import Slo
 from gpucap.calibration.validate import synthetic_cases
 from gpucap.cli.main import main
+from gpucap.config import SLO
 from gpucap.physics.coefficients import Coefficients
 from gpucap.report.plots import history_figure
 
 TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3, t_seq_s=10e-6, t_request_s=0.01)
 SLOWER = dataclasses.replace(TRUTH, u_compute=0.45)  # the same box after, say, a power cap
 LEVELS = np.unique(np.round(np.geomspace(1, 256, 16)))
-SLO = Slo(1.0, 0.05)
+SLO = SLO(1.0, 0.05)
 
 
 def runs(truth: Coefficients, seed: int) -> pd.DataFrame:

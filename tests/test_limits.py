@@ -11,11 +11,12 @@ import pytest
 from gpucap.calibration.calibrate import calibrate
 from gpucap.calibration.fitchecks import sanity_flags
 from gpucap.calibration.fitresiduals import robust_cost
-from gpucap.calibration.limits import Slo, crossing, find_sweeps, predicted_limits, sweep_table
+from gpucap.calibration.limits import crossing, find_sweeps, predicted_limits, sweep_table
 from gpucap.calibration.loadtests import cases_from_runs
 from gpucap.calibration.results import read_results
 from gpucap.calibration.validate import synthetic_cases
 from gpucap.cli.main import main
+from gpucap.config import SLO
 from gpucap.physics.coefficients import Coefficients
 
 from .conftest import ROOT
@@ -45,7 +46,7 @@ def test_crossing_interpolates_like_a_load_test() -> None:
 
 def test_sweeps_are_one_configuration_at_several_loads(dense) -> None:
     extra = dense.iloc[[0]].assign(model="Qwen/Qwen3-8B")  # one load level: not a sweep
-    sweeps, skipped = find_sweeps(pd.concat([dense, extra]), Slo(1.0, 0.05))
+    sweeps, skipped = find_sweeps(pd.concat([dense, extra]), SLO(1.0, 0.05))
     assert len(sweeps) == 2 and all(len(s.loads) == len(LEVELS) for s in sweeps)
     assert len(skipped) == 1 and "one load level" in skipped[0] and "Qwen3-8B" in skipped[0]
     for s in sweeps:
@@ -53,7 +54,7 @@ def test_sweeps_are_one_configuration_at_several_loads(dense) -> None:
 
 
 def test_sweep_table_has_a_row_per_sweep_with_its_measured_limit(dense) -> None:
-    sweeps, _ = find_sweeps(dense, Slo(1.0, 0.05))
+    sweeps, _ = find_sweeps(dense, SLO(1.0, 0.05))
     table = sweep_table(sweeps)
     assert list(table.columns) == ["sweep", "loads", "measured limit", "status", "binds"]
     assert list(table["sweep"]) == [s.label for s in sweeps]
@@ -71,7 +72,7 @@ def test_measured_limit_from_cases_uses_itl_where_tpot_is_missing() -> None:
     online = cases[cases["load_mode"] == "poisson"]
     assert (online["tpot_from"] == "itl").all()
     assert np.allclose(online["tpot_median_ms"], online["itl_median_ms"])
-    sweeps, _ = find_sweeps(cases, Slo(0.5, 0.05, "median"))
+    sweeps, _ = find_sweeps(cases, SLO(0.5, 0.05, "median"))
     assert len(sweeps) == 4 and {s.x for s in sweeps} == {"request_rate"}
     # Llama-3.3-70B at ~510/510 tokens: ITL median 19.4 ms at 4 req/s, 70.8 ms at 8 (the files);
     # 50 ms is crossed at 4 + (50 - 19.42) / (70.76 - 19.42) x 4 = 6.38 req/s
@@ -81,7 +82,7 @@ def test_measured_limit_from_cases_uses_itl_where_tpot_is_missing() -> None:
 
 
 def test_fit_to_limits_alone_recovers_the_coefficient(dense) -> None:
-    slo = Slo(1.0, 0.05)
+    slo = SLO(1.0, 0.05)
     sweeps, _ = find_sweeps(dense, slo)
     assert (predicted_limits(sweeps, START, slo) < [s.measured.limit for s in sweeps]).all()  # slower start
     fit = calibrate(dense, start=START, free=("u_compute",), targets=("limits",), slo=slo)
@@ -93,7 +94,7 @@ def test_fit_to_limits_alone_recovers_the_coefficient(dense) -> None:
 
 
 def test_limits_weigh_like_their_sweeps(dense) -> None:
-    fit = calibrate(dense, start=START, free=("u_compute", "u_hbm"), targets=("runs", "limits"), slo=Slo(1.0, 0.05))
+    fit = calibrate(dense, start=START, free=("u_compute", "u_hbm"), targets=("runs", "limits"), slo=SLO(1.0, 0.05))
     runs = 2 * len(LEVELS) * 3  # every run gives throughput, TTFT and TPOT
     assert fit.n_residuals == runs + 2
     # the last two residuals are the limits, each times sqrt(its sweep's 75 run residuals)
@@ -103,21 +104,21 @@ def test_limits_weigh_like_their_sweeps(dense) -> None:
 
 def test_bad_limit_requests(dense) -> None:
     with pytest.raises(ValueError, match="targets must be"):
-        calibrate(dense, targets=("limitz",), slo=Slo(1.0, 0.05))
+        calibrate(dense, targets=("limitz",), slo=SLO(1.0, 0.05))
     with pytest.raises(ValueError, match="need the SLOs"):
         calibrate(dense, targets=("limits",))
     with pytest.raises(ValueError, match="no run meets"):
-        calibrate(dense, targets=("limits",), slo=Slo(0.001, 0.001))
+        calibrate(dense, targets=("limits",), slo=SLO(0.001, 0.001))
     with pytest.raises(ValueError, match="beyond the highest load tested"):
-        calibrate(dense, targets=("limits",), slo=Slo(1000.0, 10.0))
+        calibrate(dense, targets=("limits",), slo=SLO(1000.0, 10.0))
     with pytest.raises(ValueError, match="one load level"):
-        calibrate(dense[dense["concurrency"] == 8], targets=("runs", "limits"), slo=Slo(1.0, 0.05))
+        calibrate(dense[dense["concurrency"] == 8], targets=("runs", "limits"), slo=SLO(1.0, 0.05))
     with pytest.raises(ValueError, match="no mean TTFT and TPOT.*median"):
-        calibrate(cases_from_runs(read_results(DATACRUNCH).runs), targets=("limits",), slo=Slo(0.5, 0.05))
+        calibrate(cases_from_runs(read_results(DATACRUNCH).runs), targets=("limits",), slo=SLO(0.5, 0.05))
     with pytest.raises(ValueError, match="mean or median"):
-        Slo(1.0, 0.05, "p99")
+        find_sweeps(dense, SLO(1.0, 0.05, "p99"))
     with pytest.raises(ValueError, match="positive"):
-        Slo(0.0, 0.05)
+        SLO(0.0, 0.05)
 
 
 def test_unmeasured_metric_is_not_fitted_and_report_is_like_with_like(dense) -> None:
@@ -199,7 +200,7 @@ def test_a_run_that_spikes_is_left_out_of_the_limit(dense) -> None:
     """One run of a sweep with its TTFT 100x its neighbours' (a cold start, a stalled client):
     with it, the TTFT SLO is crossed at that run's load; left out (and named), the limit is the
     sweep's own."""
-    slo = Slo(1.0, 0.05)
+    slo = SLO(1.0, 0.05)
     clean, _ = find_sweeps(dense, slo)
     first = clean[0]
     at = first.positions[3]  # an early run, far below the limit

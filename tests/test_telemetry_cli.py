@@ -35,9 +35,14 @@ ROW = {
 
 @pytest.fixture(scope="module")
 def cpu_gpu():
-    from gpucap.catalog.gpus import add_gpu_file
+    """The capture's CPU device in the catalog for this module's tests only (the catalog is the
+    process's: left in, it would show in other tests' GPU lists)."""
+    from gpucap.catalog import gpus
 
-    add_gpu_file(CAPTURE / "gpus.csv")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gpus, "_ADDED_FILES", [])
+        gpus.add_gpu_file(CAPTURE / "gpus.csv")
+        yield
 
 
 def test_windows_and_memory_check_from_the_command_line(capsys, tmp_path) -> None:

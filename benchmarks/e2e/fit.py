@@ -27,12 +27,11 @@ import pandas as pd
 
 from gpucap.calibration import validate
 from gpucap.calibration.calibrate import calibrate
-from gpucap.calibration.limits import Slo
 from gpucap.calibration.loadtests import cases_from_runs
 from gpucap.calibration.results import read_results
 from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.lookup import load_model
-from gpucap.config import EngineConfig, Layout
+from gpucap.config import SLO, EngineConfig, Layout
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_breakdown
 from gpucap.units import GiB
@@ -169,7 +168,7 @@ def main() -> None:
         free=free,
         sources=sorted(map(str, args.results.glob("*.json"))),
         method="simulate",
-        slo=Slo(args.ttft_slo, args.tpot_slo, "mean"),
+        slo=SLO(args.ttft_slo, args.tpot_slo, "mean"),
     )
     after = validate.validate(cases, fit.coefficients)
     print(fit.report())

@@ -44,11 +44,12 @@ from suite import KEY, KV_GIB, NAME, Server, VllmServer, prepare, say  # noqa: E
 
 from gpucap.calibration.calibrate import calibrate  # noqa: E402
 from gpucap.calibration.fitlimits import limit_table  # noqa: E402
-from gpucap.calibration.limits import Slo, find_sweeps  # noqa: E402
+from gpucap.calibration.limits import find_sweeps  # noqa: E402
 from gpucap.calibration.loadtests import cases_from_runs  # noqa: E402
 from gpucap.calibration.results import read_results  # noqa: E402
 from gpucap.calibration.telemetryfit import TELEMETRY_FREE, fit_telemetry, weak_prior, window_targets  # noqa: E402
 from gpucap.calibration.validate import validate  # noqa: E402
+from gpucap.config import SLO  # noqa: E402
 from gpucap.physics.coefficients import Coefficients  # noqa: E402
 from gpucap.telemetry.memcheck import memory_check  # noqa: E402
 from gpucap.telemetry.scrapes import read_scrapes  # noqa: E402
@@ -162,7 +163,7 @@ def main() -> None:
         "",
     ]
 
-    slo = Slo(args.ttft_slo, args.tpot_slo, "mean")
+    slo = SLO(args.ttft_slo, args.tpot_slo, "mean")
     sweeps, why = find_sweeps(cases, slo)
     lt = copy.copy(tf.fit)
     lim = limit_table(sweeps, slo, start, lt.coefficients, lt.free, lt.covariance) if sweeps else pd.DataFrame()

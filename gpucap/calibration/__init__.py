@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from gpucap.calibration.history import append_history as append_history
     from gpucap.calibration.history import calibration_history as calibration_history
     from gpucap.calibration.history import what_changed as what_changed
-    from gpucap.calibration.limits import Slo as Slo
+    from gpucap.calibration.limits import check_limit_slo as check_limit_slo
     from gpucap.calibration.limits import find_sweeps as find_sweeps
     from gpucap.calibration.limits import sweep_table as sweep_table
     from gpucap.calibration.loadtests import cases_from_runs as cases_from_runs

@@ -56,7 +56,7 @@ from gpucap.calibration.heldout import (
     limit_intervals,
     run_coverage,
 )
-from gpucap.calibration.limits import Slo, Sweep, find_sweeps, predicted_limits
+from gpucap.calibration.limits import Sweep, find_sweeps, predicted_limits
 from gpucap.calibration.physical import (
     Ranges,
     cases_device,
@@ -68,6 +68,7 @@ from gpucap.calibration.physical import (
 )
 from gpucap.calibration.ranges import LEVEL, fit_bands
 from gpucap.calibration.validate import METRICS, measured_metrics, predict_prepared, prepare_cases
+from gpucap.config import SLO
 from gpucap.parallel import Runner, as_runner, progress_bar
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
 from gpucap.version import __version__
@@ -121,7 +122,7 @@ def _file_hash(path: str | Path) -> str:
 
 
 def _checked_arguments(
-    targets: tuple[str, ...], slo: Slo | None, free: tuple[str, ...], fixed: dict[str, float] | None
+    targets: tuple[str, ...], slo: SLO | None, free: tuple[str, ...], fixed: dict[str, float] | None
 ) -> tuple[str, ...]:
     """The free coefficients less the fixed ones; raises on unknown targets or coefficients, limits
     without SLOs, or nothing left to fit."""
@@ -129,7 +130,9 @@ def _checked_arguments(
     if bad or not targets:
         raise ValueError(f"targets must be one or more of {', '.join(TARGETS)}, got {', '.join(targets) or 'none'}")
     if "limits" in targets and slo is None:
-        raise ValueError("limits as targets need the SLOs they are measured at (slo=Slo(ttft_s, tpot_s, stat))")
+        raise ValueError(
+            "limits as targets need the SLOs they are measured at (slo=gpucap.SLO(ttft_s, tpot_s, statistic))"
+        )
     unknown = [n for n in (*free, *(fixed or {})) if n not in COEFFICIENT_INFO]
     if unknown:
         raise ValueError(f"unknown coefficient(s) {', '.join(unknown)}; known: {', '.join(COEFFICIENT_INFO)}")
@@ -167,7 +170,7 @@ def _fit_cases(cases: pd.DataFrame, metrics: tuple[str, ...]) -> FitCases:
 
 
 def _fit_targets(
-    cases: pd.DataFrame, targets: tuple[str, ...], slo: Slo | None, metrics: tuple[str, ...]
+    cases: pd.DataFrame, targets: tuple[str, ...], slo: SLO | None, metrics: tuple[str, ...]
 ) -> FitTargets:
     """The sweeps at ``slo`` and, with limits among the targets, those whose limits are fitted,
     each weighted by the square root of its runs' measured values (at least 1)."""
@@ -196,7 +199,7 @@ def _residual_function(
     start: Coefficients,
     free: tuple[str, ...],
     targets: tuple[str, ...],
-    slo: Slo | None,
+    slo: SLO | None,
     method: str,
     run: Runner | None = None,
     bar: Any = None,
@@ -288,7 +291,7 @@ def _held_out(
     data: FitCases,
     sweeps: FitTargets,
     by: str,
-    slo: Slo | None,
+    slo: SLO | None,
     method: str,
     refit: Callable[[pd.DataFrame], Coefficients],
     run: Runner,
@@ -333,7 +336,7 @@ def _provenance(
     sweeps: FitTargets,
     *,
     targets: tuple[str, ...],
-    slo: Slo | None,
+    slo: SLO | None,
     method: str,
     loss: str,
     sources: list[str] | None,
@@ -374,7 +377,7 @@ def calibrate(
     sources: list[str] | None = None,
     method: str = "closed-form",
     targets: tuple[str, ...] | list[str] = ("runs",),
-    slo: Slo | None = None,
+    slo: SLO | None = None,
     within_ranges: bool = False,
     ranges: str | Path | Ranges | None = None,
     compare_within: bool = True,

@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 
 from gpucap.calibration.fitresiduals import DIFF_STEP
-from gpucap.calibration.limits import LIMIT_STATS, Slo, Sweep, find_sweeps, predicted_limits
+from gpucap.calibration.limits import LIMIT_STATS, Sweep, find_sweeps, predicted_limits
+from gpucap.config import SLO
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
 
 
-def limit_targets(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[Sweep], list[str]]:
+def limit_targets(cases: pd.DataFrame, slo: SLO) -> tuple[list[Sweep], list[Sweep], list[str]]:
     """All sweeps, those with an interpolated measured limit (the fit's targets), and why others
     are not sweeps; raises when the limits cannot be targets."""
     given = [
@@ -21,10 +22,10 @@ def limit_targets(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[Swee
         for s in LIMIT_STATS
         if all(f"{m}_{s}_ms" in cases and cases[f"{m}_{s}_ms"].notna().any() for m in ("ttft", "tpot"))
     ]
-    if slo.stat not in given:
+    if slo.statistic not in given:
         has = f"they give the {' and the '.join(given)}" if given else "they give neither a mean nor a median of both"
         raise ValueError(
-            f"the runs report no {slo.stat} TTFT and TPOT ({has}); take the limits at a statistic they report"
+            f"the runs report no {slo.statistic} TTFT and TPOT ({has}); take the limits at a statistic they report"
         )
     sweeps, skipped = find_sweeps(cases, slo)
     if not sweeps:
@@ -50,7 +51,7 @@ def limit_targets(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[Swee
 
 def limit_table(
     sweeps: list[Sweep],
-    slo: Slo,
+    slo: SLO,
     default: Coefficients,
     fitted: Coefficients,
     free: tuple[str, ...] = (),

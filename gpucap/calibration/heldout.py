@@ -27,8 +27,9 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from gpucap.calibration.limits import Slo, Sweep, predicted_limits, sweep_labels
+from gpucap.calibration.limits import Sweep, predicted_limits, sweep_labels
 from gpucap.calibration.ranges import LEVEL, band_quantiles
+from gpucap.config import SLO
 from gpucap.parallel import Runner
 from gpucap.physics.coefficients import Coefficients
 
@@ -72,7 +73,7 @@ def held_out(
     refit: Callable[[pd.DataFrame], Coefficients],
     predict_log_ratios: Callable[[Coefficients, np.ndarray], pd.DataFrame],
     sweeps: list[Sweep],
-    slo: Slo | None,
+    slo: SLO | None,
     run: Runner | None = None,
 ) -> HeldOut:
     """Refit without each group of ``cases`` (``refit``: the cases to fit -> coefficients; one

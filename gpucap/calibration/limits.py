@@ -24,6 +24,7 @@ import pandas as pd
 from gpucap.calibration.cases import PreparedCase
 from gpucap.calibration.loadtests import MeasuredLimit, crossing, measured_limit
 from gpucap.calibration.validate import predict_prepared, prepare_case
+from gpucap.config import SLO
 from gpucap.physics.coefficients import Coefficients
 
 SWEEP_X = {"fixed-concurrency": "concurrency", "poisson": "request_rate"}
@@ -54,27 +55,15 @@ GRID_POINTS = 48  # predicted-limit grid, geometric between the ends below
 GRID_BELOW, GRID_ABOVE = 4.0, 4.0  # grid from lowest load / 4 to highest load x 4
 
 
-@dataclass(frozen=True)
-class Slo:
-    """Latency objectives a limit is measured against, on one statistic."""
-
-    ttft_s: float
-    tpot_s: float
-    stat: str = "mean"
-
-    def __post_init__(self) -> None:
-        for name in ("ttft_s", "tpot_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and np.isfinite(v) and v > 0):
-                raise ValueError(f"SLO {name} must be a positive number of seconds, got {v!r}")
-        if self.stat not in LIMIT_STATS:
-            raise ValueError(
-                f"limits as fit targets compare {' or '.join(LIMIT_STATS)} (the closed forms predict means), "
-                f"got stat {self.stat!r}"
-            )
-
-    def __str__(self) -> str:
-        return f"{self.stat} TTFT <= {self.ttft_s:g} s, TPOT <= {self.tpot_s * 1e3:g} ms"
+def check_limit_slo(slo: SLO) -> SLO:
+    """``slo`` when its statistic is one a limit can be fitted at: the closed forms predict
+    means (and medians where they are read as such), not tails."""
+    if slo.statistic not in LIMIT_STATS:
+        raise ValueError(
+            f"limits as fit targets compare {' or '.join(LIMIT_STATS)} (the closed forms predict means), "
+            f"got stat {slo.statistic!r}"
+        )
+    return slo
 
 
 @dataclass(frozen=True)
@@ -197,10 +186,12 @@ def sweep_labels(cases: pd.DataFrame) -> list[str]:
     return [" / ".join(row) for row in zip(*parts, strict=True)]
 
 
-def find_sweeps(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[str]]:
+def find_sweeps(cases: pd.DataFrame, slo: SLO) -> tuple[list[Sweep], list[str]]:
     """The sweeps in ``cases`` (the schema of measured-public.csv / ``cases_from_runs``) with the
     limit each measured at ``slo``, and one line for every group of runs that is not a sweep (one
-    load level) or whose limit cannot be found."""
+    load level) or whose limit cannot be found. ``slo``'s statistic: mean or median
+    (``check_limit_slo``)."""
+    check_limit_slo(slo)
     if cases.empty:
         return [], []
     df = cases.reset_index(drop=True)
@@ -222,19 +213,19 @@ def find_sweeps(cases: pd.DataFrame, slo: Slo) -> tuple[list[Sweep], list[str]]:
             if group.empty:
                 continue
             label = _label(group.iloc[0], x)
-            group, spikes = _without_spikes(group, x, slo.stat)
+            group, spikes = _without_spikes(group, x, slo.statistic)
             skipped += [f"{label}: {why}" for why in spikes]
             if group["_x"].nunique() < 2:
                 skipped.append(f"{label}: one load level ({group['_x'].iloc[0]:g}); a limit needs two or more")
                 continue
             try:
-                runs = _as_runs(group, x, slo.stat)
-                lim = measured_limit(runs, x=x, stat=slo.stat, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s)
+                runs = _as_runs(group, x, slo.statistic)
+                lim = measured_limit(runs, x=x, stat=slo.statistic, ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s)
             except ValueError as exc:
                 skipped.append(f"{label}: {exc}")
                 continue
             try:
-                grid, values = _grid(group.iloc[0], x, group["_x"].to_numpy(float), slo.stat)
+                grid, values = _grid(group.iloc[0], x, group["_x"].to_numpy(float), slo.statistic)
             except ValueError as exc:
                 skipped.append(f"{label}: cannot be predicted ({exc})")
                 continue
@@ -275,7 +266,7 @@ def _latencies(cases: list[PreparedCase], coef: Coefficients | None) -> tuple[np
     return pred["ttft_ms_predicted"].to_numpy(float) / 1e3, pred["tpot_ms_predicted"].to_numpy(float) / 1e3
 
 
-def _limit(s: Sweep, ttft: np.ndarray, tpot: np.ndarray, coef: Coefficients | None, slo: Slo) -> float:
+def _limit(s: Sweep, ttft: np.ndarray, tpot: np.ndarray, coef: Coefficients | None, slo: SLO) -> float:
     x = np.asarray(s.grid_loads)
     lim = min(crossing(x, ttft, slo.ttft_s), crossing(x, tpot, slo.tpot_s))
     if lim in (0.0, np.inf) or lim not in x:
@@ -300,7 +291,7 @@ def _limit(s: Sweep, ttft: np.ndarray, tpot: np.ndarray, coef: Coefficients | No
     return lo
 
 
-def predicted_limits(sweeps: list[Sweep], coef: Coefficients | None, slo: Slo) -> np.ndarray:
+def predicted_limits(sweeps: list[Sweep], coef: Coefficients | None, slo: SLO) -> np.ndarray:
     """The limit each sweep's configuration reaches in the model with ``coef`` (module
     docstring): 0 where one request already misses an SLO at the grid's lowest load, inf where
     the highest grid load still meets both."""
@@ -315,15 +306,16 @@ def predicted_limits(sweeps: list[Sweep], coef: Coefficients | None, slo: Slo) -
     return np.array(out)
 
 
-def deployment_sweep(row: pd.Series, slo: Slo, top: float) -> Sweep:
+def deployment_sweep(row: pd.Series, slo: SLO, top: float) -> Sweep:
     """A deployment that was not load-tested (``row``: the cases schema with its model, hardware,
     engine and lengths) as a closed-loop sweep from 1 to ``top`` requests in flight, so that its
     SLO-limited concurrency can be predicted like a measured sweep's (``predicted_limits``,
     ``gpucap.calibration.fitlimits.limit_table``); its measured limit is "not measured"."""
+    check_limit_slo(slo)
     row = row.copy()
     row["load_mode"] = "fixed-concurrency"
     loads = np.array([1.0, max(float(top), 2.0)])
-    grid, values = _grid(row, "concurrency", loads, slo.stat)
+    grid, values = _grid(row, "concurrency", loads, slo.statistic)
     return Sweep(
         label=_label(row, "concurrency"),
         x="concurrency",

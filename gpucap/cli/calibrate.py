@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucap.calibration.calibrate import DEFAULT_FREE
-from gpucap.calibration.limits import LIMIT_STATS, Slo
+from gpucap.calibration.limits import LIMIT_STATS
 from gpucap.cli.args import add_parallel, output_file, parallel_runner, positive_float, positive_int
+from gpucap.config import SLO
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 
@@ -164,7 +165,7 @@ def run(a: argparse.Namespace) -> int:
         sources=sources,
         method=a.method,
         targets=targets,
-        slo=Slo(a.ttft_slo, a.tpot_slo, a.stat),
+        slo=SLO(a.ttft_slo, a.tpot_slo, a.stat),
         intervals=a.intervals,
         n_jobs=run,
         progress=run.progress,

@@ -230,7 +230,7 @@ def _fit(
     import pandas as pd
 
     from gpucap.calibration.fitlimits import limit_table
-    from gpucap.calibration.limits import Slo, deployment_sweep
+    from gpucap.calibration.limits import deployment_sweep
     from gpucap.calibration.telemetryfit import (
         TELEMETRY_FREE,
         fit_telemetry,
@@ -238,6 +238,7 @@ def _fit(
         weak_prior,
         window_targets,
     )
+    from gpucap.config import SLO
     from gpucap.physics.coefficients import Coefficients
 
     start = Coefficients.resolve(a.coefficients, hw.engine.engine)
@@ -260,7 +261,7 @@ def _fit(
     )
     isl = float(pd.Series([t.case.input_len for t in targets]).mean()) if targets else float("nan")
     osl = float(pd.Series([t.case.output_len for t in targets]).mean()) if targets else float("nan")
-    slo = Slo(a.ttft_slo, a.tpot_slo, a.stat)
+    slo = SLO(a.ttft_slo, a.tpot_slo, a.stat)
     if targets:
         sweep_row = pd.Series(dict(row, isl=isl, osl=osl, front_end="http", length_dist="dataset"))
         sweep = deployment_sweep(sweep_row, slo, top=targets[0].case.max_running)
