@@ -29,6 +29,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,8 +37,9 @@ from gpucap.catalog.gpus import GPU, get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.catalog.models import ModelSpec
 from gpucap.catalog.vision import VisionEncoder
+from gpucap.options import option
 from gpucap.types import ENGINES, FRONT_ENDS, LENGTHS, MOE_BACKENDS, SAMPLERS, STATISTICS
-from gpucap.units import GiB
+from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM, GiB
 
 MAX_ROUTING_SKEW = 3.0  # a Zipf exponent past which one expert takes nearly every token
 ENCODER_TP_MODES = ("weights", "data")
@@ -80,25 +82,42 @@ class EngineConfig:
     (``gpucap.queueing.engine.Engine._preempt``).
     """
 
-    engine: str = "vllm"
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    gpu_memory_utilization: float | None = None
-    block_size: int | None = None
-    cuda_graphs: bool = True
+    engine: str = option("vllm", choices=ENGINES, help="the serving engine")
+    max_num_seqs: int | None = option(None, kind="positive_int", help="most requests running at once")
+    max_num_batched_tokens: int | None = option(None, kind="positive_int", help="tokens a step takes at most")
+    gpu_memory_utilization: float | None = option(
+        None, kind="positive_float", help="share of the GPU's memory the engine takes"
+    )
+    block_size: int | None = option(None, kind="positive_int", help="tokens a KV block holds")
+    cuda_graphs: bool = option(True, kind="no_switch", help="as vLLM --enforce-eager")
     runtime_overhead_bytes: float | None = None  # non-torch memory charged to the KV budget (resolve)
     # CUDA-graph pools: captures logged 0.09-3.45 GiB; vLLM's estimate charged from 0.20 logged
     # 0.13-1.2 GiB (data/memory/README.md). Kept at 1 GiB while the activation term falls short.
     cuda_graph_bytes: float = 1.0 * GiB
     kv_cache_memory_bytes: float | None = None  # vLLM --kv-cache-memory: the KV budget per GPU, as given
     nccl_bytes: float | None = None  # NCCL buffers charged to the KV budget when GPUs communicate (resolve)
-    overlap_host: bool | None = None
+    overlap_host: bool | None = option(
+        None, kind="no_switch", help="host work between steps, not beside them (vLLM 0.13 and earlier)"
+    )
     front_end: str = "http"
-    eplb: bool = False  # an expert-parallel load balancer (--enable-eplb): gpucap.physics.routing.ep_imbalance
+    # an expert-parallel load balancer (--enable-eplb): gpucap.physics.routing.ep_imbalance
+    eplb: bool = option(
+        False, kind="switch", flag="--enable-eplb", help="an expert-parallel load balancer evens the GPUs' expert loads"
+    )
     # how vLLM's sampler runs at its profiling run (SAMPLERS): "logits" for the V2 model runner,
     # "in-place" or "sort" for the V1 runner's top-k/top-p (gpucap.physics.memory.sampler_bytes_per_gpu)
-    sampler: str = "logits"
-    moe_backend: str = "auto"  # vLLM --moe-backend (MOE_BACKENDS): the MXFP4 experts' padding follows it
+    sampler: str = option(
+        "logits",
+        choices=SAMPLERS,
+        help="vLLM's sampler at start-up: logits (V2 runner, the default), in-place (V1 runner), "
+        "sort (V1 with PyTorch's sort: 0.11.1-0.16, or 0.10-0.11.0 without FlashInfer)",
+    )
+    # vLLM --moe-backend (MOE_BACKENDS): the MXFP4 experts' padding follows it
+    moe_backend: str = option(
+        "auto",
+        choices=MOE_BACKENDS,
+        help="as vLLM's option; sets how MXFP4 experts are padded (auto: the GPU's kernel)",
+    )
     prefix_caching: bool = True
 
     def __post_init__(self) -> None:
@@ -319,14 +338,25 @@ class Workload:
     length for all requests: the closed loop runs in waves, ``gpucap.physics.waves``).
     """
 
-    input_len: float
-    output_len: float
-    images_per_request: float = 0.0
-    image_size_px: int | tuple[int, int] | None = None
-    lengths: str = "varied"
-    prefix_tokens: float = 0.0  # a system prompt (inside input_len) in the prefix cache
-    prefix_share: float = 1.0  # share of requests that carry it
-    turns: int = 1  # turns per conversation; each turn's prompt carries the earlier turns
+    input_len: float = option(kind="positive_float", help="input tokens per request")
+    output_len: float = option(kind="positive_float", help="output tokens per request")
+    images_per_request: float = option(0.0, kind="float", help="images each request carries (multimodal)")
+    image_size_px: int | tuple[int, int] | None = option(
+        None, kind="image_size", help="image side, or HxW like 1080x1920"
+    )
+    lengths: str = option(
+        "varied",
+        choices=LENGTHS,
+        help="varied: traffic whose lengths differ (default); fixed: a fixed-length load test, whose closed loop "
+        "runs in waves (TTFT grows with the concurrency)",
+    )
+    prefix_tokens: float = option(
+        0.0, kind="float", help="a system prompt inside --input-len, kept in the prefix cache"
+    )
+    prefix_share: float = option(1.0, kind="float", help="share of requests that carry it (default 1)")
+    turns: int = option(
+        1, kind="positive_int", help="turns per conversation; each turn's prompt carries the earlier ones"
+    )
 
     def __post_init__(self) -> None:
         if self.lengths not in LENGTHS:
@@ -430,19 +460,32 @@ class Deployment:
     ``routing_skew``: Zipf exponent of a MoE router's expert popularity
     (``gpucap.physics.routing``). ``encoder_tp_mode``: how a vision encoder is split (``Images``)."""
 
-    model: str | Path | ModelSpec
-    gpu: str | GPU
-    num_gpus: int | None = None
-    tp: int = 1
-    pp: int = 1
-    ep: int = 1
-    attn_dp: int = 1
-    weight_dtype: str | None = None
-    kv_dtype: str = "auto"
+    model: str | Path | ModelSpec = option(help="catalog id (see `gpucap models`) or path to a config.json")
+    gpu: str | GPU = option(help="catalog key (see `gpucap gpus`)")
+    num_gpus: int | None = option(None, kind="positive_int", help="GPUs in all (default: one replica)")
+    tp: int = option(1, kind="positive_int", help="tensor-parallel GPUs of a replica")
+    pp: int = option(1, kind="positive_int", help="pipeline stages of a replica")
+    ep: int = option(1, kind="positive_int", help="GPUs the experts of a MoE layer are spread over")
+    attn_dp: int = option(
+        1,
+        kind="positive_int",
+        help="attention data-parallel copies: TensorRT-LLM's DEP8 is --tp 1 --ep 8 --attn-dp 8; SGLang's "
+        "--tp 8 --dp 8 --enable-dp-attention is --tp 8 --attn-dp 8 --num-gpus 8 (read as its convention)",
+    )
+    weight_dtype: str | None = option(
+        None,
+        choices=list(WEIGHT_BYTES_PER_PARAM),
+        help="weight format (default: the checkpoint's own, from its quantization_config; bf16 for most)",
+    )
+    kv_dtype: str = option("auto", choices=list(KV_BYTES_PER_ELEMENT), help="KV cache format (auto: the weights')")
     engine: str | EngineConfig = "vllm"
-    gpu_file: str | Path | None = None
-    routing_skew: float = 0.0
-    encoder_tp_mode: str = "weights"
+    gpu_file: str | Path | None = option(None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    routing_skew: float = option(
+        0.0, kind="float", help="MoE expert popularity as a Zipf exponent (0 uniform; ~0.5 DeepSeek-V3)"
+    )
+    encoder_tp_mode: str = option(
+        "weights", flag="--mm-encoder-tp-mode", choices=["weights", "data"], help="as vLLM's option"
+    )
 
     def split(self) -> tuple[Layout, str]:
         """The replica's layout, and a note when SGLang's convention was read (``split_of``)."""
@@ -450,20 +493,34 @@ class Deployment:
 
     def resolve(self) -> Hardware:
         """The checked ``Hardware`` of one replica: catalog entries looked up, the layout checked
-        against the model, the engine's defaults for this GPU filled in."""
+        against the model, the engine's defaults for this GPU filled in. ``weight_dtype`` None:
+        the checkpoint's own format (``ModelSpec.checkpoint_dtype``); ``routing_skew``: Zipf
+        exponent of a MoE router's expert popularity (``gpucap.physics.routing``)."""
         layout, _ = self.split()
-        return hardware(
-            self.model,
-            self.gpu,
-            tp=layout.tp,
-            pp=layout.pp,
-            ep=layout.ep,
-            attn_dp=layout.attn_dp,
-            weight_dtype=self.weight_dtype,
+        spec = load_model(self.model)
+        if self.routing_skew:
+            if not (spec.is_moe and 0 < self.routing_skew <= MAX_ROUTING_SKEW):
+                raise ValueError(
+                    f"routing_skew={self.routing_skew:g}: give a number in (0, {MAX_ROUTING_SKEW:g}] for a "
+                    f"mixture-of-experts model ({spec.name} is {'MoE' if spec.is_moe else 'dense'}); DeepSeek-V3's "
+                    "published popularity is ~0.52"
+                )
+            spec = dataclasses.replace(spec, routing_skew=float(self.routing_skew))
+        g = get_gpu(self.gpu, self.gpu_file)
+        if g.is_amd and self.kv_dtype == "fp8_e5m2":
+            raise ValueError(
+                f"kv_dtype fp8_e5m2 does not run on {g.key}: vLLM's ROCm KV-cache kernels take fp8 (= fp8_e4m3) "
+                "only (csrc/quantization/fp8/amd/quant_utils.cuh); use kv_dtype fp8 or auto"
+            )
+        layout.check(spec)
+        eng = EngineConfig(engine=self.engine) if isinstance(self.engine, str) else self.engine
+        return Hardware(
+            spec=spec,
+            gpu=g,
+            layout=layout,
+            weight_dtype=self.weight_dtype or spec.checkpoint_dtype,
             kv_dtype=self.kv_dtype,
-            engine=self.engine,
-            gpu_file=self.gpu_file,
-            routing_skew=self.routing_skew,
+            engine=eng.resolve(g),
         )
 
     def replicas(self, layout: Layout) -> int:
@@ -480,41 +537,7 @@ class Deployment:
         return num_gpus // per_replica
 
 
-def hardware(
-    model: str | Path | ModelSpec,
-    gpu: str | GPU,
-    *,
-    tp: int = 1,
-    pp: int = 1,
-    ep: int = 1,
-    attn_dp: int = 1,
-    weight_dtype: str | None = None,
-    kv_dtype: str = "auto",
-    engine: str | EngineConfig = "vllm",
-    gpu_file: str | Path | None = None,
-    routing_skew: float = 0.0,
-) -> Hardware:
-    """Resolve names into a checked ``Hardware`` (model, GPU, layout, formats, engine knobs).
-    ``weight_dtype`` None: the checkpoint's own format (``ModelSpec.checkpoint_dtype``).
-    ``routing_skew``: Zipf exponent of a MoE router's expert popularity (``gpucap.physics.routing``)."""
-    spec = load_model(model)
-    if routing_skew:
-        if not (spec.is_moe and 0 < routing_skew <= MAX_ROUTING_SKEW):
-            raise ValueError(
-                f"routing_skew={routing_skew:g}: give a number in (0, {MAX_ROUTING_SKEW:g}] for a mixture-of-experts "
-                f"model ({spec.name} is {'MoE' if spec.is_moe else 'dense'}); DeepSeek-V3's published popularity is ~0.52"
-            )
-        spec = dataclasses.replace(spec, routing_skew=float(routing_skew))
-    weight_dtype = weight_dtype or spec.checkpoint_dtype
-    g = get_gpu(gpu, gpu_file)
-    if g.is_amd and kv_dtype == "fp8_e5m2":
-        raise ValueError(
-            f"kv_dtype fp8_e5m2 does not run on {g.key}: vLLM's ROCm KV-cache kernels take fp8 (= fp8_e4m3) "
-            "only (csrc/quantization/fp8/amd/quant_utils.cuh); use kv_dtype fp8 or auto"
-        )
-    layout = Layout(tp=tp, pp=pp, ep=ep, attn_dp=attn_dp)
-    layout.check(spec)
-    eng = EngineConfig(engine=engine) if isinstance(engine, str) else engine
-    return Hardware(
-        spec=spec, gpu=g, layout=layout, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=eng.resolve(g)
-    )
+def hardware(model: str | Path | ModelSpec, gpu: str | GPU, **knobs: Any) -> Hardware:
+    """One replica's checked ``Hardware``: ``Deployment(model, gpu, **knobs).resolve()``, the
+    knobs named as ``Deployment``'s fields (``tp``, ``weight_dtype``, ``engine``, ...)."""
+    return Deployment(model, gpu, **knobs).resolve()

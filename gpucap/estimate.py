@@ -28,8 +28,9 @@ from gpucap.calibration.ranges import (
 )
 from gpucap.catalog.gpus import GPU
 from gpucap.catalog.models import ModelSpec
-from gpucap.config import SLO, Deployment, EngineConfig, Hardware, Images, OperatingPoint, Workload
+from gpucap.config import SLO, Deployment, Hardware, Images, OperatingPoint, Workload
 from gpucap.errors import DoesNotFit
+from gpucap.options import route
 from gpucap.physics.batching import Extras, LoadPoint, open_loop, take
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.concurrency import (
@@ -119,30 +120,19 @@ def estimate(
     *,
     input_len: float,
     output_len: float,
-    tp: int = 1,
-    pp: int = 1,
-    ep: int = 1,
-    attn_dp: int = 1,
-    weight_dtype: str | None = None,
-    kv_dtype: str = "auto",
     concurrency: float | None = None,
     request_rate: float | None = None,
     ttft_slo_s: float = 2.0,
     tpot_slo_s: float = 0.1,
-    engine: str | EngineConfig = "vllm",
     coefficients: Coefficients | str | Path | None = None,
-    gpu_file: str | Path | None = None,
-    images_per_request: float = 0.0,
-    image_size_px: int | tuple[int, int] | None = None,
-    encoder_tp_mode: str = "weights",
     speculative: Speculative | None = None,
-    lengths: str = "varied",
-    routing_skew: float = 0.0,
-    prefix_tokens: float = 0.0,
-    prefix_share: float = 1.0,
-    turns: int = 1,
+    **knobs: Any,
 ) -> Estimate:
-    """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``.
+    """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``; ``knobs`` are the
+    fields of ``Deployment`` (``tp``, ``pp``, ``ep``, ``attn_dp``, ``weight_dtype``, ``kv_dtype``,
+    ``engine``, ``gpu_file``, ``routing_skew``, ``encoder_tp_mode``) and of ``Workload``
+    (``lengths``, ``images_per_request``, ``image_size_px``, ``prefix_tokens``, ``prefix_share``,
+    ``turns``), by name.
 
     The GPUs form ``num_gpus / (tp x pp x attn_dp)`` replicas. Concurrency (given and reported)
     counts requests across all replicas. The speed is evaluated at ``concurrency`` requests kept
@@ -166,31 +156,9 @@ def estimate(
     carries the earlier turns (``input_len`` is then a turn's new tokens, system prompt
     included). Cached tokens skip the prefill; the system prompt's KV is held once for all.
     """
-    deployment = Deployment(
-        model,
-        gpu,
-        num_gpus,
-        tp=tp,
-        pp=pp,
-        ep=ep,
-        attn_dp=attn_dp,
-        weight_dtype=weight_dtype,
-        kv_dtype=kv_dtype,
-        engine=engine,
-        gpu_file=gpu_file,
-        routing_skew=routing_skew,
-        encoder_tp_mode=encoder_tp_mode,
-    )
-    workload = Workload(
-        float(input_len),
-        float(output_len),
-        images_per_request=images_per_request,
-        image_size_px=image_size_px,
-        lengths=lengths,
-        prefix_tokens=float(prefix_tokens),
-        prefix_share=float(prefix_share),
-        turns=turns,
-    )
+    deploy_knobs, workload_knobs = route(knobs, Deployment, Workload)
+    deployment = Deployment(model, gpu, num_gpus, **deploy_knobs)
+    workload = Workload(float(input_len), float(output_len), **workload_knobs)
     return estimate_for(
         deployment,
         workload,

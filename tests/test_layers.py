@@ -13,7 +13,7 @@ here with the file, the line and the two layers named.
     physics                       memory, step time, batching
     config                        Deployment, Workload, SLO, Layout, EngineConfig, Hardware
     catalog                       GPUs, models, prices (data read, no physics)
-    base                          units, types, errors, text files, version, data, the parallel map, the lazy public names
+    base                          units, types, errors, text files, version, data, the parallel map, the lazy public names, the fields' options
 
 Imports inside functions count the same as those at the top of a module; imports for type
 hints only (under ``if TYPE_CHECKING:``) never run and are not arrows.
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpucap"
-BASE = {"units", "textfiles", "types", "errors", "version", "parallel", "lazy"}
+BASE = {"units", "textfiles", "types", "errors", "version", "parallel", "lazy", "options"}
 RANK = {
     "base": 0,
     "catalog": 1,

@@ -11,23 +11,13 @@ from typing import Any
 
 from gpucap.calibration.startuplog import StartupMemory, compare_text, read_startup_log
 from gpucap.cli.args import positive_float, positive_int
+from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig, OperatingPoint, Workload
 from gpucap.estimate import estimate_for
+from gpucap.options import options_of
 from gpucap.physics.speculative import Speculative, acceptance_length
 from gpucap.report.text import estimate_to_dict, format_estimate
-from gpucap.types import ENGINES, LENGTHS, MOE_BACKENDS, SAMPLERS
-from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM, GiB
-
-
-def _image_size(text: str) -> int | tuple[int, int]:
-    """``1344`` (a square side) or ``1080x1920`` (height x width), pixels."""
-    try:
-        parts = [int(p) for p in text.lower().split("x")]
-    except ValueError:
-        parts = []
-    if len(parts) not in (1, 2) or min(parts) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an image size; give a side like 1344 or HxW like 1080x1920")
-    return parts[0] if len(parts) == 1 else (parts[0], parts[1])
+from gpucap.units import GiB
 
 
 def _speculative(a: argparse.Namespace) -> Speculative | None:
@@ -53,37 +43,15 @@ def _speculative(a: argparse.Namespace) -> Speculative | None:
     )
 
 
+# given, or read from a start-up log (``deployment``)
+FROM_LOG = ("sampler", "moe_backend")
+ENGINE = tuple(name for name in options_of(EngineConfig) if name not in FROM_LOG)
+
+
 def add_parser(sub: Any) -> None:
     e = sub.add_parser("estimate", help="memory, per-resource concurrency, recommendation, speed")
-    e.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
-    e.add_argument("--gpu", required=True, help="catalog key (see `gpucap gpus`)")
-    e.add_argument("--num-gpus", type=positive_int, default=None, help="GPUs in all (default: one replica)")
-    e.add_argument("--tp", type=positive_int, default=1)
-    e.add_argument("--pp", type=positive_int, default=1)
-    e.add_argument("--ep", type=positive_int, default=1)
-    e.add_argument(
-        "--attn-dp",
-        type=positive_int,
-        default=1,
-        help="attention data-parallel copies: TensorRT-LLM's DEP8 is --tp 1 --ep 8 --attn-dp 8; SGLang's "
-        "--tp 8 --dp 8 --enable-dp-attention is --tp 8 --attn-dp 8 --num-gpus 8 (read as its convention)",
-    )
-    e.add_argument(
-        "--weight-dtype",
-        default=None,
-        choices=list(WEIGHT_BYTES_PER_PARAM),
-        help="weight format (default: the checkpoint's own, from its quantization_config; bf16 for most)",
-    )
-    e.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
-    e.add_argument("--input-len", type=positive_float, required=True, help="input tokens per request")
-    e.add_argument("--output-len", type=positive_float, required=True, help="output tokens per request")
-    e.add_argument(
-        "--lengths",
-        default="varied",
-        choices=list(LENGTHS),
-        help="varied: traffic whose lengths differ (default); fixed: a fixed-length load test, whose closed loop "
-        "runs in waves (TTFT grows with the concurrency)",
-    )
+    add_options(e, Deployment)
+    add_options(e, Workload)
     load = e.add_mutually_exclusive_group()
     load.add_argument("--concurrency", type=positive_float, default=None, help="requests in flight, all replicas")
     load.add_argument(
@@ -91,12 +59,8 @@ def add_parser(sub: Any) -> None:
     )
     e.add_argument("--ttft-slo", type=positive_float, default=2.0, help="seconds (default 2)")
     e.add_argument("--tpot-slo", type=positive_float, default=0.1, help="seconds (default 0.1)")
-    e.add_argument("--engine", default="vllm", choices=list(ENGINES))
-    e.add_argument("--max-num-seqs", type=positive_int, default=None)
-    e.add_argument("--max-num-batched-tokens", type=positive_int, default=None)
-    e.add_argument("--gpu-memory-utilization", type=positive_float, default=None)
-    e.add_argument("--block-size", type=positive_int, default=None)
-    e.add_argument("--no-cuda-graphs", action="store_true", help="as vLLM --enforce-eager")
+    add_options(e, EngineConfig, ENGINE)
+    add_options(e, EngineConfig, FROM_LOG, defaults=dict.fromkeys(FROM_LOG))  # default: the log's, else the field's
     kv = e.add_mutually_exclusive_group()
     kv.add_argument(
         "--kv-cache-memory", type=positive_float, default=None, help="KV budget per GPU, GiB (as vLLM's option)"
@@ -104,42 +68,7 @@ def add_parser(sub: Any) -> None:
     kv.add_argument(
         "--startup-log", default=None, help="a vLLM start-up log: its KV budget is used, each term compared"
     )
-    e.add_argument(
-        "--sampler",
-        default=None,
-        choices=list(SAMPLERS),
-        help="vLLM's sampler at start-up: logits (V2 runner, the default), in-place (V1 runner), "
-        "sort (V1 with PyTorch's sort: 0.11.1-0.16, or 0.10-0.11.0 without FlashInfer); "
-        "default: what --startup-log shows, else logits",
-    )
-    e.add_argument(
-        "--moe-backend",
-        default=None,
-        choices=list(MOE_BACKENDS),
-        help="as vLLM's option; sets how MXFP4 experts are padded (default: what --startup-log "
-        "names, else auto, the GPU's kernel)",
-    )
-    e.add_argument(
-        "--enable-eplb", action="store_true", help="an expert-parallel load balancer evens the GPUs' expert loads"
-    )
-    e.add_argument(
-        "--routing-skew",
-        type=float,
-        default=0.0,
-        help="MoE expert popularity as a Zipf exponent (0 uniform; ~0.5 DeepSeek-V3)",
-    )
     e.add_argument("--coefficients", default=None, help="calibration JSON")
-    e.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
-    e.add_argument(
-        "--prefix-tokens", type=float, default=0.0, help="a system prompt inside --input-len, kept in the prefix cache"
-    )
-    e.add_argument("--prefix-share", type=float, default=1.0, help="share of requests that carry it (default 1)")
-    e.add_argument(
-        "--turns", type=int, default=1, help="turns per conversation; each turn's prompt carries the earlier ones"
-    )
-    e.add_argument("--images-per-request", type=float, default=0.0, help="images each request carries (multimodal)")
-    e.add_argument("--image-size-px", type=_image_size, default=None, help="image side, or HxW like 1080x1920")
-    e.add_argument("--mm-encoder-tp-mode", default="weights", choices=["weights", "data"], help="as vLLM's option")
     e.add_argument("--speculative-draft-tokens", type=positive_int, default=None, help="k tokens drafted per step")
     tau = e.add_mutually_exclusive_group()
     tau.add_argument("--speculative-acceptance-length", type=positive_float, default=None, help="tau, bonus included")
@@ -167,48 +96,20 @@ def _kv_cache_memory_bytes(a: argparse.Namespace, logged: StartupMemory | None) 
 
 
 def deployment(a: argparse.Namespace, logged: StartupMemory | None = None) -> Deployment:
-    """The deployment the options describe: model, GPUs, split, formats and engine knobs."""
+    """The deployment the options describe: model, GPUs, split, formats and engine knobs; the
+    sampler and MoE backend, when not given, as the start-up log shows them."""
     engine = EngineConfig(
         kv_cache_memory_bytes=_kv_cache_memory_bytes(a, logged),
-        engine=a.engine,
-        max_num_seqs=a.max_num_seqs,
-        max_num_batched_tokens=a.max_num_batched_tokens,
-        gpu_memory_utilization=a.gpu_memory_utilization,
-        block_size=a.block_size,
-        cuda_graphs=not a.no_cuda_graphs,
-        eplb=a.enable_eplb,
+        **values(a, EngineConfig, ENGINE),
         sampler=a.sampler or (logged and logged.sampler) or EngineConfig.sampler,
         moe_backend=a.moe_backend or (logged and logged.moe_backend) or EngineConfig.moe_backend,
     )
-    return Deployment(
-        a.model,
-        a.gpu,
-        a.num_gpus,
-        tp=a.tp,
-        pp=a.pp,
-        ep=a.ep,
-        attn_dp=a.attn_dp,
-        weight_dtype=a.weight_dtype,
-        kv_dtype=a.kv_dtype,
-        engine=engine,
-        gpu_file=a.gpu_file,
-        routing_skew=a.routing_skew,
-        encoder_tp_mode=a.mm_encoder_tp_mode,
-    )
+    return Deployment(**values(a, Deployment), engine=engine)
 
 
 def workload(a: argparse.Namespace) -> Workload:
     """The requests the options describe: lengths, images, prefix cache, turns."""
-    return Workload(
-        a.input_len,
-        a.output_len,
-        images_per_request=a.images_per_request,
-        image_size_px=a.image_size_px,
-        lengths=a.lengths,
-        prefix_tokens=a.prefix_tokens,
-        prefix_share=a.prefix_share,
-        turns=a.turns,
-    )
+    return Workload(**values(a, Workload))
 
 
 def run(a: argparse.Namespace) -> int:

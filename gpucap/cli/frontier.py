@@ -9,26 +9,26 @@ import math
 from typing import Any
 
 from gpucap.cli.args import names, positive_float, positive_ints
-from gpucap.config import EngineConfig
+from gpucap.cli.fields import add_options
+from gpucap.config import Deployment, EngineConfig, Workload
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.interactivity import interactivity_frontier
-from gpucap.types import ENGINES, LENGTHS
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("frontier", help="tokens/s per GPU against tokens/s per user, and the Pareto front")
-    p.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
+    add_options(p, Deployment, ("model",))
     p.add_argument("--gpus", type=names, required=True, help="GPU keys, comma-separated (see `gpucap gpus`)")
     p.add_argument("--tp", type=positive_ints, default=[1, 2, 4, 8], help="tensor-parallel sizes to try (1,2,4,8)")
     p.add_argument("--weight-dtypes", type=names, default=None, help="formats to try (default: the checkpoint's)")
     p.add_argument("--input-len", type=positive_float, required=True, help="prompt tokens")
     p.add_argument("--output-len", type=positive_float, required=True, help="output tokens")
     p.add_argument("--ttft-slo", type=positive_float, default=None, help="seconds; points above it leave the front")
-    p.add_argument("--lengths", default="varied", choices=list(LENGTHS), help="varied traffic or a fixed-length test")
-    p.add_argument("--engine", default="vllm", choices=list(ENGINES))
+    add_options(p, Workload, ("lengths",))
+    add_options(p, EngineConfig, ("engine",))
     p.add_argument("--coefficients", default=None, help="calibration JSON")
     p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
-    p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    add_options(p, Deployment, ("gpu_file",))
     p.add_argument("--all", action="store_true", help="print every point, not only the Pareto front")
     p.add_argument("--json", action="store_true", help="every point as JSON records")
 

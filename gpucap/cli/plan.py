@@ -20,20 +20,21 @@ from gpucap.cli.args import (
     positive_int,
     positive_ints,
 )
-from gpucap.config import SLO
+from gpucap.cli.fields import add_options
+from gpucap.config import SLO, Deployment, EngineConfig
 from gpucap.planning.capacity import Headroom
 from gpucap.planning.commands import VerifyCommands, plan_commands
 from gpucap.planning.result import Plan, Target
 from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Search, plan_for
 from gpucap.queueing.lengths import Lengths
-from gpucap.types import ENGINES, STATISTICS
+from gpucap.types import STATISTICS
 
 EXIT_NOTHING_FITS = 3
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="GPU type, count, split, replicas and cost for a target load within SLOs")
-    p.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
+    add_options(p, Deployment, ("model",))
     target = p.add_mutually_exclusive_group()
     target.add_argument("--target-rps", type=positive_float, help="requests per second, all replicas")
     target.add_argument("--target-concurrency", type=positive_float, help="requests in flight, all replicas")
@@ -82,9 +83,9 @@ def add_parser(sub: Any) -> None:
         "--burst-margin", type=non_negative_float, default=0.2, help="capacity above the target, 0.2 = 20%% (default)"
     )
     p.add_argument("--burstiness", type=positive_float, default=1.0, help="gamma arrivals; 1 = Poisson, < 1 burstier")
-    p.add_argument("--engine", default="vllm", choices=list(ENGINES))
+    add_options(p, EngineConfig, ("engine",))
     p.add_argument("--coefficients", default=None, help="calibration JSON")
-    p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
+    add_options(p, Deployment, ("gpu_file",))
     p.add_argument(
         "--simulate-top",
         type=count,

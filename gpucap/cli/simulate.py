@@ -9,30 +9,23 @@ import math
 from typing import Any
 
 from gpucap.cli.args import positive_float, positive_int
-from gpucap.config import EngineConfig, hardware
+from gpucap.cli.fields import add_options, values
+from gpucap.config import Deployment, EngineConfig
 from gpucap.queueing.benchstats import METRIC_NAMES
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import ARRIVALS, LOAD_MODES, Load
 from gpucap.queueing.simulate import run_benchmark
-from gpucap.types import ENGINES, STATISTICS
-from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
+from gpucap.types import STATISTICS
 
 LENGTH_KINDS = ("fixed", "range", "dataset")
+DEPLOYMENT = ("model", "gpu", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "gpu_file")
+ENGINE = ("engine", "max_num_seqs", "max_num_batched_tokens", "overlap_host")
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("simulate", help="one load-test run step by step: TTFT/TPOT/ITL as vllm bench serve reports")
-    p.add_argument("--model", required=True, help="catalog id (see `gpucap models`) or path to a config.json")
-    p.add_argument("--gpu", required=True, help="catalog key (see `gpucap gpus`)")
-    p.add_argument("--tp", type=positive_int, default=1)
-    p.add_argument("--pp", type=positive_int, default=1)
-    p.add_argument("--ep", type=positive_int, default=1)
-    p.add_argument("--weight-dtype", default="bf16", choices=list(WEIGHT_BYTES_PER_PARAM))
-    p.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
-    p.add_argument("--engine", default="vllm", choices=list(ENGINES))
-    p.add_argument("--max-num-seqs", type=positive_int, default=None)
-    p.add_argument("--max-num-batched-tokens", type=positive_int, default=None)
-    p.add_argument("--no-overlap-host", action="store_true", help="host work between steps (vLLM <= 0.11)")
+    add_options(p, Deployment, DEPLOYMENT)
+    add_options(p, EngineConfig, ENGINE)
     p.add_argument("--offline", action="store_true", help="no HTTP server (trtllm-bench, vllm bench throughput)")
     p.add_argument("--mode", required=True, help=f"load mode: {', '.join(LOAD_MODES)}")
     p.add_argument("--num-prompts", type=positive_int, required=True)
@@ -46,7 +39,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--range-ratio", type=float, default=0.0, help="--random-range-ratio with --lengths range")
     p.add_argument("--stat", default="mean", help=f"statistic shown first: {', '.join(STATISTICS)}")
     p.add_argument("--coefficients", default=None, help="calibration JSON")
-    p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
 
@@ -85,17 +77,8 @@ def run(a: argparse.Namespace) -> int:
         raise ValueError(f"unknown --stat {a.stat!r}; use one of {', '.join(STATISTICS)}")
     load = _load(a)
     inp, out = _lengths(a)
-    engine = EngineConfig(
-        engine=a.engine,
-        max_num_seqs=a.max_num_seqs,
-        max_num_batched_tokens=a.max_num_batched_tokens,
-        overlap_host=False if a.no_overlap_host else None,
-        front_end="offline" if a.offline else "http",
-    )
-    hw = hardware(
-        a.model, a.gpu, tp=a.tp, pp=a.pp, ep=a.ep, weight_dtype=a.weight_dtype, kv_dtype=a.kv_dtype,
-        engine=engine, gpu_file=a.gpu_file,
-    )  # fmt: skip
+    engine = EngineConfig(**values(a, EngineConfig, ENGINE), front_end="offline" if a.offline else "http")
+    hw = Deployment(**values(a, Deployment, DEPLOYMENT), engine=engine).resolve()
     coef = Coefficients.resolve(a.coefficients, a.engine)
     result = run_benchmark(hw, coef, load, input_len=inp, output_len=out, seed=a.seed)
     if a.json:

@@ -1,0 +1,99 @@
+"""Command-line options made from the config objects' fields (``gpucap.options.option``): each
+field's flag, help, kind and choices are declared once, on the field, and a command offers the
+fields it takes by name. ``values`` reads them back as keywords of the config object."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from gpucap.cli.args import positive_float, positive_int
+from gpucap.options import options_of
+
+
+def _finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number")
+    return v
+
+
+def image_size(text: str) -> int | tuple[int, int]:
+    """``1344`` (a square side) or ``1080x1920`` (height x width), pixels."""
+    try:
+        parts = [int(p) for p in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an image size; give a side like 1344 or HxW like 1080x1920")
+    return parts[0] if len(parts) == 1 else (parts[0], parts[1])
+
+
+PARSERS: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "float": _finite_float,
+    "positive_float": positive_float,
+    "positive_int": positive_int,
+    "image_size": image_size,
+}
+
+
+def flag_of(name: str, meta: Mapping[str, Any]) -> str:
+    """The field's flag: its own, or ``--`` and the name with dashes (``--no-`` for a field that
+    is on unless turned off)."""
+    if meta["flag"]:
+        return str(meta["flag"])
+    dashed = name.replace("_", "-")
+    return f"--no-{dashed}" if meta["kind"] == "no_switch" else f"--{dashed}"
+
+
+def add_options(
+    parser: argparse.ArgumentParser | Any,
+    cls: type,
+    names: Iterable[str] | None = None,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+) -> None:
+    """Add an option to ``parser`` for each of ``names`` (default: every field of ``cls``
+    declared with ``option``, so that a field added there is offered here); ``defaults``
+    overrides a field's default on this command (None: given or not, the command decides)."""
+    declared = options_of(cls)
+    for name in declared if names is None else names:
+        if name not in declared:
+            raise KeyError(f"{cls.__name__}.{name} is not declared with gpucap.options.option")
+        meta = declared[name]
+        default = _field_default(cls, name)
+        if defaults and name in defaults:
+            default = defaults[name]
+        flag, kind = flag_of(name, meta), meta["kind"]
+        if kind == "switch":
+            parser.add_argument(flag, dest=name, action="store_true", help=meta["help"])
+        elif kind == "no_switch":
+            parser.add_argument(flag, dest=name, action="store_false", help=meta["help"])
+        elif default is _REQUIRED:
+            parser.add_argument(
+                flag, dest=name, type=PARSERS[kind], choices=meta["choices"], required=True, help=meta["help"]
+            )
+        else:
+            parser.add_argument(
+                flag, dest=name, type=PARSERS[kind], choices=meta["choices"], default=default, help=meta["help"]
+            )
+
+
+def values(args: argparse.Namespace, cls: type, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """``{name: value}`` of the options ``add_options`` added for ``cls`` (the same ``names``),
+    as keywords of the config object."""
+    return {name: getattr(args, name) for name in (options_of(cls) if names is None else names)}
+
+
+_REQUIRED = object()
+
+
+def _field_default(cls: type, name: str) -> Any:
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return _REQUIRED if f.default is dataclasses.MISSING else f.default

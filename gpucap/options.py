@@ -1,0 +1,60 @@
+"""A config field that carries what it takes to offer it to a user: its help, its command-line
+flag, the kind of value it takes and its choices. The config objects (``gpucap.config``) declare
+their inputs once with ``option``; the command line builds its options from them
+(``gpucap.cli.fields``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+# what a value is, as the command line parses it
+KINDS = (
+    "str",
+    "float",  # any finite number
+    "positive_float",
+    "positive_int",
+    "switch",  # a bool that is False unless its flag is given
+    "no_switch",  # a bool that is True unless its flag (--no-...) is given
+    "image_size",  # a side (1344) or height x width (1080x1920), pixels
+)
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    kind: str = "str",
+    flag: str | None = None,
+    choices: Sequence[str] | None = None,
+) -> Any:
+    """``dataclasses.field(default=default)`` with the field's ``help``, ``kind`` (``KINDS``),
+    command-line ``flag`` (default ``--`` and the name with dashes) and ``choices`` in its
+    metadata. A field without a default is required."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    meta = {"help": help, "kind": kind, "flag": flag, "choices": tuple(choices) if choices is not None else None}
+    return dataclasses.field(default=default, metadata={"option": meta})
+
+
+def options_of(cls: type) -> dict[str, dict[str, Any]]:
+    """``{field name: its option metadata}`` of a dataclass, in field order, for the fields
+    declared with ``option``."""
+    return {f.name: dict(f.metadata["option"]) for f in dataclasses.fields(cls) if "option" in f.metadata}
+
+
+def route(knobs: dict[str, Any], *classes: type) -> list[dict[str, Any]]:
+    """``knobs`` split by the config class whose field each names (the first of ``classes`` that
+    has it), one dict per class; a name no class has raises ``TypeError`` listing those that
+    are."""
+    fields = [{f.name for f in dataclasses.fields(cls)} for cls in classes]
+    out: list[dict[str, Any]] = [{} for _ in classes]
+    for name, value in knobs.items():
+        k = next((i for i, names in enumerate(fields) if name in names), None)
+        if k is None:
+            known = sorted(set().union(*fields))
+            raise TypeError(f"unknown keyword {name!r}; the knobs are {', '.join(known)}")
+        out[k][name] = value
+    return out
