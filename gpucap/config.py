@@ -105,7 +105,7 @@ class EngineConfig:
         False, kind="switch", flag="--enable-eplb", help="an expert-parallel load balancer evens the GPUs' expert loads"
     )
     # how vLLM's sampler runs at its profiling run (SAMPLERS): "logits" for the V2 model runner,
-    # "in-place" or "sort" for the V1 runner's top-k/top-p (gpucap.physics.memory.sampler_bytes_per_gpu)
+    # "in-place" or "sort" for the V1 runner's top-k/top-p (gpucap.physics.activations.sampler_bytes_per_gpu)
     sampler: str = option(
         "logits",
         choices=SAMPLERS,

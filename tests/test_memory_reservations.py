@@ -14,13 +14,8 @@ from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.cli.main import main
 from gpucap.config import RUNTIME_OVERHEAD_BYTES, EngineConfig, Layout, hardware
-from gpucap.physics.memory import (
-    activation_bytes_per_gpu,
-    forward_activation_bytes_per_gpu,
-    hardware_memory,
-    memory_breakdown,
-    sampler_bytes_per_gpu,
-)
+from gpucap.physics.activations import activation_bytes_per_gpu, forward_activation_bytes_per_gpu, sampler_bytes_per_gpu
+from gpucap.physics.memory import hardware_memory, memory_breakdown
 from gpucap.units import GiB
 
 H100 = get_gpu("H100-SXM-80GB")

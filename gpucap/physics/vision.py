@@ -190,6 +190,6 @@ def encoder_cache_bytes(enc: VisionEncoder, tokens_per_image: int, max_num_batch
 def encoder_activation_bytes(enc: VisionEncoder, work: ImageWork, *, images: int, tp: int) -> float:
     """Peak activations of the encoder's profiling run over ``images`` images:
     ``sequence x (4 x hidden + 2 x intermediate / tp) x 2 bytes`` per image, as
-    ``gpucap.physics.memory.activation_bytes_per_gpu`` counts the language model's."""
+    ``gpucap.physics.activations.activation_bytes_per_gpu`` counts the language model's."""
     per_position = (4 * enc.hidden_size + 2 * enc.intermediate_size / tp) * ENCODER_BYTES_PER_PARAM
     return images * work.sequence * per_position
