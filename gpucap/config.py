@@ -82,14 +82,25 @@ class EngineConfig:
     (``gpucap.queueing.engine.Engine._preempt``).
     """
 
-    engine: str = option("vllm", choices=ENGINES, help="the serving engine")
+    engine: str = option(
+        "vllm",
+        choices=ENGINES,
+        help="vLLM, SGLang or TensorRT-LLM: their batch limits, memory reservations and per-step overheads",
+    )
     max_num_seqs: int | None = option(None, kind="positive_int", help="most requests running at once")
     max_num_batched_tokens: int | None = option(None, kind="positive_int", help="tokens a step takes at most")
     gpu_memory_utilization: float | None = option(
-        None, kind="positive_float", help="share of the GPU's memory the engine takes"
+        None,
+        kind="positive_float",
+        help="share of GPU memory the engine takes (vLLM, SGLang: of the whole GPU; TensorRT-LLM: of what is free "
+        "after the weights)",
     )
     block_size: int | None = option(None, kind="positive_int", help="tokens a KV block holds")
-    cuda_graphs: bool = option(True, kind="no_switch", help="as vLLM --enforce-eager")
+    cuda_graphs: bool = option(
+        True,
+        kind="no_switch",
+        help="off (--enforce-eager) frees the CUDA-graph memory pool but adds kernel launch time per layer",
+    )
     runtime_overhead_bytes: float | None = None  # non-torch memory charged to the KV budget (resolve)
     # CUDA-graph pools: captures logged 0.09-3.45 GiB; vLLM's estimate charged from 0.20 logged
     # 0.13-1.2 GiB (data/memory/README.md). Kept at 1 GiB while the activation term falls short.
@@ -338,7 +349,7 @@ class Workload:
     length for all requests: the closed loop runs in waves, ``gpucap.physics.waves``).
     """
 
-    input_len: float = option(kind="positive_float", help="input tokens per request")
+    input_len: float = option(kind="positive_float", help="prompt tokens per request")
     output_len: float = option(kind="positive_float", help="output tokens per request")
     images_per_request: float = option(0.0, kind="float", help="images each request carries (multimodal)")
     image_size_px: int | tuple[int, int] | None = option(
@@ -347,11 +358,14 @@ class Workload:
     lengths: str = option(
         "varied",
         choices=LENGTHS,
-        help="varied: traffic whose lengths differ (default); fixed: a fixed-length load test, whose closed loop "
-        "runs in waves (TTFT grows with the concurrency)",
+        help="varied: traffic whose lengths differ (steady state); fixed: a load test's equal lengths (the closed "
+        "loop runs in waves)",
     )
     prefix_tokens: float = option(
-        0.0, kind="float", help="a system prompt inside --input-len, kept in the prefix cache"
+        0.0,
+        kind="float",
+        help="a system prompt every request starts with (inside the input tokens), held once in the prefix cache: "
+        "its prefill is skipped and its KV stored once (vLLM --enable-prefix-caching, on by default); 0: none",
     )
     prefix_share: float = option(1.0, kind="float", help="share of requests that carry it (default 1)")
     turns: int = option(
@@ -461,11 +475,21 @@ class Deployment:
     (``gpucap.physics.routing``). ``encoder_tp_mode``: how a vision encoder is split (``Images``)."""
 
     model: str | Path | ModelSpec = option(help="catalog id (see `gpucap models`) or path to a config.json")
-    gpu: str | GPU = option(help="catalog key (see `gpucap gpus`)")
-    num_gpus: int | None = option(None, kind="positive_int", help="GPUs in all (default: one replica)")
-    tp: int = option(1, kind="positive_int", help="tensor-parallel GPUs of a replica")
-    pp: int = option(1, kind="positive_int", help="pipeline stages of a replica")
-    ep: int = option(1, kind="positive_int", help="GPUs the experts of a MoE layer are spread over")
+    gpu: str | GPU = option(
+        help="a GPU of the catalog (`gpucap gpus`; data/gpus.csv: datasheet memory, FLOP/s, HBM and link bandwidth)"
+    )
+    num_gpus: int | None = option(
+        None,
+        kind="positive_int",
+        help="GPUs in all; they form num_gpus / (tp x pp x attn_dp) replicas, each serving its own requests",
+    )
+    tp: int = option(
+        1,
+        kind="positive_int",
+        help="tensor parallelism: GPUs one layer is split over (two all-reduces per layer per step)",
+    )
+    pp: int = option(1, kind="positive_int", help="pipeline parallelism: stages the layers are split into")
+    ep: int = option(1, kind="positive_int", help="expert parallelism (MoE models): GPUs the experts are spread over")
     attn_dp: int = option(
         1,
         kind="positive_int",
@@ -475,9 +499,13 @@ class Deployment:
     weight_dtype: str | None = option(
         None,
         choices=list(WEIGHT_BYTES_PER_PARAM),
-        help="weight format (default: the checkpoint's own, from its quantization_config; bf16 for most)",
+        help="the weights' format; default: the checkpoint's own (its quantization_config; bf16 for most)",
     )
-    kv_dtype: str = option("auto", choices=list(KV_BYTES_PER_ELEMENT), help="KV cache format (auto: the weights')")
+    kv_dtype: str = option(
+        "auto",
+        choices=list(KV_BYTES_PER_ELEMENT),
+        help="the KV cache's format: auto is the model's own dtype, fp8 halves it",
+    )
     engine: str | EngineConfig = "vllm"
     gpu_file: str | Path | None = option(None, help="CSV of extra GPUs (columns of data/gpus.csv)")
     routing_skew: float = option(

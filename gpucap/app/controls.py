@@ -19,7 +19,8 @@ import ipywidgets as widgets
 from gpucap.app.cache import Inputs, stamp
 from gpucap.catalog.gpus import get_gpu, load_gpus
 from gpucap.catalog.lookup import load_model, model_cards
-from gpucap.config import VLLM_UTILIZATION, EngineConfig
+from gpucap.config import VLLM_UTILIZATION, Deployment, EngineConfig, Workload
+from gpucap.options import options_of
 from gpucap.physics.coefficients import Coefficients
 from gpucap.types import ENGINES
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
@@ -43,33 +44,24 @@ CURVE_MAX_CHOICES = tuple(float(m * 10**e) for e in range(0, 6) for m in (1, 2, 
 ROW_WIDTH = "370px"
 COLUMN_WIDTH = "385px"
 DESCRIPTION_WIDTH = "150px"
-# What each control means and where its value goes: the tooltip over it.
+# What each control means and where its value goes: the tooltip over it; for a field of the config
+# objects, the field's own help (``gpucap.options``), as the command line shows it.
+FIELD_CONTROLS = (
+    "gpu", "num_gpus", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "engine", "gpu_memory_utilization",
+    "cuda_graphs", "lengths", "prefix_tokens",
+)  # fmt: skip
+FIELD_TIPS = {
+    name: meta["help"] for cls in (Deployment, Workload, EngineConfig) for name, meta in options_of(cls).items()
+}
 TIPS = {
     "model": "a model from the catalog (data/models/: its config.json, as published)",
     "model_path": "a path to any Hugging Face config.json (or its folder); replaces the list",
-    "gpu": "a GPU from the catalog (data/gpus.csv: datasheet memory, FLOP/s, HBM and link bandwidth)",
-    "num_gpus": "GPUs in the box; they form num_gpus / (TP x PP) replicas, each serving its own requests",
-    "tp": "tensor parallelism: GPUs one layer is split over (two all-reduces per layer per step)",
-    "pp": "pipeline parallelism: stages the layers are split into",
-    "ep": "expert parallelism (MoE models): GPUs the experts are spread over",
-    "weight_dtype": "the weights' format; starts at the checkpoint's own (its quantization_config)",
-    "kv_dtype": "the KV cache's format: auto is the model's own dtype, fp8 halves it",
-    "engine": "vLLM, SGLang or TensorRT-LLM: their batch limits, memory reservations and per-step overheads",
+    **{name: FIELD_TIPS[name] for name in FIELD_CONTROLS},
+    "input_len": FIELD_TIPS["input_len"] + " (type, then Enter)",
+    "output_len": FIELD_TIPS["output_len"] + " (type, then Enter)",
     "kv_cache_memory_gib": (
         "the server's KV budget per GPU, GiB: 'Available KV cache memory' in its start-up log "
         "(vLLM --kv-cache-memory); 0: gpucap works it out"
-    ),
-    "gpu_memory_utilization": (
-        "share of GPU memory the engine takes (vLLM, SGLang: of the whole GPU; TensorRT-LLM: of what is free "
-        "after the weights)"
-    ),
-    "cuda_graphs": "off (--enforce-eager) frees the CUDA-graph memory pool but adds kernel launch time per layer",
-    "input_len": "prompt tokens per request (type, then Enter)",
-    "output_len": "output tokens per request (type, then Enter)",
-    "lengths": "varied: traffic whose lengths differ (steady state); fixed: a load test's equal lengths (waves)",
-    "prefix_tokens": (
-        "a system prompt every request starts with (inside the input tokens), held once in the prefix cache: "
-        "its prefill is skipped and its KV stored once (vLLM --enable-prefix-caching, on by default); 0: none"
     ),
     "draft_tokens": (
         "speculative decoding: tokens an EAGLE/MTP head drafts per step (vLLM --speculative-config "
