@@ -70,7 +70,7 @@ class EngineConfig:
 
     overlap_host: the host's per-step work (scheduling, sampling, detokenizing) runs while the GPU
     computes the step before, so a step lasts ``max(GPU, host)`` instead of their sum
-    (``gpucap.physics.step.combine``): vLLM's async scheduling (default since v0.14.0, PR #27614; off in
+    (``gpucap.physics.steptime.combine``): vLLM's async scheduling (default since v0.14.0, PR #27614; off in
     vLLM 0.13 and earlier), SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler. ``None``
     is on, as today's versions of all three run.
     front_end: "http" or "offline" (``FRONT_ENDS``): whether requests pass the engine's HTTP

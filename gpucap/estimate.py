@@ -31,6 +31,7 @@ from gpucap.catalog.models import ModelSpec
 from gpucap.config import SLO, Deployment, Hardware, Images, OperatingPoint, Workload
 from gpucap.errors import DoesNotFit
 from gpucap.options import route
+from gpucap.physics.attention import softmax_slowdown
 from gpucap.physics.batching import Extras, LoadPoint, open_loop, take
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.concurrency import (
@@ -52,7 +53,7 @@ from gpucap.physics.memory import (
 )
 from gpucap.physics.runs import saturation_run
 from gpucap.physics.speculative import Speculative
-from gpucap.physics.step import matmul_format, mxfp4_expert_share, softmax_slowdown
+from gpucap.physics.step import matmul_format, mxfp4_expert_share
 
 COMM_SHARE_WARNING = 0.5  # seed 1's rule of thumb
 MAX_SEARCH_CONCURRENCY = 1 << 16  # per replica

@@ -7,7 +7,8 @@ from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.runs import drain_time, saturation_run, static_batch
-from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.step import prefill_pairs_per_layer, step_work
+from gpucap.physics.steptime import step_time
 
 COEF = Coefficients()
 HW = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")

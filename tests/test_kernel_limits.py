@@ -10,15 +10,10 @@ import pytest
 import gpucap
 from gpucap.catalog.gpus import get_gpu, read_gpu_file
 from gpucap.config import EngineConfig, hardware
+from gpucap.physics.attention import softmax_slowdown
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.step import (
-    ATTN_COMPUTE,
-    GEMM_COMPUTE,
-    prefill_pairs_per_layer,
-    softmax_slowdown,
-    step_terms,
-    step_work,
-)
+from gpucap.physics.step import prefill_pairs_per_layer, step_work
+from gpucap.physics.steptime import ATTN_COMPUTE, GEMM_COMPUTE, step_terms
 
 IDEAL = Coefficients(
     u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0

@@ -7,7 +7,8 @@ import pytest
 from gpucap.config import hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
-from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.step import prefill_pairs_per_layer, step_work
+from gpucap.physics.steptime import step_time
 from gpucap.queueing.analytic import open_loop_latency
 from gpucap.queueing.simulate import arrival_times, simulate
 

@@ -13,7 +13,8 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import hardware_memory
 from gpucap.physics.runs import static_batch
 from gpucap.physics.speculative import Speculative, acceptance_length
-from gpucap.physics.step import step_time, step_work
+from gpucap.physics.step import step_work
+from gpucap.physics.steptime import step_time
 
 IDEAL = Coefficients(
     u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0

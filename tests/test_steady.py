@@ -9,15 +9,8 @@ from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.speculative import Speculative
 from gpucap.physics.steady import closed_loop_root, rate_cap_root, step_seconds
-from gpucap.physics.step import (
-    ATTN_COMPUTE,
-    GEMM_COMPUTE,
-    GEMM_MEMORY,
-    OVERHEAD,
-    prefill_pairs_per_layer,
-    step_time,
-    step_work,
-)
+from gpucap.physics.step import prefill_pairs_per_layer, step_work
+from gpucap.physics.steptime import ATTN_COMPUTE, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, step_time
 from gpucap.physics.vision import image_work
 
 COEF = Coefficients()

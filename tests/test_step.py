@@ -6,7 +6,8 @@ import pytest
 from gpucap.config import EngineConfig, hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import weight_bytes_per_gpu
-from gpucap.physics.step import attention_flop_per_pair, prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.step import attention_flop_per_pair, prefill_pairs_per_layer, step_work
+from gpucap.physics.steptime import step_time
 
 IDEAL = Coefficients(
     u_compute=1.0, u_hbm=1.0, u_link=1.0, overlap=0.0, t_overhead_s=0.0, t_seq_s=0.0, t_request_s=0.0, t_layer_s=0.0

@@ -13,7 +13,8 @@ from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import hardware_memory, kv_bytes_per_token
-from gpucap.physics.step import StepTime, prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.step import StepTime, prefill_pairs_per_layer, step_work
+from gpucap.physics.steptime import step_time
 from gpucap.teaching import seeds
 from gpucap.teaching import walkthrough as teach
 from gpucap.units import GB, GiB

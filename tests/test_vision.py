@@ -10,7 +10,8 @@ from gpucap.estimate import estimate
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import hardware_memory
 from gpucap.physics.runs import static_batch
-from gpucap.physics.step import step_time, step_work
+from gpucap.physics.step import step_work
+from gpucap.physics.steptime import step_time
 from gpucap.physics.vision import image_grid, image_work, llama4_canvas_tiles, qwen_resized_px
 
 IDEAL = Coefficients(
@@ -182,7 +183,8 @@ def test_pipeline_stages_do_not_shorten_the_encoder() -> None:
     pp = 1, 2 and 4 (dividing by pp twice, as before, halved them at each doubling)."""
     from gpucap.config import Images, hardware
     from gpucap.physics.coefficients import Coefficients
-    from gpucap.physics.step import step_time, step_work
+    from gpucap.physics.step import step_work
+    from gpucap.physics.steptime import step_time
 
     coef = Coefficients.for_engine("vllm")
     seconds = []

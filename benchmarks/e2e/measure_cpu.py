@@ -19,7 +19,7 @@ from memory as in a decode step) at 1 to 256 rows. A device that hides the short
 under the longer takes ``max(c, m)``, c the multiplies at ``u`` of the peak and m the weights'
 read at the peak bandwidth; one that does not takes ``c + m``. The row's ``roofline_overlap`` is
 the rho of ``max(c, m) + (1 - rho) min(c, m)`` that fits the ladder best (least squares in log
-time, rho and u on a grid), the form ``gpucap.physics.step.step_terms`` applies.
+time, rho and u on a grid), the form ``gpucap.physics.steptime.step_terms`` applies.
 
 Memory: STREAM-style kernels on 128 MiB float32 arrays (4x the last-level cache): read (sum),
 copy (``y = x``, 2 x bytes) and add (``z = x + y``, 3 x bytes); bytes/s = bytes moved / t; the

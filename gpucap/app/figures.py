@@ -24,9 +24,9 @@ BAR_TIPS = {
     "memory": "requests whose KV cache (input + output tokens, in paged blocks) fits the KV budget of every "
     "replica: gpucap.physics.memory.memory_breakdown and concurrency_by_memory",
     "compute": "the concurrency at which the steps' matmul and attention FLOP alone, at u_compute of the GPU's "
-    "peak, would use up the TTFT or TPOT SLO (gpucap.physics.step.step_time)",
+    "peak, would use up the TTFT or TPOT SLO (gpucap.physics.steptime.step_time)",
     "hbm_bandwidth": "the concurrency at which the weight and KV reads alone, at u_hbm of the HBM bandwidth, "
-    "would use up an SLO (gpucap.physics.step.step_time)",
+    "would use up an SLO (gpucap.physics.steptime.step_time)",
     "interconnect": "the concurrency at which the tensor-parallel all-reduces alone (link latency and u_link of "
     "its bandwidth) would use up an SLO",
     "host": "the concurrency at which the HTTP server's core is full: requests/s x its CPU time per request "

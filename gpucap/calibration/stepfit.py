@@ -2,7 +2,7 @@
 
 A load test's TTFT and TPOT mix the engine's steps with the HTTP server, the client and the
 queue; vLLM's step log (``gpucap.telemetry.steplog``) times the steps alone. Fitting the device
-coefficients of ``gpucap.physics.step.step_time`` (``STEP_FREE``: u_compute, u_hbm, t_layer_s,
+coefficients of ``gpucap.physics.steptime.step_time`` (``STEP_FREE``: u_compute, u_hbm, t_layer_s,
 t_seq_s; u_link and overlap too where the steps cross GPUs) to it leaves the load test's
 residuals to what is outside the engine's step.
 
@@ -42,7 +42,8 @@ from gpucap.calibration.calibrate import coefficient_bounds, uncertainty
 from gpucap.calibration.fitresiduals import DIFF_STEP, ROBUST_SCALE, robust_cost
 from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.step import step_time, step_work
+from gpucap.physics.step import step_work
+from gpucap.physics.steptime import step_time
 from gpucap.telemetry.steplog import StepLog
 
 STEP_FREE = ("u_compute", "u_hbm", "t_layer_s", "t_seq_s")

@@ -74,7 +74,7 @@ class GPU:
     mxfp4_bf16_share: float = 0.0  # measured ceiling of a bf16 x MXFP4 MoE GEMM, share of bf16 peak (0: none)
     mxfp4_fp8_share: float = 0.0  # measured ceiling of an MXFP8 x MXFP4 MoE GEMM, share of fp8 peak (0: none)
     # share of a kernel's shorter roofline (compute or memory) hidden under the longer, 0-1:
-    # ``gpucap.physics.step.step_terms``; 1 (the roofline's max) unless the row measures it
+    # ``gpucap.physics.steptime.step_terms``; 1 (the roofline's max) unless the row measures it
     roofline_overlap: float = 1.0
 
     @property

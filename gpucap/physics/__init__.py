@@ -20,13 +20,13 @@ if TYPE_CHECKING:
     from gpucap.physics.memory import memory_limit as memory_limit
     from gpucap.physics.memory import weight_bytes_per_gpu as weight_bytes_per_gpu
     from gpucap.physics.speculative import acceptance_length as acceptance_length
-    from gpucap.physics.step import GEMM_COMPUTE as GEMM_COMPUTE
     from gpucap.physics.step import StepTime as StepTime
     from gpucap.physics.step import StepWork as StepWork
     from gpucap.physics.step import experts_touched as experts_touched
     from gpucap.physics.step import prefill_pairs_per_layer as prefill_pairs_per_layer
-    from gpucap.physics.step import step_terms as step_terms
-    from gpucap.physics.step import step_time as step_time
     from gpucap.physics.step import step_work as step_work
+    from gpucap.physics.steptime import GEMM_COMPUTE as GEMM_COMPUTE
+    from gpucap.physics.steptime import step_terms as step_terms
+    from gpucap.physics.steptime import step_time as step_time
 
 __getattr__, __dir__, __all__ = public_names(__name__, __file__)

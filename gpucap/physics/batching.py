@@ -31,7 +31,8 @@ from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import ArrayLike, serves_images
 from gpucap.physics.solvers import ClosedLoad, Solution, closed_load, front_end_s, solve, step_times, terms
 from gpucap.physics.speculative import Speculative
-from gpucap.physics.step import Array, StepTime, combine
+from gpucap.physics.step import Array, StepTime
+from gpucap.physics.steptime import combine
 from gpucap.physics.vision import image_work
 
 OPEN_LOOP_GRID = 96  # concurrencies per rate, log-spaced up to max_running

@@ -1,7 +1,7 @@
 """The efficiency coefficients the calibration fits, with their bounds and sources, and each
 engine's front end. (The knobs a user sets on the engine's command line, with each engine's
 defaults, are ``gpucap.config.EngineConfig``.) ``Coefficients`` holds the efficiencies of the roofline step time; they are
-applied in exactly one place (``gpucap.physics.step.step_time``) and are what ``calibrate`` fits.
+applied in exactly one place (``gpucap.physics.steptime.step_time``) and are what ``calibrate`` fits.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
-from gpucap.physics.step import Array, StepTime, combine, prefill_pairs_per_layer, step_terms, step_work
+from gpucap.physics.step import Array, StepTime, prefill_pairs_per_layer, step_work
+from gpucap.physics.steptime import combine, step_terms
 
 if TYPE_CHECKING:
     from gpucap.physics.batching import Extras
@@ -47,7 +48,7 @@ def terms(
     ex: Extras,
     images: ArrayLike = 0.0,
 ) -> Array:
-    """Step terms (``gpucap.physics.step.step_terms``) of a step with ``b`` decoding sequences at
+    """Step terms (``gpucap.physics.steptime.step_terms``) of a step with ``b`` decoding sequences at
     mean context ``ctx``, ``p`` prompt tokens with ``q`` prefill pairs per layer, and ``images``
     encoded."""
     work = step_work(
@@ -255,7 +256,7 @@ def closed_load(
 
 class Solution(NamedTuple):
     """``a`` at the fixed point, the chunk count, and the step terms (six rows, see
-    ``gpucap.physics.step.step_terms``) of a step with a prompt chunk, of the average step and of
+    ``gpucap.physics.steptime.step_terms``) of a step with a prompt chunk, of the average step and of
     a decode-only step; ``full``: the full-room steps per prompt as the decodes see them
     (``ClosedLoad.full_steps``) and ``full_terms`` the terms of one."""
 

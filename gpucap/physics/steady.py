@@ -3,7 +3,7 @@
 In steady state a step admits ``a`` new requests on average (``a = X x TPOT``): then ``B = a (O -
 1)`` sequences decode and ``P = a I`` prompt tokens ride along (Little's law per step). Every part
 of the step's work (FLOP, bytes, link traffic, host time) is affine in those token counts, so each
-of the six step terms (``gpucap.physics.step.step_terms``) is a line in ``a``, and the step time
+of the six step terms (``gpucap.physics.steptime.step_terms``) is a line in ``a``, and the step time
 
     t(a) = pp x [max(gemm compute, gemm memory) + max(attn compute, attn memory) + link] + host
 
@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpucap.physics.step import ATTN_COMPUTE, ATTN_MEMORY, COMM, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, Array
+from gpucap.physics.step import Array
+from gpucap.physics.steptime import ATTN_COMPUTE, ATTN_MEMORY, COMM, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD
 
 Ints = npt.NDArray[np.intp]
 Lines = tuple[Array, Array]  # intercepts and slopes of the six step terms, shape (6, ...)
@@ -69,7 +70,7 @@ def _kinks(lines: Lines, pp: int = 1, overlap: bool = False) -> Array:
 
 def step_seconds(lines: Lines, a: Array, pp: int, overlap: bool = False) -> Array:
     """``t(a)`` from the lines of its terms (row by row: no stacked temporaries); the host's line
-    in ``max`` with the GPU's instead of added when ``overlap`` (``gpucap.physics.step.combine``)."""
+    in ``max`` with the GPU's instead of added when ``overlap`` (``gpucap.physics.steptime.combine``)."""
     k0, k1 = lines
 
     def v(row: int) -> Array:

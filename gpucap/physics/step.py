@@ -1,5 +1,6 @@
-"""Time of one engine step (DESIGN.md section 4): FLOP, HBM bytes and link traffic per GPU, and the
-roofline that turns them into seconds with the efficiency coefficients.
+"""Work of one engine step (DESIGN.md section 4): FLOP, HBM bytes and link traffic per GPU; the
+roofline that turns them into seconds with the efficiency coefficients is
+``gpucap.physics.steptime``.
 
 A step processes ``decode_tokens`` running sequences (one new token each, mean context
 ``decode_context``) plus ``prefill_tokens`` prompt tokens that carry ``prefill_pairs`` causal
@@ -27,8 +28,8 @@ from gpucap.physics.attention import (  # prefill_pairs_per_layer re-exported: c
     attended_tokens_per_layer,
     attention_flop_per_pair,
     prefill_pairs_per_layer,  # noqa: F401
+    softmax_excess_flop,
 )
-from gpucap.physics.coefficients import EAGER_LAUNCH_S_PER_LAYER, Coefficients
 from gpucap.physics.memory import (
     ArrayLike,
     kv_bytes_per_token_per_gpu,
@@ -155,7 +156,7 @@ def step_work(
     The parts: ``_linear_parts``, ``_attention_flop``, ``_weight_bytes``, ``_kv_bytes``, ``_link_s``;
     of the linear FLOP, the experts' where their weights are MXFP4 against bf16 activations
     (``mixed_input_experts``); beside the attention FLOP, what the softmax's exponentials add
-    (``_softmax_excess_flop``).
+    (``gpucap.physics.attention.softmax_excess_flop``).
     """
     slot = _slot_tokens(hw, decode_tokens, prefill_tokens, prefill_pairs, speculative)
     attended = attended_tokens_per_layer(hw.spec, decode_context)
@@ -166,7 +167,9 @@ def step_work(
         linear_flop=np.asarray(dense + experts + lm_head, dtype=float),
         mixed_input_flop=np.asarray(experts + zero if mixed_input_experts(hw) else zero, dtype=float),
         bf16_weight_flop=np.asarray(_bf16_weight_flop(hw, slot, lm_head) + zero, dtype=float),
-        softmax_excess_flop=np.asarray(_softmax_excess_flop(hw, slot, attended) + zero, dtype=float),
+        softmax_excess_flop=np.asarray(
+            softmax_excess_flop(hw, slot.decode_tokens, slot.prompt_pairs, attended) + zero, dtype=float
+        ),
         attention_flop=np.asarray(_attention_flop(hw, slot, attended, decode_context), dtype=float),
         weight_bytes=np.asarray(_weight_bytes(hw, slot), dtype=float),
         kv_bytes=np.asarray(_kv_bytes(hw, slot, attended, decode_context), dtype=float),
@@ -273,49 +276,6 @@ def mxfp4_expert_share(hw: Hardware) -> float:
     if not mixed_input_experts(hw):
         return 0.0
     return hw.gpu.mxfp4_bf16_share if matmul_format(hw) == "bf16" else hw.gpu.mxfp4_fp8_share
-
-
-def _softmax_excess_flop(hw: Hardware, slot: SlotTokens, attended: Array) -> Array:
-    """bf16 FLOP-equivalent by which a step's softmax exponentials outlast the tensor cores'
-    QK^T and AV work, in one stage slot on one GPU.
-
-    Every (query, key) pair of every head takes one exponential on the special-function units
-    (``GPU.exp_per_s``) while the tensor cores do ``attention_flop_per_pair / heads`` FLOP for it
-    (``4 x head_dim`` for GQA). At ``R = bf16 peak / exp_per_s`` FLOP per exponential the
-    exponentials bind whenever ``R`` exceeds the FLOP per pair and head (FlashAttention-3 and -4
-    schedule around exactly this; Blackwell Ultra doubles the exponential rate for it):
-
-    ``attention layers / pp / (tp x attn_dp) x heads x sum over decode and prefill of
-    pairs x max(0, R - FLOP per pair and head)``
-
-    with ``v x attended`` decode pairs and the prefill pairs. It stays affine in the work (a
-    constant per kind of pair). Zero where the catalog gives no exponential rate, and for the
-    linear layers of a hybrid and DeepSeek-V3.2's indexer (no softmax); a vision encoder's
-    attention is not counted."""
-    spec, lay = hw.spec, hw.layout
-    zero = np.zeros_like(slot.tokens)
-    if not spec.num_heads:
-        return zero
-    group = lay.tp * lay.attn_dp
-    heads_layers = spec.num_heads * spec.num_kv_layers / lay.pp / group
-
-    def excess(decode: bool) -> float:  # FLOP per pair and head the exponential adds
-        tensor = attention_flop_per_pair(spec, decode=decode) / spec.num_heads
-        return tensor * (softmax_slowdown(hw, decode=decode) - 1.0)
-
-    return heads_layers * (slot.decode_tokens * attended * excess(True) + slot.prompt_pairs * excess(False)) + zero
-
-
-def softmax_slowdown(hw: Hardware, decode: bool = False) -> float:
-    """How many times its tensor-core time attention compute takes when the softmax's exponentials
-    bind: ``max(1, R / (FLOP per pair and head))`` with ``R = bf16 peak / exp_per_s`` bf16 FLOP per
-    exponential (``_softmax_excess_flop``); 1 where the catalog gives no exponential rate. gpt-oss
-    (heads of 64, 256 FLOP per pair) on a B200 (512): 2."""
-    gpu, spec = hw.gpu, hw.spec
-    if not gpu.exp_per_s or not spec.num_heads:
-        return 1.0
-    flop_per_exp = gpu.peak_flops_per_s("bf16") / gpu.exp_per_s
-    return max(1.0, flop_per_exp / (attention_flop_per_pair(spec, decode=decode) / spec.num_heads))
 
 
 def _attention_flop(hw: Hardware, slot: SlotTokens, attended: Array, decode_context: ArrayLike) -> Array:
@@ -529,123 +489,3 @@ def speculative_draft_work(
         link_bytes_s=total("link_bytes_s"),
         link_latency_s=total("link_latency_s"),
     )
-
-
-# Rows of the stacked step terms (``step_terms``): each is affine in the work, and ``combine``
-# turns them into seconds. The batching solver uses them as lines in the arrivals per step.
-GEMM_COMPUTE, GEMM_MEMORY, ATTN_COMPUTE, ATTN_MEMORY, COMM, OVERHEAD = range(6)
-
-
-def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
-    """The six parts of a step, stacked on a new first axis (rows named above), each affine in
-    the work: matmul compute ``linear FLOP / (peak_format x u_compute)`` (the MXFP4 x bf16
-    experts' share at ``_mixed_input_rate`` instead), matmul memory ``weight bytes / (hbm x
-    u_hbm)``, attention compute ``(attention FLOP + softmax excess) / (peak_bf16 x u_compute)``,
-    attention memory ``KV bytes / (hbm x u_hbm)``, link ``(1 - overlap) x (alpha + link bytes /
-    (link x u_link))`` (these per pipeline stage), and the host's scheduling time
-    ``t_overhead`` (which an engine may run beside the GPU: ``combine``).
-
-    Within a kernel the shorter roofline hides under the longer by the device's
-    ``roofline_overlap`` rho (``gpucap.catalog.gpus``): ``max(c, m) + (1 - rho) min(c, m)``, the
-    roofline's max on a GPU (rho = 1), their sum on one CPU core (rho = 0: vLLM's oneDNN GEMMs
-    of a 20 M-parameter model at 16 rows took 8.9 ms against 4.7 ms for the weights' read and
-    3.4 ms for the multiplies at peak, benchmarks/README.md). It is written as two lines whose max
-    is that, ``c' = c + (1 - rho) m`` and ``m' = m + (1 - rho) c``, so that every step term stays
-    affine in the work (the closed forms of ``gpucap.physics.steady`` rely on it); with rho < 1
-    each of the two rows then carries part of the other's time.
-
-    Kernels have a floor the rooflines miss: ``t_layer`` per layer per step (back-to-back kernels
-    of a CUDA graph, plus ``50 us`` of kernel launches per layer when CUDA graphs are off), and
-    the work per running sequence the step waits for, ``t_seq x sequences`` (sampling, logits
-    processing, bookkeeping). Both run with the step, so they are added to both matmul rows.
-
-    The vision encoder and the drafter are kernels of their own, so their seconds are added to
-    both matmul rows (``max(c + e, m + e) = max(c, m) + e``: they add to the step and neither
-    roofline of the language model hides them):
-
-    ``t_encoder = max(encoder FLOP / (peak_bf16 x u_compute), encoder bytes / (hbm x u_hbm))``
-    (exact: both grow with the images); ``t_draft = draft linear FLOP / (peak_format x
-    u_compute) + draft attention FLOP / (peak_bf16 x u_compute) + draft bytes / (hbm x u_hbm)``,
-    the sum rather than the max of its rooflines so that it stays affine in the batch: an upper
-    bound, close while the drafter is memory-bound (a one-layer head or a small model up to
-    hundreds of sequences)."""
-    gpu = hw.gpu
-    bw = gpu.hbm_bytes_per_s * coef.u_hbm
-    peak_format = gpu.peak_flops_per_s(matmul_format(hw)) * coef.u_compute
-    peak_bf16 = gpu.peak_flops_per_s("bf16") * coef.u_compute
-    extra: Array | float = 0.0
-    if work.encoder_bytes.any() or work.draft_bytes.any():
-        extra = np.maximum(work.encoder_flop / peak_bf16, work.encoder_bytes / bw) + (
-            (work.draft_linear_flop - work.draft_bf16_weight_flop) / peak_format
-            + work.draft_bf16_weight_flop / peak_bf16
-            + work.draft_attention_flop / peak_bf16
-            + work.draft_bytes / bw
-        )
-    pp = hw.layout.pp
-    per_layer = coef.t_layer_s + (0.0 if hw.engine.cuda_graphs else EAGER_LAUNCH_S_PER_LAYER)
-    floor = (per_layer * hw.spec.num_layers + coef.t_seq_s * work.sequences) / pp  # per stage slot
-    extra = extra + floor
-    mixed, wide = work.mixed_input_flop, work.bf16_weight_flop
-    gemm_c = (work.linear_flop - mixed - wide) / peak_format + wide / peak_bf16 + mixed / _mixed_input_rate(hw, coef)
-    attn_c = (work.attention_flop + work.softmax_excess_flop) / peak_bf16
-    gemm_m, attn_m = work.weight_bytes / bw, work.kv_bytes / bw
-    hidden = 1.0 - gpu.roofline_overlap
-    if hidden > 0:  # max(c', m') = max(c, m) + (1 - rho) min(c, m)
-        gemm_c, gemm_m = gemm_c + hidden * gemm_m, gemm_m + hidden * gemm_c
-        attn_c, attn_m = attn_c + hidden * attn_m, attn_m + hidden * attn_c
-    comm = (1.0 - coef.overlap) * (work.link_latency_s + work.link_bytes_s / coef.u_link)
-    host = coef.t_overhead_s + 0.0 * work.sequences
-    return np.stack(np.broadcast_arrays(gemm_c + extra, gemm_m + extra, attn_c, attn_m, comm, host))
-
-
-def _mixed_input_rate(hw: Hardware, coef: Coefficients) -> float:
-    """FLOP/s of the MXFP4 expert matmuls (``mixed_input_experts``): the peak of their format
-    (``matmul_format``) x ``min(u_compute, share)``, with ``share`` the measured ceiling where the
-    catalog has one (``mxfp4_expert_share``), so ``u_compute`` only counts below it:
-
-    - bf16 activations, H100: a Marlin W4A16 MoE GEMM at 16,384-token prefill chunks ran at 25.7%
-      of bf16 peak, issue-bound on its dequantizing instructions (sgl-project/sglang#38884);
-    - MXFP8 activations, B200: TensorRT-LLM's trtllm-gen fused MoE for gpt-oss-120b's shape took
-      0.125 ms more for 1024 tokens than for 512 on a B200 locked at 1500 MHz
-      (flashinfer-ai/flashinfer#1475): 512 x 226.5 MFLOP in 0.125 ms is 928 TFLOP/s, 25.5% of the
-      fp8 peak at that clock (4.5 PFLOP/s x 1500 / 1856 MHz). All experts are read at both sizes,
-      so the difference is the multiplies' cost. The shape is that benchmark script's default;
-      TensorRT-LLM's CUTLASS MoE backend, which its performance overview runs gpt-oss with, is
-      taken to reach the same (no measurement of it was found)."""
-    fmt = matmul_format(hw)
-    share = mxfp4_expert_share(hw)
-    return hw.gpu.peak_flops_per_s(fmt) * (min(coef.u_compute, share) if share else coef.u_compute)
-
-
-def combine(hw: Hardware, terms: Array) -> StepTime:
-    """Matmuls and attention are separate kernels that run one after the other, so each gets its
-    own roofline (as in LLM-Viewer) and the two add; the host's per-step work adds to the GPU's,
-    or runs beside it when the engine overlaps it (``EngineConfig.overlap_host``):
-
-    ``t_gpu = pp x [max(gemm compute, gemm memory) + max(attn compute, attn memory) + link]``
-    ``t_step = t_gpu + host``, or ``max(t_gpu, host)`` when overlapped."""
-    pp = hw.layout.pp
-    gemm_c, gemm_m, attn_c, attn_m, comm, host = terms
-    gpu = pp * (np.maximum(gemm_c, gemm_m) + np.maximum(attn_c, attn_m) + comm)
-    total = np.maximum(gpu, host) if hw.engine.overlap_host else gpu + host
-    return StepTime(
-        compute_s=pp * (gemm_c + attn_c),
-        memory_s=pp * (gemm_m + attn_m),
-        comm_s=pp * comm,
-        overhead_s=host,
-        total_s=total,
-        device_s=gpu,
-    )
-
-
-def step_time(hw: Hardware, work: StepWork, coef: Coefficients) -> StepTime:
-    """The one place efficiencies are applied (``step_terms``), combined by ``combine``:
-
-    ``t_gemm = max(linear FLOP / (peak_format x u_compute), weight bytes / (hbm x u_hbm))``
-    ``t_attn = max(attention FLOP / (peak_bf16 x u_compute), KV bytes / (hbm x u_hbm))``
-    (each ``max(c, m) + (1 - rho) min(c, m)`` where the device hides less, ``step_terms``)
-    ``t_step = pp x [t_gemm + t_attn + (1 - overlap) x (alpha + link bytes / (link x u_link))]
-    + t_overhead``, with the floor ``t_layer x layers + t_seq x sequences`` inside ``t_gemm`` (the
-    host's ``t_overhead`` in ``max`` instead of ``+`` where the engine overlaps it with the GPU)
-    """
-    return combine(hw, step_terms(hw, work, coef))

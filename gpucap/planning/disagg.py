@@ -41,7 +41,8 @@ from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import open_loop
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import batch_slots, kv_bytes_per_token_per_gpu, memory_limit, state_bytes_per_request_per_gpu
-from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.step import prefill_pairs_per_layer, step_work
+from gpucap.physics.steptime import step_time
 from gpucap.textfiles import read_text
 from gpucap.units import GB
 

@@ -24,7 +24,7 @@ Host work per step (scheduling, sampling, detokenizing) overlaps the GPU when th
 one step ahead: vLLM's async scheduling (``--async-scheduling``; the default since vLLM PR
 #27614, late 2025), SGLang's overlap scheduler (default since v0.4) and TensorRT-LLM's overlap
 scheduler (default in its PyTorch backend). That switch is an engine knob
-(``EngineConfig.overlap_host``), applied in ``gpucap.physics.step.combine``.
+(``EngineConfig.overlap_host``), applied in ``gpucap.physics.steptime.combine``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from gpucap.config import Hardware
 from gpucap.physics.attention import prefill_pairs_per_layer
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.step import Array, step_time, step_work
+from gpucap.physics.step import Array, step_work
+from gpucap.physics.steptime import step_time
 from gpucap.queueing.brackets import first_true
 from gpucap.queueing.kvfit import held_moments, slot_shares
 from gpucap.queueing.lengths import Lengths

@@ -1,7 +1,7 @@
 """The step clock of the engine loop: seconds of one step of a given composition, cached.
 
 ``StepClock`` prices each step the engine (``gpucap.queueing.engine``) runs with
-``gpucap.physics.step.step_time(step_work(...))``: decode tokens and their mean context, prompt tokens and
+``gpucap.physics.steptime.step_time(step_work(...))``: decode tokens and their mean context, prompt tokens and
 their causal attention pairs. It sits between the physics (step time of one composition) and the
 engine loop of ``gpucap.queueing.simulate`` (DESIGN.md section 8, the step-level simulation); its
 rounding is what keeps a long run fast: counts, contexts and pairs rounded to 1/``LOG_QUANTUM`` in log,
@@ -17,7 +17,8 @@ import numpy.typing as npt
 
 from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.step import prefill_pairs_per_layer, step_time, step_work
+from gpucap.physics.step import prefill_pairs_per_layer, step_work
+from gpucap.physics.steptime import step_time
 
 Array = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]

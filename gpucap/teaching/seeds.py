@@ -108,7 +108,7 @@ def seed1_max_concurrency_by_compute(
     "2 x params at 35% of peak" overstates it several times (DESIGN.md section 7: a median error
     of about 300% on the public measurements). It also gives every FLOP to output tokens: the
     prompt's prefill (3,840 tokens per request in the article's scenario, 15 times the output)
-    needs compute too. gpucap: ``gpucap.physics.step.step_time`` in ``gpucap.physics.batching.closed_loop``.
+    needs compute too. gpucap: ``gpucap.physics.steptime.step_time`` in ``gpucap.physics.batching.closed_loop``.
     """
     flops_per_token = 2 * model_params_b * 1e9
     effective_flops = total_tflops * 1e12 * utilization

@@ -23,7 +23,8 @@ from gpucap.config import Hardware
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import MemoryBreakdown
-from gpucap.physics.step import StepTime, StepWork, step_time
+from gpucap.physics.step import StepTime, StepWork
+from gpucap.physics.steptime import step_time
 from gpucap.units import MS, GiB
 
 FloatArray = npt.NDArray[np.float64]
@@ -211,7 +212,7 @@ def limits_figure(panels: Mapping[str, Limits], recommended: Mapping[str, float]
 
 # ---- step time ---------------------------------------------------------------------------------
 def split_step(hw: Hardware, work: StepWork, coef: Coefficients) -> dict[str, StepTime]:
-    """The step's two kernels timed apart by ``gpucap.physics.step.step_time`` itself: "matmuls" (linear
+    """The step's two kernels timed apart by ``gpucap.physics.steptime.step_time`` itself: "matmuls" (linear
     FLOP against the weight bytes) and "attention" (attention FLOP against the KV bytes). Each
     part's ``compute_s`` and ``memory_s`` are its own roofline terms (the kernels' floors,
     ``t_layer_s`` and ``t_seq_s``, counted with the matmuls); its ``total_s`` includes the step's
