@@ -17,7 +17,7 @@ provenance, and loads back into the estimator (``Coefficients.from_file``).
 ``calibrate`` runs in steps: the arguments checked and the start chosen; the cases prepared and
 their measured metrics (``FitCases``); the sweeps whose limits are targets (``FitTargets``,
 ``gpucap.calibration.fitlimits``); the least-squares problem (residuals:
-``gpucap.calibration.fitresiduals``); the fit's checks (``Uncertainty``, ``gpucap.calibration.fitchecks``);
+``gpucap.calibration.fitresiduals``); the fit's checks (``gpucap.calibration.uncertainty``, ``gpucap.calibration.fitchecks``);
 and the result.
 """
 
@@ -67,6 +67,7 @@ from gpucap.calibration.physical import (
     read_physical_ranges,
 )
 from gpucap.calibration.ranges import LEVEL, fit_bands
+from gpucap.calibration.uncertainty import coefficient_bounds, uncertainty
 from gpucap.calibration.validate import METRICS, measured_metrics, predict_prepared, prepare_cases
 from gpucap.config import SLO
 from gpucap.parallel import Runner, as_runner, progress_bar
@@ -97,18 +98,6 @@ class FitTargets:
     usable: list[Sweep]
     weights: np.ndarray
     not_sweeps: list[str]
-
-
-@dataclass(frozen=True)
-class Uncertainty:
-    """What the Jacobian at the solution says of the fitted coefficients: covariance, standard
-    errors (infinite for a coefficient that changes no prediction), correlations, and which sit at
-    a bound or are undetermined."""
-
-    covariance: np.ndarray
-    stderr: np.ndarray
-    correlation: np.ndarray
-    at_bound: dict[str, str]
 
 
 def _file_hash(path: str | Path) -> str:
@@ -249,41 +238,6 @@ def _least_squares(
         f_scale=ROBUST_SCALE,
     )
     return sol, r0
-
-
-def coefficient_bounds(free: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The physical (lower, upper) bounds of the free coefficients."""
-    lower = np.array([COEFFICIENT_INFO[n].lower for n in free])
-    upper = np.array([COEFFICIENT_INFO[n].upper for n in free])
-    return lower, upper
-
-
-def uncertainty(
-    sol: OptimizeResult, free: tuple[str, ...], bounds: tuple[np.ndarray, np.ndarray] | None = None
-) -> Uncertainty:
-    """Covariance ``inv(J^T J) x s^2``, ``s^2 = sum(r^2) / (m - n)``, its standard errors and
-    correlations, and the coefficients within 1e-4 of their range of a bound (``bounds``, by
-    default the coefficients' own) or undetermined."""
-    lower, upper = bounds if bounds is not None else coefficient_bounds(free)
-    m, n = sol.fun.size, len(free)
-    s2 = float(sol.fun @ sol.fun) / max(m - n, 1)
-    cov = np.linalg.pinv(sol.jac.T @ sol.jac) * s2
-    se = np.sqrt(np.clip(np.diag(cov), 0, None))
-    undetermined = np.linalg.norm(sol.jac, axis=0) < 1e-9
-    se[undetermined] = np.inf
-    with np.errstate(invalid="ignore", divide="ignore"):
-        corr = cov / np.outer(se, se)
-    corr = np.nan_to_num(corr)
-    span = upper - lower
-    at_bound = {}
-    for j, name in enumerate(free):
-        if undetermined[j]:
-            at_bound[name] = "undetermined (changes no prediction of these runs)"
-        elif sol.x[j] - lower[j] <= 1e-4 * span[j]:
-            at_bound[name] = "lower"
-        elif upper[j] - sol.x[j] <= 1e-4 * span[j]:
-            at_bound[name] = "upper"
-    return Uncertainty(cov, se, corr, at_bound)
 
 
 def _held_out(

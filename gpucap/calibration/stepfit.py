@@ -38,8 +38,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from gpucap.calibration.calibrate import coefficient_bounds, uncertainty
 from gpucap.calibration.fitresiduals import DIFF_STEP, ROBUST_SCALE, robust_cost
+from gpucap.calibration.uncertainty import coefficient_bounds, uncertainty
 from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.step import step_work

@@ -46,13 +46,13 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import OptimizeResult, least_squares
 
-from gpucap.calibration.calibrate import Uncertainty, coefficient_bounds, uncertainty
 from gpucap.calibration.cases import PreparedCase
 from gpucap.calibration.fitchecks import metric_changes, sanity_flags, worse_flags
 from gpucap.calibration.fitresiduals import DIFF_STEP, MISSING_PREDICTION_LOG_ERROR, ROBUST_SCALE, robust_cost
 from gpucap.calibration.fitresult import FitResult
 from gpucap.calibration.history import history_path, read_history
 from gpucap.calibration.stepfit import TOKEN_BINS, predicted_logged_s, step_compositions
+from gpucap.calibration.uncertainty import Uncertainty, coefficient_bounds, uncertainty
 from gpucap.calibration.validate import prepare_case
 from gpucap.config import Hardware
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients

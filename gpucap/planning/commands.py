@@ -59,6 +59,7 @@ import pandas as pd
 
 from gpucap.config import SLO, EngineConfig, Hardware, hardware
 from gpucap.planning.result import Plan, Target, describe_split
+from gpucap.planning.servers import ENGINE_NAMES, SERVER_PORT, SERVERS, nondefault_block_size
 from gpucap.queueing.lengths import Lengths, as_lengths
 from gpucap.types import ENGINES
 
@@ -69,26 +70,9 @@ BENCH_DURATION_S = 300.0  # seconds of arrivals per request-rate level: the stea
 MIN_PROMPTS = 500  # at least this many requests per level: a p99 with 5 requests above it
 PROMPTS_PER_SLOT = 10  # concurrency levels: every request slot refilled this many times
 MAX_RANGE_RATIO = 0.9  # vllm bench serve takes --random-range-ratio in [0, 1)
-SERVER_PORT = 8000  # passed to the server and to the load test alike
 METRIC_PERCENTILES = "90,99"  # the percentiles gpucap's reader keeps (ttft_p90_s, ttft_p99_s, ...)
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 # The columns of a plan row the commands read; the capacity column depends on the target.
 ROW_FIELDS = ("gpu", "gpus_per_replica", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "replicas", "spare_replicas")
-# gpucap's KV formats as each engine's --kv-cache-dtype (TensorRT-LLM: kv_cache_config.dtype)
-KV_FLAGS = {
-    "vllm": {"auto": "auto", "bf16": "auto", "fp16": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
-    "sglang": {"auto": "auto", "bf16": "auto", "fp16": "auto", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"},
-    "trtllm": {"auto": "auto", "bf16": "auto", "fp16": "auto", "fp8": "fp8", "fp8_e4m3": "fp8"},
-}  # fmt: skip
-SIXTEEN_BIT = ("bf16", "fp16")
-CHECKPOINTS = {
-    "fp8": "an FP8 checkpoint (e.g. one quantized with NVIDIA Model Optimizer or llm-compressor)",
-    "nvfp4": "an NVFP4 checkpoint (e.g. one quantized with NVIDIA Model Optimizer or llm-compressor)",
-    "mxfp4": "an MXFP4 checkpoint",
-    "int4": "an int4 AWQ or GPTQ checkpoint",
-    "int8": "an int8 (W8A8) checkpoint",
-}
-TRTLLM_EXTRA_FILE = "gpucap-trtllm-extra.yaml"
 
 
 @dataclass(frozen=True)
@@ -353,16 +337,9 @@ def metadata(hw: Hardware, fields: dict[str, Any], ratio: float) -> dict[str, st
         "ep": fields["ep"], "engine": eng.engine, "model": hw.spec.name, "weight_dtype": fields["weight_dtype"],
         "kv_cache_dtype": fields["kv_dtype"], "max_num_seqs": eng.max_num_seqs,
         "max_num_batched_tokens": eng.max_num_batched_tokens, "gpu_memory_utilization": f"{eng.gpu_memory_utilization:g}",
-        "block_size": _block_size(hw), "range_ratio": f"{ratio:g}" if ratio else None,
+        "block_size": nondefault_block_size(hw), "range_ratio": f"{ratio:g}" if ratio else None,
     }  # fmt: skip
     return {k: str(v) for k, v in pairs.items() if v is not None}
-
-
-def _block_size(hw: Hardware) -> int | None:
-    """The KV block (page) size where it differs from the engine's default; None leaves it to the
-    engine, whose attention backend may need its own (vLLM picks one per backend)."""
-    default = EngineConfig(engine=hw.engine.engine).resolve(hw.gpu).block_size
-    return hw.engine.block_size if hw.engine.block_size != default else None
 
 
 def _bench(
@@ -384,102 +361,6 @@ def _bench(
     cmd += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", METRIC_PERCENTILES]
     cmd += ["--save-result", "--result-dir", folder, "--result-filename", level.file_name]
     return shlex.join([*cmd, "--metadata", *(f"{k}={v}" for k, v in meta.items())])
-
-
-def _weights(engine: str, hw: Hardware, model_id: str) -> tuple[list[str], list[str]]:
-    """Flags and notes for the weight format: ``--quantization fp8`` where vLLM or SGLang quantize
-    a 16-bit checkpoint to FP8 when loading; for any other change of format, the checkpoint the
-    plan needs (engines read a quantized format from the checkpoint's config, no flag)."""
-    weight, checkpoint = hw.weight_dtype, hw.spec.checkpoint_dtype
-    if weight == checkpoint or (weight in SIXTEEN_BIT and checkpoint in SIXTEEN_BIT):
-        return [], []
-    name = ENGINE_NAMES[engine]
-    if weight == "fp8" and checkpoint in SIXTEEN_BIT and engine in ("vllm", "sglang"):
-        return ["--quantization", "fp8"], [
-            f"fp8 weights: {name} quantizes the {checkpoint} checkpoint {model_id} when loading it (--quantization fp8); "
-            "an FP8 checkpoint serves without the flag"
-        ]
-    if weight in SIXTEEN_BIT:
-        need = "a 16-bit checkpoint"
-    else:
-        need = CHECKPOINTS.get(weight, f"a {weight} checkpoint")
-    return [], [
-        f"{weight} weights need {need} of the model in place of {model_id} ({checkpoint}); {name} reads the format "
-        "from the checkpoint's config, so no flag is added"
-    ]
-
-
-def _kv_flag(engine: str, kv_dtype: str) -> str:
-    try:
-        return KV_FLAGS[engine][kv_dtype]
-    except KeyError:
-        raise ValueError(
-            f"kv_dtype {kv_dtype!r} has no {ENGINE_NAMES[engine]} KV-cache format; use one of {', '.join(KV_FLAGS[engine])}"
-        ) from None
-
-
-def serve_vllm(model_id: str, hw: Hardware, max_len: int) -> tuple[str, list[str]]:
-    """``vllm serve`` of one replica (flags: module docstring). vLLM's expert parallelism spreads
-    the experts over all GPUs of a stage (``--enable-expert-parallel``: ep = tp), no other ep."""
-    lay, eng = hw.layout, hw.engine
-    if lay.ep > 1 and lay.ep != lay.tp:
-        raise ValueError(
-            f"ep={lay.ep} with tp={lay.tp}: vLLM's --enable-expert-parallel spreads the experts over all tp GPUs "
-            f"(ep = tp = {lay.tp}); use a plan with ep 1 or ep {lay.tp}, or another engine"
-        )
-    quant, notes = _weights("vllm", hw, model_id)
-    cmd = ["vllm", "serve", model_id, "--port", str(SERVER_PORT)]
-    cmd += ["--tensor-parallel-size", str(lay.tp), "--pipeline-parallel-size", str(lay.pp)]
-    cmd += ["--enable-expert-parallel"] if lay.ep > 1 else []
-    cmd += ["--max-num-seqs", str(eng.max_num_seqs), "--max-num-batched-tokens", str(eng.max_num_batched_tokens)]
-    cmd += ["--gpu-memory-utilization", f"{eng.gpu_memory_utilization:g}"]
-    block = _block_size(hw)
-    cmd += ["--block-size", str(block)] if block else []
-    cmd += ["--kv-cache-dtype", _kv_flag("vllm", hw.kv_dtype), *quant, "--max-model-len", str(max_len)]
-    return shlex.join(cmd), notes
-
-
-def serve_sglang(model_id: str, hw: Hardware, max_len: int) -> tuple[str, list[str]]:
-    """``python -m sglang.launch_server`` of one replica; gpucap's max_num_batched_tokens is
-    SGLang's chunked-prefill size, its memory fraction ``--mem-fraction-static``, its block the page."""
-    lay, eng = hw.layout, hw.engine
-    quant, notes = _weights("sglang", hw, model_id)
-    cmd = ["python", "-m", "sglang.launch_server", "--model-path", model_id, "--port", str(SERVER_PORT)]
-    cmd += ["--tp-size", str(lay.tp), "--pp-size", str(lay.pp)]
-    cmd += ["--ep-size", str(lay.ep)] if lay.ep > 1 else []
-    cmd += ["--max-running-requests", str(eng.max_num_seqs), "--chunked-prefill-size", str(eng.max_num_batched_tokens)]
-    cmd += ["--mem-fraction-static", f"{eng.gpu_memory_utilization:g}"]
-    block = _block_size(hw)
-    cmd += ["--page-size", str(block)] if block else []
-    cmd += ["--kv-cache-dtype", _kv_flag("sglang", hw.kv_dtype), *quant, "--context-length", str(max_len)]
-    return shlex.join(cmd), notes
-
-
-def serve_trtllm(model_id: str, hw: Hardware, max_len: int) -> tuple[str, list[str]]:
-    """``trtllm-serve`` of one replica on the PyTorch backend. The KV format and a block size other
-    than 32 have no flag in every version: they go in a YAML (``kv_cache_config``) given with
-    ``--extra_llm_api_options``, written first by ``printf``."""
-    lay, eng = hw.layout, hw.engine
-    _, notes = _weights("trtllm", hw, model_id)  # no flag quantizes when loading: the checkpoint decides
-    kv = _kv_flag("trtllm", hw.kv_dtype)
-    block = _block_size(hw)
-    extra = ([f"  dtype: {kv}"] if kv != "auto" else []) + ([f"  tokens_per_block: {block}"] if block else [])
-    cmd = ["trtllm-serve", model_id, "--backend", "pytorch", "--port", str(SERVER_PORT)]
-    cmd += ["--tp_size", str(lay.tp), "--pp_size", str(lay.pp)] + (["--ep_size", str(lay.ep)] if lay.ep > 1 else [])
-    cmd += ["--max_batch_size", str(eng.max_num_seqs), "--max_num_tokens", str(eng.max_num_batched_tokens)]
-    cmd += ["--kv_cache_free_gpu_memory_fraction", f"{eng.gpu_memory_utilization:g}", "--max_seq_len", str(max_len)]
-    if not extra:
-        return shlex.join(cmd), notes
-    write = shlex.join(["printf", "%s\\n", "kv_cache_config:", *extra]) + f" > {TRTLLM_EXTRA_FILE}"
-    if kv != "auto":
-        notes.append(
-            "TensorRT-LLM takes FP8 KV-cache scales from a quantized checkpoint's config: check in the server log "
-            "that the KV cache is fp8"
-        )
-    return f"{write} && {shlex.join([*cmd, '--extra_llm_api_options', TRTLLM_EXTRA_FILE])}", notes
-
-
-SERVERS = {"vllm": serve_vllm, "sglang": serve_sglang, "trtllm": serve_trtllm}
 
 
 def coefficients_path(result_dir: str) -> str:

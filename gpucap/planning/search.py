@@ -40,6 +40,7 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit, short_of_one_request_bytes, weight_bytes_per_gpu
 from gpucap.planning.capacity import Headroom, concurrency_load, rate_load, replica_curve, replicas_needed
 from gpucap.planning.checks import SimulationJob, check_notes, check_plans, with_checks
+from gpucap.planning.progress import Progress
 from gpucap.planning.result import PLAN_COLUMNS, Plan, Target, number_plans, simulation_notes, too_big_notes
 from gpucap.queueing.lengths import Lengths, as_lengths
 from gpucap.units import COMPUTE_FORMAT, GiB
@@ -48,8 +49,6 @@ GPU_COUNTS = (1, 2, 4, 8)
 WEIGHT_DTYPES = ("bf16", "fp8", "nvfp4")
 KV_DTYPES = ("auto", "fp8")
 COMM_BOUND_SHARE = 0.5  # seed 1: more than half the step on the link
-PROGRESS_AFTER_S = 1.0  # show progress once the search has run this long
-PROGRESS_EVERY_S = 0.25
 # A cheapest plan whose replicas run below this share of their service rate is flagged: its GPUs
 # are bought for an SLO near the physical floor, not for the load (a judgement, not a constant).
 LOW_UTILIZATION = 0.25
@@ -300,38 +299,6 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
     }
 
 
-class _Progress:
-    """Progress of the search: a callback ``(done, total, started)``, True for a bar on stderr,
-    shown once the search has run ``PROGRESS_AFTER_S``, at most every ``PROGRESS_EVERY_S``."""
-
-    def __init__(self, progress: Callable[[int, int, float], None] | bool | None, total: int, started: float) -> None:
-        self.show = progress if callable(progress) else (_progress_bar if progress else None)
-        self.total, self.started, self.shown = total, started, 0.0
-
-    def tick(self, done: int) -> None:
-        now = time.perf_counter()
-        if self.show and now - self.started > PROGRESS_AFTER_S and now - self.shown > PROGRESS_EVERY_S:
-            self.show(done, self.total, self.started)
-            self.shown = now
-
-    def done(self) -> None:
-        if self.show and self.shown:
-            self.show(self.total, self.total, self.started)
-
-
-def _progress_bar(done: int, total: int, started: float) -> None:
-    import sys
-
-    width = 30
-    filled = int(width * done / max(total, 1))
-    sys.stderr.write(
-        f"\rsearching {'#' * filled}{'.' * (width - filled)} {done}/{total} ({time.perf_counter() - started:.1f} s)"
-    )
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
 def plan(
     model: str | Path | ModelSpec,
     *,
@@ -472,7 +439,7 @@ def plan_for(
     rows: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = [{**r, "weight_dtype": None, "kv_dtype": None} for r in invalid]
     too_big: dict[tuple[str, int, int, int, str], Rejected] = {}  # weights that do not fit: no KV format helps
-    progress_bar = _Progress(progress, len(cands), started)
+    progress_bar = Progress(progress, len(cands), started)
     for k, cand in enumerate(cands):
         progress_bar.tick(k)
         key = (cand.gpu.key, cand.tp, cand.pp, cand.ep, cand.weight_dtype)
