@@ -33,14 +33,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import OptimizeResult, least_squares
 
 from gpucap.calibration.cases import PreparedCase
 from gpucap.calibration.fitchecks import metric_changes, sanity_flags, worse_flags
 from gpucap.calibration.fitlimits import limit_table, limit_targets
 from gpucap.calibration.fitresiduals import (
-    DIFF_STEP,
-    ROBUST_SCALE,
     limit_residuals,
     log_ratios,
     log_residuals,
@@ -67,7 +64,7 @@ from gpucap.calibration.physical import (
     read_physical_ranges,
 )
 from gpucap.calibration.ranges import LEVEL, fit_bands
-from gpucap.calibration.uncertainty import coefficient_bounds, uncertainty
+from gpucap.calibration.uncertainty import coefficient_bounds, fit_least_squares, uncertainty
 from gpucap.calibration.validate import METRICS, measured_metrics, predict_prepared, prepare_cases
 from gpucap.config import SLO
 from gpucap.parallel import Runner, as_runner, progress_bar
@@ -212,32 +209,6 @@ def _residual_function(
         return np.concatenate(parts)
 
     return residuals
-
-
-def _least_squares(
-    residuals: Callable[[np.ndarray], np.ndarray],
-    start: Coefficients,
-    free: tuple[str, ...],
-    loss: str,
-    bounds: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[OptimizeResult, np.ndarray]:
-    """``scipy.optimize.least_squares`` of ``residuals`` from ``start`` (clipped into ``bounds``,
-    by default the free coefficients' bounds) within those bounds; and the residuals at the start."""
-    base = start.as_dict()
-    lower, upper = bounds if bounds is not None else coefficient_bounds(free)
-    x0 = np.clip([base[n] for n in free], lower, upper)
-    r0 = residuals(x0)
-    sol = least_squares(
-        residuals,
-        x0,
-        bounds=(lower, upper),
-        x_scale="jac",
-        diff_step=DIFF_STEP,
-        max_nfev=200,
-        loss=loss,
-        f_scale=ROBUST_SCALE,
-    )
-    return sol, r0
 
 
 def _held_out(
@@ -396,7 +367,7 @@ def calibrate(
     run = dataclasses.replace(as_runner(n_jobs, dask), progress=False)
     with progress_bar(None, "fit", progress, unit="evaluation") as bar:
         residuals = _residual_function(data, sweeps, start, free, targets, slo, method, run, bar)
-        sol, r0 = _least_squares(residuals, start, free, loss, bounds)
+        sol, r0 = fit_least_squares(residuals, start, free, loss, bounds)
     fit = uncertainty(sol, free, bounds)
     provenance = _provenance(cases, data, sweeps, targets=targets, slo=slo, method=method, loss=loss, sources=sources)
 

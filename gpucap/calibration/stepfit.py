@@ -36,10 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
-from gpucap.calibration.fitresiduals import DIFF_STEP, ROBUST_SCALE, robust_cost
-from gpucap.calibration.uncertainty import coefficient_bounds, uncertainty
+from gpucap.calibration.fitresiduals import robust_cost
+from gpucap.calibration.uncertainty import fit_least_squares, uncertainty
 from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.step import step_work
@@ -172,9 +171,6 @@ def fit_steps(
     if not (logged > 0).all():
         comp = comp[logged > 0]
         logged = comp["logged_s"].to_numpy()
-    base = start.as_dict()
-    lower, upper = coefficient_bounds(free)
-    x0 = np.clip([base[n] for n in free], lower, upper)
 
     def coef_at(x: np.ndarray) -> Coefficients:
         return dataclasses.replace(start, **dict(zip(free, map(float, x), strict=True)))
@@ -182,17 +178,7 @@ def fit_steps(
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.log(predicted_logged_s(hw, coef_at(x), comp) / logged)
 
-    r0 = residuals(x0)
-    sol = least_squares(
-        residuals,
-        x0,
-        bounds=(lower, upper),
-        x_scale="jac",
-        diff_step=DIFF_STEP,
-        loss=loss,
-        f_scale=ROBUST_SCALE,
-        max_nfev=200,
-    )
+    sol, r0 = fit_least_squares(residuals, start, free, loss)
     unc = uncertainty(sol, free)
     fitted = coef_at(sol.x)
     notes = []

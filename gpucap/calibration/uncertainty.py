@@ -1,15 +1,18 @@
-"""What a least-squares fit's Jacobian says of its coefficients, shared by the fits to runs
-(``calibrate``), to a step log (``stepfit``) and to telemetry (``telemetryfit``): covariance,
-standard errors, correlations, and which coefficients sit at a bound of their physical range."""
+"""What the fits to runs (``calibrate``), to a step log (``stepfit``) and to telemetry
+(``telemetryfit``) share: the coefficients' physical bounds, the bounded least-squares step
+(``fit_least_squares``), and what its Jacobian says of the coefficients: covariance, standard
+errors, correlations, and which sit at a bound of their physical range."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import OptimizeResult
+from scipy.optimize import OptimizeResult, least_squares
 
-from gpucap.physics.coefficients import COEFFICIENT_INFO
+from gpucap.calibration.fitresiduals import DIFF_STEP, ROBUST_SCALE
+from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
 
 
 @dataclass(frozen=True)
@@ -57,3 +60,29 @@ def uncertainty(
         elif upper[j] - sol.x[j] <= 1e-4 * span[j]:
             at_bound[name] = "upper"
     return Uncertainty(cov, se, corr, at_bound)
+
+
+def fit_least_squares(
+    residuals: Callable[[np.ndarray], np.ndarray],
+    start: Coefficients,
+    free: tuple[str, ...],
+    loss: str,
+    bounds: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[OptimizeResult, np.ndarray]:
+    """``scipy.optimize.least_squares`` of ``residuals`` from ``start`` (clipped into ``bounds``,
+    by default the free coefficients' bounds) within those bounds; and the residuals at the start."""
+    base = start.as_dict()
+    lower, upper = bounds if bounds is not None else coefficient_bounds(free)
+    x0 = np.clip([base[n] for n in free], lower, upper)
+    r0 = residuals(x0)
+    sol = least_squares(
+        residuals,
+        x0,
+        bounds=(lower, upper),
+        x_scale="jac",
+        diff_step=DIFF_STEP,
+        max_nfev=200,
+        loss=loss,
+        f_scale=ROBUST_SCALE,
+    )
+    return sol, r0
