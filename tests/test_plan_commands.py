@@ -18,7 +18,7 @@ from gpucap.calibration.loadtests import cases_from_runs
 from gpucap.calibration.resultfields import META_KEYS
 from gpucap.calibration.results import read_results, runs_needing
 from gpucap.catalog.gpus import get_gpu
-from gpucap.cli.main import _parser
+from gpucap.cli.main import build_parser
 from gpucap.config import SLO, EngineConfig, hardware
 from gpucap.planning.commands import LOAD_FRACTIONS, plan_commands, verify_commands
 from gpucap.planning.result import Target
@@ -340,9 +340,9 @@ def test_gpucap_commands_parse_with_gpucaps_own_cli(commands) -> None:
     for cmd, name in ((commands.calibrate, "calibrate"), (commands.replan, "plan")):
         argv = shlex.split(cmd)
         assert argv[:2] == ["gpucap", name]
-        args = _parser().parse_args(argv[1:])  # an unknown flag would exit 2 here
+        args = build_parser().parse_args(argv[1:])  # an unknown flag would exit 2 here
         assert args.command == name
-    args = _parser().parse_args(shlex.split(commands.replan)[1:])
+    args = build_parser().parse_args(shlex.split(commands.replan)[1:])
     assert (args.target_rps, args.input_len, args.output_len) == (RPS, str(IN), str(OUT))
     assert (args.weight_dtypes, args.kv_dtypes) == (["fp8"], ["fp8"])
 

@@ -48,7 +48,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: every command and its options."""
     p = _Parser(prog="gpucap", description="LLM serving capacity from first principles.")
     p.add_argument("--version", action="version", version=f"gpucap {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -67,7 +68,7 @@ def as_flags(option: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command][1](args)
     except BrokenPipeError:  # output piped into `head`
