@@ -58,5 +58,8 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (*RESOURCES, "max_num_seqs", "step_overhea
 # outputs, the simulation's summaries and the load-test readers all use these names.
 Statistic = Literal["mean", "median", "p90", "p95", "p99"]
 STATISTICS: tuple[Statistic, ...] = ("mean", "median", "p90", "p95", "p99")
+# the statistics an SLO-limited concurrency is fitted at: the closed forms predict means (and
+# medians, read as such), not tails (gpucap.calibration.limits)
+LIMIT_STATISTICS: tuple[Statistic, ...] = ("mean", "median")
 # The quantile each statistic but the mean stands for.
 QUANTILES: dict[str, float] = {"median": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}

@@ -12,7 +12,7 @@ import pytest
 import gpucap
 from gpucap.cli import estimate as estimate_cli
 from gpucap.cli.fields import add_options, flag_of, values
-from gpucap.config import Deployment, EngineConfig, Workload
+from gpucap.config import SLO, Deployment, EngineConfig, Workload
 from gpucap.options import option, options_of, route
 
 # a value other than the default for each kind, as typed on the command line and as parsed
@@ -33,7 +33,7 @@ def typed_value(meta: dict, default: object) -> tuple[list[str], object]:
     return [text], value
 
 
-@pytest.mark.parametrize("cls", [Deployment, Workload, EngineConfig], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [Deployment, Workload, EngineConfig, SLO], ids=lambda c: c.__name__)
 def test_every_declared_field_round_trips_through_the_command_line(cls: type) -> None:
     declared = options_of(cls)
     assert declared, f"{cls.__name__} declares no options"

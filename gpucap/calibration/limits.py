@@ -26,9 +26,10 @@ from gpucap.calibration.loadtests import MeasuredLimit, crossing, measured_limit
 from gpucap.calibration.validate import predict_prepared, prepare_case
 from gpucap.config import SLO
 from gpucap.physics.coefficients import Coefficients
+from gpucap.types import LIMIT_STATISTICS
 
 SWEEP_X = {"fixed-concurrency": "concurrency", "poisson": "request_rate"}
-LIMIT_STATS = ("mean", "median")
+LIMIT_STATS = LIMIT_STATISTICS
 # Columns that must agree for runs to belong to one sweep (those present in the cases).
 CONFIG_COLUMNS = (
     "source_id",

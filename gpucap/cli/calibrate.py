@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from gpucap.calibration.calibrate import DEFAULT_FREE
-from gpucap.calibration.limits import LIMIT_STATS
-from gpucap.cli.args import add_parallel, output_file, parallel_runner, positive_float, positive_int
+from gpucap.cli.args import add_parallel, output_file, parallel_runner, positive_int
+from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO
+from gpucap.types import LIMIT_STATISTICS
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 
@@ -38,13 +39,12 @@ def add_parser(sub: Any) -> None:
         help="what to fit: runs (every run's metrics), limits (every sweep's SLO-limited concurrency or "
         "rate at --ttft-slo/--tpot-slo/--stat), or runs,limits",
     )
-    c.add_argument("--ttft-slo", "--slo-ttft", type=positive_float, default=2.0, help="TTFT SLO in s (default 2)")
-    c.add_argument("--tpot-slo", "--slo-tpot", type=positive_float, default=0.1, help="TPOT SLO in s (default 0.1)")
-    c.add_argument(
-        "--stat",
-        default="mean",
-        choices=list(LIMIT_STATS),
-        help="statistic the SLOs apply to (the closed forms predict means: mean or median)",
+    add_options(
+        c,
+        SLO,
+        choices={"statistic": LIMIT_STATISTICS},
+        aliases={"ttft_s": ("--slo-ttft",), "tpot_s": ("--slo-tpot",)},
+        helps={"statistic": "statistic the SLOs apply to (the closed forms predict means: mean or median)"},
     )
     c.add_argument(
         "--intervals",
@@ -165,7 +165,7 @@ def run(a: argparse.Namespace) -> int:
         sources=sources,
         method=a.method,
         targets=targets,
-        slo=SLO(a.ttft_slo, a.tpot_slo, a.stat),
+        slo=SLO(**values(a, SLO)),
         intervals=a.intervals,
         n_jobs=run,
         progress=run.progress,

@@ -57,8 +57,7 @@ def add_parser(sub: Any) -> None:
     load.add_argument(
         "--request-rate", type=positive_float, default=None, help="arrivals per second, all replicas (open loop)"
     )
-    e.add_argument("--ttft-slo", type=positive_float, default=2.0, help="seconds (default 2)")
-    e.add_argument("--tpot-slo", type=positive_float, default=0.1, help="seconds (default 0.1)")
+    add_options(e, SLO, ("ttft_s", "tpot_s"))  # the closed loop predicts means: no --stat
     add_options(e, EngineConfig, ENGINE)
     add_options(e, EngineConfig, FROM_LOG, defaults=dict.fromkeys(FROM_LOG))  # default: the log's, else the field's
     kv = e.add_mutually_exclusive_group()
@@ -117,7 +116,7 @@ def run(a: argparse.Namespace) -> int:
     est = estimate_for(
         deployment(a, logged),
         workload(a),
-        SLO(ttft_s=a.ttft_slo, tpot_s=a.tpot_slo),
+        SLO(**values(a, SLO, ("ttft_s", "tpot_s"))),
         OperatingPoint(concurrency=a.concurrency, request_rate=a.request_rate),
         coefficients=a.coefficients,
         speculative=_speculative(a),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gpucap.cli.args import positive_float, positive_int
@@ -58,10 +58,14 @@ def add_options(
     names: Iterable[str] | None = None,
     *,
     defaults: Mapping[str, Any] | None = None,
+    choices: Mapping[str, Sequence[str]] | None = None,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+    helps: Mapping[str, str] | None = None,
 ) -> None:
     """Add an option to ``parser`` for each of ``names`` (default: every field of ``cls``
-    declared with ``option``, so that a field added there is offered here); ``defaults``
-    overrides a field's default on this command (None: given or not, the command decides)."""
+    declared with ``option``, so that a field added there is offered here). A command may narrow
+    a field: ``defaults`` (None: given or not, the command decides), ``choices``, other flags
+    that also set it (``aliases``) and its ``helps``."""
     declared = options_of(cls)
     for name in declared if names is None else names:
         if name not in declared:
@@ -70,19 +74,17 @@ def add_options(
         default = _field_default(cls, name)
         if defaults and name in defaults:
             default = defaults[name]
-        flag, kind = flag_of(name, meta), meta["kind"]
+        flags = [flag_of(name, meta), *((aliases or {}).get(name, ()))]
+        kind, text = meta["kind"], (helps or {}).get(name, meta["help"])
+        allowed = (choices or {}).get(name, meta["choices"])
         if kind == "switch":
-            parser.add_argument(flag, dest=name, action="store_true", help=meta["help"])
+            parser.add_argument(*flags, dest=name, action="store_true", help=text)
         elif kind == "no_switch":
-            parser.add_argument(flag, dest=name, action="store_false", help=meta["help"])
+            parser.add_argument(*flags, dest=name, action="store_false", help=text)
         elif default is _REQUIRED:
-            parser.add_argument(
-                flag, dest=name, type=PARSERS[kind], choices=meta["choices"], required=True, help=meta["help"]
-            )
+            parser.add_argument(*flags, dest=name, type=PARSERS[kind], choices=allowed, required=True, help=text)
         else:
-            parser.add_argument(
-                flag, dest=name, type=PARSERS[kind], choices=meta["choices"], default=default, help=meta["help"]
-            )
+            parser.add_argument(*flags, dest=name, type=PARSERS[kind], choices=allowed, default=default, help=text)
 
 
 def values(args: argparse.Namespace, cls: type, names: Iterable[str] | None = None) -> dict[str, Any]:

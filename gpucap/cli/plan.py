@@ -20,14 +20,13 @@ from gpucap.cli.args import (
     positive_int,
     positive_ints,
 )
-from gpucap.cli.fields import add_options
+from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
 from gpucap.planning.capacity import Headroom
 from gpucap.planning.commands import VerifyCommands, plan_commands
 from gpucap.planning.result import Plan, Target
 from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Search, plan_for
 from gpucap.queueing.lengths import Lengths
-from gpucap.types import STATISTICS
 
 EXIT_NOTHING_FITS = 3
 
@@ -61,9 +60,9 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="with --trace: replay only N replicas' shares (faster for long traces; default all)",
     )
-    p.add_argument("--ttft-slo", type=positive_float, default=2.0, help="seconds (default 2)")
-    p.add_argument("--tpot-slo", type=positive_float, default=0.1, help="seconds (default 0.1)")
-    p.add_argument("--stat", default="p99", choices=list(STATISTICS), help="statistic both SLOs apply to (default p99)")
+    add_options(
+        p, SLO, defaults={"statistic": "p99"}, helps={"statistic": "the statistic both SLOs apply to (default p99)"}
+    )
     p.add_argument("--gpus", type=names, default=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"])
     p.add_argument(
         "--gpu-counts", type=positive_ints, default=list(GPU_COUNTS), help="GPUs per replica to try (1,2,4,8)"
@@ -113,7 +112,7 @@ def add_parser(sub: Any) -> None:
 
 def slo(a: argparse.Namespace) -> SLO:
     """The SLOs the options give, at their statistic."""
-    return SLO(ttft_s=a.ttft_slo, tpot_s=a.tpot_slo, statistic=a.stat)
+    return SLO(**values(a, SLO))
 
 
 def search(a: argparse.Namespace) -> Search:
@@ -196,8 +195,8 @@ def print_disaggregated(a: argparse.Namespace, inp: Lengths, out: Lengths) -> No
                 rate=a.target_rps,
                 input_len=inp.mean,
                 output_len=out.mean,
-                ttft_slo_s=a.ttft_slo,
-                tpot_slo_s=a.tpot_slo,
+                ttft_slo_s=a.ttft_s,
+                tpot_slo_s=a.tpot_s,
                 weight_dtype=wd,
                 link=a.disaggregated,
                 engine=a.engine,
@@ -289,7 +288,7 @@ def run_trace(a: argparse.Namespace) -> int:
     print(f"  analytic plan (mean rate, trace's lengths and burstiness): {int(best['replicas'])} replicas")
     found = "none within the search" if sizing.replicas is None else f"{sizing.replicas} replicas"
     print(
-        f"  replaying the trace ({a.router}, {a.stat} TTFT <= {a.ttft_slo:g} s, TPOT <= {a.tpot_slo * 1e3:g} ms): {found}"
+        f"  replaying the trace ({a.router}, {a.statistic} TTFT <= {a.ttft_s:g} s, TPOT <= {a.tpot_s * 1e3:g} ms): {found}"
     )
     for _, r in sizing.tried.iterrows():
         if not np.isfinite(r["ttft_s"]):
@@ -299,7 +298,7 @@ def run_trace(a: argparse.Namespace) -> int:
             continue
         verdict = "meets" if r["meets"] else "misses"
         print(
-            f"    {int(r['replicas']):>4} replicas: {a.stat} TTFT {r['ttft_s']:.3g} s, TPOT {r['tpot_s'] * 1e3:.3g} ms: {verdict}"
+            f"    {int(r['replicas']):>4} replicas: {a.statistic} TTFT {r['ttft_s']:.3g} s, TPOT {r['tpot_s'] * 1e3:.3g} ms: {verdict}"
         )
     print(f"  ({sizing.seconds:.1f} s; add spares for failures and upgrades on top)")
     return 0 if sizing.replicas is not None else EXIT_NOTHING_FITS

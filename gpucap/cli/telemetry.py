@@ -15,7 +15,9 @@ import sys
 from typing import Any
 
 from gpucap.cli.args import positive_float, positive_int
-from gpucap.types import ENGINES
+from gpucap.cli.fields import add_options, values
+from gpucap.config import SLO
+from gpucap.types import ENGINES, LIMIT_STATISTICS
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM, GiB
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
@@ -73,9 +75,7 @@ def add_parser(sub: Any) -> None:
         "--history", default=None, help="calibration history: its last entry is the prior; the fit is appended"
     )
     t.add_argument("--label", default="", help="a name for this fit in the history")
-    t.add_argument("--ttft-slo", type=positive_float, default=2.0, help="s, for the SLO-limited concurrency")
-    t.add_argument("--tpot-slo", type=positive_float, default=0.1, help="s, for the SLO-limited concurrency")
-    t.add_argument("--stat", default="mean", choices=["mean", "median"])
+    add_options(t, SLO, choices={"statistic": LIMIT_STATISTICS})  # for the SLO-limited concurrency
     t.add_argument("--json", action="store_true", help="print the windows and the fit as JSON")
 
 
@@ -238,7 +238,6 @@ def _fit(
         weak_prior,
         window_targets,
     )
-    from gpucap.config import SLO
     from gpucap.physics.coefficients import Coefficients
 
     start = Coefficients.resolve(a.coefficients, hw.engine.engine)
@@ -261,7 +260,7 @@ def _fit(
     )
     isl = float(pd.Series([t.case.input_len for t in targets]).mean()) if targets else float("nan")
     osl = float(pd.Series([t.case.output_len for t in targets]).mean()) if targets else float("nan")
-    slo = SLO(a.ttft_slo, a.tpot_slo, a.stat)
+    slo = SLO(**values(a, SLO))
     if targets:
         sweep_row = pd.Series(dict(row, isl=isl, osl=osl, front_end="http", length_dist="dataset"))
         sweep = deployment_sweep(sweep_row, slo, top=targets[0].case.max_running)

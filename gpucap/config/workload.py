@@ -169,9 +169,9 @@ class SLO:
     ``statistic`` over the requests (``gpucap.types.STATISTICS``). The estimator's closed loop
     predicts means; the planner applies any statistic to rate targets (its queueing model)."""
 
-    ttft_s: float = 2.0
-    tpot_s: float = 0.1
-    statistic: str = "mean"
+    ttft_s: float = option(2.0, kind="positive_float", flag="--ttft-slo", help="the TTFT SLO, seconds (default 2)")
+    tpot_s: float = option(0.1, kind="positive_float", flag="--tpot-slo", help="the TPOT SLO, seconds (default 0.1)")
+    statistic: str = option("mean", flag="--stat", choices=STATISTICS, help="the statistic both SLOs apply to")
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "tpot_s"):
