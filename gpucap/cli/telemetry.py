@@ -14,11 +14,11 @@ import re
 import sys
 from typing import Any
 
-from gpucap.cli.args import positive_float, positive_int
+from gpucap.cli.args import positive_float
 from gpucap.cli.fields import add_options, values
-from gpucap.config import SLO
-from gpucap.types import ENGINES, LIMIT_STATISTICS
-from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM, GiB
+from gpucap.config import SLO, Deployment, EngineConfig
+from gpucap.types import LIMIT_STATISTICS
+from gpucap.units import GiB
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 _UNIT_S = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -52,21 +52,19 @@ def add_parser(sub: Any) -> None:
         help="how to simulate a window: poisson arrivals at its rate (production traffic, default) or a closed loop "
         "at its requests in flight (a load test at fixed concurrency)",
     )
-    t.add_argument("--model", default=None, help="catalog id or config.json of the served model (for the fit)")
-    t.add_argument("--gpu", default=None, help="GPU catalog key (for the fit and the memory check)")
-    t.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv)")
-    t.add_argument("--num-gpus", type=positive_int, default=None)
-    for name in ("tp", "pp", "ep"):
-        t.add_argument(f"--{name}", type=positive_int, default=1)
-    t.add_argument("--weight-dtype", default=None, choices=list(WEIGHT_BYTES_PER_PARAM))
-    t.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
-    t.add_argument("--engine", default="vllm", choices=list(ENGINES))
+    add_options(
+        t,
+        Deployment,
+        ("model", "gpu", "gpu_file", "num_gpus", "tp", "pp", "ep", "weight_dtype", "kv_dtype"),
+        defaults={"model": None, "gpu": None},  # only the fit and the memory check need them
+    )
+    add_options(t, EngineConfig, ("engine",))
     t.add_argument("--engine-version", default=None, help="e.g. 0.32.0 (whether the host runs beside the GPU)")
-    t.add_argument("--max-num-seqs", type=positive_int, default=None)
-    t.add_argument("--max-num-batched-tokens", type=positive_int, default=None)
-    t.add_argument("--gpu-memory-utilization", type=positive_float, default=None)
-    t.add_argument("--block-size", type=positive_int, default=None)
-    t.add_argument("--no-cuda-graphs", action="store_true", help="as vLLM --enforce-eager")
+    add_options(
+        t,
+        EngineConfig,
+        ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size", "cuda_graphs"),
+    )
     t.add_argument("--kv-cache-memory", type=positive_float, default=None, help="KV budget per GPU, GiB")
     t.add_argument("--no-fit", action="store_true", help="windows and memory check only")
     t.add_argument("--free", default=None, help="coefficients to fit, comma-separated (default: the telemetry set)")
@@ -96,7 +94,7 @@ def deployment_row(a: argparse.Namespace) -> dict[str, Any]:
     for name in ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size", "engine_version"):
         if getattr(a, name) is not None:
             row[name] = getattr(a, name)
-    if a.no_cuda_graphs:
+    if not a.cuda_graphs:
         row["enforce_eager"] = True
     if a.kv_cache_memory:
         row["kv_cache_memory_gib"] = a.kv_cache_memory
