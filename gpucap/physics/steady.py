@@ -288,6 +288,8 @@ def separated_root(
     share = chunks if share is None else share
 
     def part(v: Any, idx: Ints) -> Any:
+        if idx.size == running.size:  # every element (the bracket's ends, the first steps): no copy
+            return v
         return v[..., idx] if isinstance(v, np.ndarray) and v.ndim and v.shape[-1] == running.size else v
 
     def lines_at(lines: Lines, idx: Ints) -> Lines:
