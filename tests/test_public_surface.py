@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,22 @@ def test_benchmark_scripts_import_names_that_exist() -> None:
 def _hidden_or_built(path: Path) -> bool:
     """A path under a hidden folder (the end-to-end suite's own ``.venv``) or a run's output."""
     return any(part.startswith(".") or part in ("out", "site-packages") for part in path.parts[:-1])
+
+
+def test_a_declaration_that_is_not_a_from_import_is_refused(tmp_path: Path) -> None:
+    init = tmp_path / "__init__.py"
+    init.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import gpucap.physics.step\n")
+    with pytest.raises(TypeError, match="line 3: only 'from gpucap.x import y as y' belongs here"):
+        public_names("somepackage", str(init))
+
+
+def test_a_name_is_imported_on_first_use_only() -> None:
+    """``import gpucap.report`` leaves matplotlib's figure modules alone until a figure is asked for."""
+    code = (
+        "import sys, gpucap.report\n"
+        "before = 'gpucap.report.plots' in sys.modules\n"
+        "gpucap.report.sweep_figure\n"
+        "print(before, 'gpucap.report.plots' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]
