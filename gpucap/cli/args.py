@@ -108,3 +108,25 @@ def parallel_runner(a: argparse.Namespace) -> Any:
 
     show = not a.quiet and not getattr(a, "json", False) and sys.stderr.isatty()
     return runner(a.jobs, a.dask, progress=show)
+
+
+def finite_float(text: str) -> float:
+    """Any finite number."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number")
+    return v
+
+
+def image_size(text: str) -> int | tuple[int, int]:
+    """``1344`` (a square side) or ``1080x1920`` (height x width), pixels."""
+    try:
+        parts = [int(p) for p in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an image size; give a side like 1344 or HxW like 1080x1920")
+    return parts[0] if len(parts) == 1 else (parts[0], parts[1])

@@ -9,34 +9,12 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from gpucap.cli.args import positive_float, positive_int
+from gpucap.cli.args import finite_float, image_size, positive_float, positive_int
 from gpucap.options import options_of
-
-
-def _finite_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if v != v or v in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number")
-    return v
-
-
-def image_size(text: str) -> int | tuple[int, int]:
-    """``1344`` (a square side) or ``1080x1920`` (height x width), pixels."""
-    try:
-        parts = [int(p) for p in text.lower().split("x")]
-    except ValueError:
-        parts = []
-    if len(parts) not in (1, 2) or min(parts) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an image size; give a side like 1344 or HxW like 1080x1920")
-    return parts[0] if len(parts) == 1 else (parts[0], parts[1])
-
 
 PARSERS: dict[str, Callable[[str], Any]] = {
     "str": str,
-    "float": _finite_float,
+    "float": finite_float,
     "positive_float": positive_float,
     "positive_int": positive_int,
     "image_size": image_size,
