@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from gpucap.calibration.calibrate import DEFAULT_FREE
-from gpucap.cli.args import add_parallel, output_file, parallel_runner, positive_int
+from gpucap.cli.args import add_parallel, output_file, parallel_runner
 from gpucap.cli.fields import add_options, values
-from gpucap.config import SLO
+from gpucap.config import SLO, Deployment, EngineConfig
 from gpucap.types import LIMIT_STATISTICS
-from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 
 def add_parser(sub: Any) -> None:
@@ -67,19 +66,27 @@ def add_parser(sub: Any) -> None:
 def results_options(p: argparse.ArgumentParser) -> None:
     """What `calibrate` and `errors` need to read load-test results: hardware and formats for
     runs whose files and manifest do not say, a manifest, extra GPUs, the length distribution."""
-    for name in ("gpu", "engine", "model"):
-        p.add_argument(f"--{name}", default=None, help=f"{name} for runs whose files and manifest do not say")
-    for name in ("num-gpus", "tp", "pp", "ep"):
-        p.add_argument(f"--{name}", type=positive_int, default=None, help=f"{name} for runs that do not say")
-    p.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
-    p.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
-    p.add_argument(
-        "--weight-dtype",
-        default=None,
-        choices=list(WEIGHT_BYTES_PER_PARAM),
-        help="weight format of runs that do not say (default: the checkpoint's own)",
+    fallback = ("gpu", "model", "num_gpus", "tp", "pp", "ep")
+    add_options(
+        p,
+        Deployment,
+        (*fallback, "gpu_file", "weight_dtype", "kv_dtype"),
+        defaults=dict.fromkeys(fallback),
+        helps={
+            **{name: f"{name} for runs whose files and manifest do not say" for name in fallback},
+            "gpu_file": "CSV of extra GPUs (columns of data/gpus.csv) the cases name",
+            "weight_dtype": "weight format of runs that do not say (default: the checkpoint's own)",
+        },
     )
-    p.add_argument("--kv-dtype", default="auto", choices=list(KV_BYTES_PER_ELEMENT))
+    add_options(
+        p,
+        EngineConfig,
+        ("engine",),
+        defaults={"engine": None},
+        choices={"engine": None},  # the names result files use pass too (tensorrt-llm, nim: ENGINE_ALIASES)
+        helps={"engine": "engine for runs that do not say"},
+    )
+    p.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
     p.add_argument(
         "--length-dist", default="fixed", choices=["fixed", "dataset"], help="dataset: ShareGPT-like output lengths"
     )

@@ -36,14 +36,14 @@ def add_options(
     names: Iterable[str] | None = None,
     *,
     defaults: Mapping[str, Any] | None = None,
-    choices: Mapping[str, Sequence[str]] | None = None,
+    choices: Mapping[str, Sequence[str] | None] | None = None,
     aliases: Mapping[str, Sequence[str]] | None = None,
     helps: Mapping[str, str] | None = None,
 ) -> None:
     """Add an option to ``parser`` for each of ``names`` (default: every field of ``cls``
     declared with ``option``, so that a field added there is offered here). A command may narrow
     a field: ``defaults`` (None: given or not, the command decides), ``choices``, other flags
-    that also set it (``aliases``) and its ``helps``."""
+    that also set it (``aliases``) and its ``helps``; a choice of None lets any value through."""
     declared = options_of(cls)
     for name in declared if names is None else names:
         if name not in declared:
