@@ -126,11 +126,9 @@ def estimate(
     speculative: Speculative | None = None,
     **knobs: Any,
 ) -> Estimate:
-    """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``; ``knobs`` are the
-    fields of ``Deployment`` (``tp``, ``pp``, ``ep``, ``attn_dp``, ``weight_dtype``, ``kv_dtype``,
-    ``engine``, ``gpu_file``, ``routing_skew``, ``encoder_tp_mode``) and of ``Workload``
-    (``lengths``, ``images_per_request``, ``image_size_px``, ``prefix_tokens``, ``prefix_share``,
-    ``turns``), by name.
+    """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``; ``knobs`` are any
+    fields of ``Deployment`` (``tp``, ``weight_dtype``, ``engine``, ...) and of ``Workload``
+    (``lengths``, ``prefix_tokens``, ...), by name (``gpucap.options.route``).
 
     The GPUs form ``num_gpus / (tp x pp x attn_dp)`` replicas. Concurrency (given and reported)
     counts requests across all replicas. The speed is evaluated at ``concurrency`` requests kept

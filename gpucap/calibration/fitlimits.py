@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 
 from gpucap.calibration.fitresiduals import DIFF_STEP
-from gpucap.calibration.limits import LIMIT_STATS, Sweep, find_sweeps, predicted_limits
+from gpucap.calibration.limits import Sweep, find_sweeps, predicted_limits
 from gpucap.config import SLO
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
+from gpucap.types import LIMIT_STATISTICS
 
 
 def limit_targets(cases: pd.DataFrame, slo: SLO) -> tuple[list[Sweep], list[Sweep], list[str]]:
@@ -19,7 +20,7 @@ def limit_targets(cases: pd.DataFrame, slo: SLO) -> tuple[list[Sweep], list[Swee
     are not sweeps; raises when the limits cannot be targets."""
     given = [
         s
-        for s in LIMIT_STATS
+        for s in LIMIT_STATISTICS
         if all(f"{m}_{s}_ms" in cases and cases[f"{m}_{s}_ms"].notna().any() for m in ("ttft", "tpot"))
     ]
     if slo.statistic not in given:

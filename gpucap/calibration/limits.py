@@ -29,7 +29,6 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.types import LIMIT_STATISTICS
 
 SWEEP_X = {"fixed-concurrency": "concurrency", "poisson": "request_rate"}
-LIMIT_STATS = LIMIT_STATISTICS
 # Columns that must agree for runs to belong to one sweep (those present in the cases).
 CONFIG_COLUMNS = (
     "source_id",
@@ -59,9 +58,9 @@ GRID_BELOW, GRID_ABOVE = 4.0, 4.0  # grid from lowest load / 4 to highest load x
 def check_limit_slo(slo: SLO) -> SLO:
     """``slo`` when its statistic is one a limit can be fitted at: the closed forms predict
     means (and medians where they are read as such), not tails."""
-    if slo.statistic not in LIMIT_STATS:
+    if slo.statistic not in LIMIT_STATISTICS:
         raise ValueError(
-            f"limits as fit targets compare {' or '.join(LIMIT_STATS)} (the closed forms predict means), "
+            f"limits as fit targets compare {' or '.join(LIMIT_STATISTICS)} (the closed forms predict means), "
             f"got stat {slo.statistic!r}"
         )
     return slo

@@ -9,6 +9,7 @@ from gpucap.physics.attention import softmax_slowdown
 from gpucap.physics.memory import MemoryBreakdown, charged_held_tokens_per_layer, held_tokens_per_layer
 from gpucap.physics.speculative import Speculative
 from gpucap.physics.step import matmul_format, mxfp4_expert_share
+from gpucap.units import GiB
 
 
 def estimate_notes(
@@ -63,7 +64,7 @@ def estimate_notes(
     if images is not None:
         notes.append(
             f"{images.per_request:g} image(s) per request add {image_tokens:.0f} prompt tokens; the vision encoder "
-            f"holds {mem.weights.vision_encoder / 2**30:.2f} GiB per GPU and its cache {mem.encoder_cache / 2**30:.2f} GiB"
+            f"holds {mem.weights.vision_encoder / GiB:.2f} GiB per GPU and its cache {mem.encoder_cache / GiB:.2f} GiB"
         )
     if wl.cached_len:
         notes.append(
@@ -74,6 +75,6 @@ def estimate_notes(
     if speculative is not None:
         notes.append(
             f"speculative decoding: {speculative.draft_tokens} draft tokens, {speculative.acceptance_length:g} kept per "
-            f"step; the drafter holds {mem.weights.draft / 2**30:.2f} GiB per GPU"
+            f"step; the drafter holds {mem.weights.draft / GiB:.2f} GiB per GPU"
         )
     return notes
