@@ -23,6 +23,9 @@ def test_installed_wheel_answers_from_its_own_data(tmp_path: Path) -> None:
     (wheel,) = wheels.glob("gpucap-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpucap/data/gpus.csv" in names and "gpucap/physics/step.py" in names
+    folders = sorted(p.parent.name for p in (ROOT / "gpucap").glob("*/__init__.py"))
+    missing = [f for f in folders if f"gpucap/{f}/__init__.py" not in names]
+    assert folders and not missing, f"subpackages missing from the wheel: {missing}"
     assert any(n.startswith("gpucap/data/models/meta-llama/") and n.endswith("config.json") for n in names)
 
     site = tmp_path / "site"
