@@ -6,7 +6,7 @@ Llama-3.1-8B on one H100 (vLLM defaults), 2,000-token prompts of which a 1,000-t
 prompt is shared by every request, 200-token answers, Poisson arrivals at 30%, 60% and 85% of
 the service rate without the cache. For each rate, mean TTFT and TPOT with and without the
 cache: gpucap's open-loop model (``gpucap.physics.batching.open_loop`` with ``cached_tokens``) and the
-simulation (``gpucap.queueing.simulate.simulate`` with ``cached_len`` and ``shared_len``). Also the
+simulation (``gpucap.queueing.simulate.simulate`` with ``cached_tokens`` and ``shared_tokens``). Also the
 service rate (output tokens/s with every slot busy) and the requests memory holds, both ways.
 """
 
@@ -68,8 +68,8 @@ def main() -> None:
                 output_len=OUTPUT,
                 max_running=cap,
                 kv_capacity_tokens=kv,
-                cached_len=h,
-                shared_len=h,
+                cached_tokens=h,
+                shared_tokens=h,
             )
             print(
                 f"| {load:.0%} | {name} | {float(a.ttft_s) * 1e3:.0f} / {np.nanmean(sim.ttft_s) * 1e3:.0f} "

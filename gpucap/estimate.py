@@ -204,7 +204,7 @@ def _search(
     """Memory's limit, every resource's limit and the SLOs' limit for one replica; with ``ends``
     (``range_slos``) the limits of those SLOs too, the recommendation's range."""
     image_tokens = Extras(images).image_tokens(hw)
-    shared, held = wl.shared_len, wl.prefix_share
+    shared, held = wl.shared_tokens, wl.prefix_share
     mem, mem_limit = memory_limit(
         hw, wl.max_context + image_tokens, images=images, speculative=speculative, shared_tokens=shared, shared_by=held
     )
@@ -355,7 +355,7 @@ def _speed_at(
             coef,
             request_rate=op.request_rate / replicas,
             input_len=wl.prompt_len,
-            cached_tokens=wl.cached_len,
+            cached_tokens=wl.cached_tokens,
             output_len=wl.output_len,
             max_running=cap,
             images=images,

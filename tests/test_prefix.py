@@ -20,7 +20,7 @@ def test_turns_carry_the_history():
     # a turn carries on average (3 - 1) / 2 earlier turns of 400 + 200 tokens
     wl = Workload(500, 200, prefix_tokens=100, turns=3)
     assert wl.history_len == 600 and wl.prompt_len == 1100
-    assert wl.cached_len == 100 + 600 and wl.shared_len == 100
+    assert wl.cached_tokens == 100 + 600 and wl.shared_tokens == 100
     assert wl.max_context == 500 + 2 * 600 + 200  # the last turn: two earlier turns of 600
 
 
@@ -64,7 +64,7 @@ def test_the_simulation_agrees_and_gains_too():
     run = dict(request_rate=3.0, num_requests=400, input_len=2000, output_len=200, max_running=cap)
     kv = kv_capacity_tokens(hw, 2200)
     plain = simulate(hw, coef, kv_capacity_tokens=kv, **run)
-    hit = simulate(hw, coef, kv_capacity_tokens=kv, cached_len=1000, shared_len=1000, **run)
+    hit = simulate(hw, coef, kv_capacity_tokens=kv, cached_tokens=1000, shared_tokens=1000, **run)
     assert np.nanmean(hit.ttft_s) < np.nanmean(plain.ttft_s)
     analytic = gpucap.estimate(
         LLAMA_8B, "H100-SXM-80GB", input_len=2000, output_len=200, request_rate=3.0, prefix_tokens=1000

@@ -117,7 +117,7 @@ class Workload:
             if not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
         check_prefix(self.input_len, self.prefix_tokens, self.prefix_share, self.turns)
-        if self.lengths == "fixed" and self.cached_len:
+        if self.lengths == "fixed" and self.cached_tokens:
             raise ValueError(
                 "prefix caching and turns are modelled for varied traffic (lengths='varied'), not fixed-length waves"
             )
@@ -141,13 +141,13 @@ class Workload:
         return self.input_len + self.history_len
 
     @property
-    def cached_len(self) -> float:
+    def cached_tokens(self) -> float:
         """Prompt tokens found in the prefix cache, on average: the system prompt where a request
         carries it, and the whole history (taken to stay cached between turns)."""
         return self.prefix_share * self.prefix_tokens + self.history_len
 
     @property
-    def shared_len(self) -> float:
+    def shared_tokens(self) -> float:
         """Tokens whose KV one copy serves every request that carries them (the system prompt)."""
         return self.prefix_tokens if self.prefix_share > 0 else 0.0
 

@@ -53,7 +53,7 @@ def loop_point(
         hw,
         coef,
         concurrency=concurrency,
-        cached_tokens=wl.cached_len,
+        cached_tokens=wl.cached_tokens,
         input_len=wl.prompt_len,
         output_len=wl.output_len,
         max_running=max_running,

@@ -301,7 +301,7 @@ def check_by_simulation(
             output_len=out,
             max_running=batch_slots(hw, context_tokens=input_len + output_len),
             kv_capacity_tokens=kv_capacity_tokens(hw, input_len + output_len),
-            cached_len=cached,
+            cached_tokens=cached,
         )
 
     pools: list[Pool] = row["plan"]

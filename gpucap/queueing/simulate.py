@@ -276,17 +276,17 @@ def simulate(
     burstiness: float = 1.0,
     seed: int | np.random.Generator = 0,
     warmup_fraction: float = 0.2,
-    cached_len: float | Array = 0.0,
-    shared_len: float = 0.0,
+    cached_tokens: float | Array = 0.0,
+    shared_tokens: float = 0.0,
 ) -> Simulation:
     """Open-loop steady state: ``num_requests`` recorded requests arriving at ``request_rate``
     (gamma gaps of shape ``burstiness``; 1 is Poisson) through the same engine loop as
     ``run_benchmark``. Arrivals go on past the recorded requests until every recorded request has
     finished, so the last ones see the same load as the rest; the first ``warmup_fraction`` are left
     out of the statistics. ``input_len`` / ``output_len``: one length, or one per recorded request
-    (later arrivals reuse them in turn). ``cached_len``: prompt tokens each request finds in the
-    prefix cache (their prefill skipped); ``shared_len`` of them, a prefix every request shares,
-    hold their KV once: the cache's room for requests is ``kv_capacity_tokens - shared_len``."""
+    (later arrivals reuse them in turn). ``cached_tokens``: prompt tokens each request finds in the
+    prefix cache (their prefill skipped); ``shared_tokens`` of them, a prefix every request shares,
+    hold their KV once: the cache's room for requests is ``kv_capacity_tokens - shared_tokens``."""
     if not (np.isfinite(request_rate) and request_rate > 0):
         raise ValueError(f"request_rate must be a positive number of requests/s, got {request_rate!r}")
     if int(num_requests) < 1:
@@ -301,10 +301,10 @@ def simulate(
     n = int(num_requests)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     base_in, base_out = _per_request(input_len, n, "input_len"), _per_request(output_len, n, "output_len")
-    base_cached = np.round(np.broadcast_to(np.asarray(cached_len, dtype=float), (n,))).astype(np.int64)
-    shared = int(round(float(shared_len)))
+    base_cached = np.round(np.broadcast_to(np.asarray(cached_tokens, dtype=float), (n,))).astype(np.int64)
+    shared = int(round(float(shared_tokens)))
     if np.any(base_cached < shared) or np.any(base_cached > base_in) or shared < 0:
-        raise ValueError("cached_len must lie between shared_len and each prompt's input_len")
+        raise ValueError("cached_tokens must lie between shared_tokens and each prompt's input_len")
     base_shared = np.full(n, shared, np.int64)
     kv_capacity_tokens = kv_capacity_tokens - shared
     if (base_in + base_out - shared).max() > kv_capacity_tokens:

@@ -66,10 +66,10 @@ def estimate_notes(
             f"{images.per_request:g} image(s) per request add {image_tokens:.0f} prompt tokens; the vision encoder "
             f"holds {mem.weights.vision_encoder / GiB:.2f} GiB per GPU and its cache {mem.encoder_cache / GiB:.2f} GiB"
         )
-    if wl.cached_len:
+    if wl.cached_tokens:
         notes.append(
-            f"prefix cache: {wl.cached_len:,.0f} of each {wl.prompt_len:,.0f}-token prompt (mean) are cached and skip "
-            f"the prefill; the {wl.shared_len:,.0f}-token system prompt's KV is held once; the saturation figure "
+            f"prefix cache: {wl.cached_tokens:,.0f} of each {wl.prompt_len:,.0f}-token prompt (mean) are cached and skip "
+            f"the prefill; the {wl.shared_tokens:,.0f}-token system prompt's KV is held once; the saturation figure "
             "(all requests at once) does not count the cache"
         )
     if speculative is not None:
