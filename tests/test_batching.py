@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpucap.config import hardware
-from gpucap.physics.batching import closed_loop, open_loop
+from gpucap.physics.batching import NO_EXTRAS, closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.runs import drain_time, saturation_run, static_batch
 from gpucap.physics.step import prefill_pairs_per_layer, step_work
@@ -113,3 +113,27 @@ def test_all_at_once_ttft_is_at_least_one_prefill_step() -> None:
         COEF,
     ).total_s  # fmt: skip
     assert float(p.ttft_s) == pytest.approx(float(alone), rel=1e-9)
+
+
+def test_a_moe_step_is_affine_but_for_the_experts_it_reads() -> None:
+    """The closed loop of a mixture-of-experts model takes a step's terms as the affine rest
+    plus the routed experts' read, ``rest + row x experts_touched(T)``: at zero work the row is
+    the experts' bytes at the streaming rate. Qwen3-30B-A3B in fp8: 48 layers x 128 experts x 3
+    matrices of 2,048 x 768 = 29.0 GB (one byte each, before the fp8 scales), read at 3.35 TB/s
+    (H100 datasheet) x u_hbm 0.8: 10.8 ms."""
+    from gpucap.physics.solvers import closed_load, terms
+    from gpucap.physics.step import experts_touched
+    from gpucap.physics.steptime import GEMM_MEMORY
+
+    hw = hardware("Qwen/Qwen3-30B-A3B", "H100-SXM-80GB", weight_dtype="fp8")
+    load = closed_load(
+        hw, COEF, NO_EXTRAS, concurrency=[4.0, 64.0, 300.0], input_len=[300.0, 2000.0, 7000.0],
+        output_len=[50.0, 400.0, 900.0], max_running=1024.0, cached_tokens=0.0,
+    )  # fmt: skip
+    (base, per_decode, per_prompt, per_images), row = load.expert_terms
+    assert row[GEMM_MEMORY, 0] == pytest.approx(48 * 128 * 3 * 2048 * 768 / (3.35e12 * 0.8), rel=0.02)
+    a = np.array([0.01, 0.3, 2.0])
+    b, p, q = a * load.decoding, a * load.prompt, a * load.pairs
+    whole = terms(hw, COEF, b, load.context, p, q, NO_EXTRAS)
+    parts = base + b * per_decode + a * per_prompt + a * per_images + row * experts_touched(hw.spec, b + p)
+    assert np.allclose(parts, whole, rtol=1e-12, atol=0.0)

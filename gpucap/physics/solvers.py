@@ -17,7 +17,6 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -27,7 +26,14 @@ from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
-from gpucap.physics.step import Array, StepTime, prefill_pairs_per_layer, step_work
+from gpucap.physics.step import (
+    Array,
+    StepTime,
+    draft_hardware,
+    experts_touched,
+    prefill_pairs_per_layer,
+    step_work,
+)
 from gpucap.physics.steptime import combine, step_terms
 
 if TYPE_CHECKING:
@@ -47,10 +53,11 @@ def terms(
     q: ArrayLike,
     ex: Extras,
     images: ArrayLike = 0.0,
+    touched: ArrayLike | None = None,
 ) -> Array:
     """Step terms (``gpucap.physics.steptime.step_terms``) of a step with ``b`` decoding sequences at
     mean context ``ctx``, ``p`` prompt tokens with ``q`` prefill pairs per layer, and ``images``
-    encoded."""
+    encoded (``touched``: the routed experts' share read, ``step_work``)."""
     work = step_work(
         hw,
         decode_tokens=b,
@@ -60,6 +67,7 @@ def terms(
         images=images,
         image=ex.images,
         speculative=ex.speculative,
+        touched=touched,
     )
     return step_terms(hw, work, coef)
 
@@ -86,16 +94,24 @@ def frontend_rate(hw: Hardware, coef: Coefficients) -> float:
 
 
 def _unit_terms(
-    hw: Hardware, coef: Coefficients, *, i: Array, ctx: Array, pairs_one: Array, ex: Extras
+    hw: Hardware,
+    coef: Coefficients,
+    *,
+    i: Array,
+    ctx: Array,
+    pairs_one: Array,
+    ex: Extras,
+    touched: float | None = None,
 ) -> tuple[Array, Array, Array, Array]:
     """Step terms of an empty step, and what one decoding sequence, one whole prompt and one
     request's images add. A dense model's work is affine in decode sequences, prompt tokens,
     prefill pairs and images together, so any step's terms are ``base + B x per_decode + (P / I)
-    x (per_prompt + per_images)``."""
-    base = terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex)[:, :1]
-    per_decode = terms(hw, coef, 1.0, ctx, 0.0, 0.0, ex) - base
-    per_prompt = terms(hw, coef, 0.0, ctx, i, pairs_one, ex) - base
-    per_images = terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex, ex.images_per_request) - base
+    x (per_prompt + per_images)``; so is a mixture-of-experts model's with its routed experts'
+    bytes left out (``touched=0``, ``ClosedLoad.expert_terms``)."""
+    base = terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex, touched=touched)[:, :1]
+    per_decode = terms(hw, coef, 1.0, ctx, 0.0, 0.0, ex, touched=touched) - base
+    per_prompt = terms(hw, coef, 0.0, ctx, i, pairs_one, ex, touched=touched) - base
+    per_images = terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex, ex.images_per_request, touched=touched) - base
     return base, per_decode, per_prompt, per_images
 
 
@@ -180,6 +196,25 @@ class ClosedLoad:
         """A dense model's step terms per unit of work (``_unit_terms``): they do not depend on
         the solution, so both solves of one closed loop share them."""
         return _unit_terms(self.hw, self.coef, i=self.prompt, ctx=self.context, pairs_one=self.pairs, ex=self.ex)
+
+    @functools.cached_property
+    def expert_terms(self) -> tuple[tuple[Array, Array, Array, Array], Array]:
+        """A mixture-of-experts model's step terms as the affine rest (``_unit_terms`` without
+        the routed experts' bytes) and the terms of reading every routed expert once, ``row``:
+        a step of T tokens per stage slot has the terms ``rest + row x experts_touched(T)``
+        (``step_work``: only the routed experts' bytes are not affine). Neither depends on the
+        solution, so both solves and every Newton pass share them."""
+        hw, coef, ctx, ex = self.hw, self.coef, self.context, self.ex
+        rest = _unit_terms(hw, coef, i=self.prompt, ctx=ctx, pairs_one=self.pairs, ex=ex, touched=0.0)
+        row = terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex, touched=1.0)[:, :1] - rest[0]
+        return rest, row
+
+    @property
+    def experts_apart(self) -> bool:
+        """Whether the routed experts' read is the only part of a step that is not affine (no
+        drafter with routed experts of its own, ``expert_terms``)."""
+        sp = self.ex.speculative
+        return sp is None or not draft_hardware(self.hw, sp).spec.is_moe
 
     @property
     def one_mb(self) -> float:
@@ -277,6 +312,37 @@ def solve(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
     return solve_dense(load, latency, apart)
 
 
+def _expert_steps(
+    load: ClosedLoad,
+) -> tuple[Callable[[Array], Array], Callable[[Array], Array], Callable[[Array], Callable[[Array], Array]]]:
+    """The terms, against ``a``, of the average step, a decode-only step and (given the chunk
+    count) a step with one prompt chunk, as ``rest + row x experts_touched(T)`` of
+    ``ClosedLoad.expert_terms``: the same as ``terms`` of each step, without its work computed
+    again at every ``a``."""
+    (base, per_decode, per_prompt, per_images), row = load.expert_terms
+    hw, pp = load.hw, load.hw.layout.pp
+    per_sequence = load.decoding * per_decode  # the a D sequences a step decodes, per a
+    verify_tokens = load.ex.tokens_per_sequence * load.decoding / pp  # their tokens per stage slot, per a
+    prompt_tokens = load.prompt / pp
+
+    def with_experts(affine: Array, tokens: Array) -> Array:
+        """``affine`` terms plus the routed experts a stage slot of ``tokens`` tokens reads."""
+        return affine + row * experts_touched(hw.spec, tokens)
+
+    def average_step(x: Array) -> Array:
+        return with_experts(base + x * (per_sequence + per_prompt + per_images), x * (verify_tokens + prompt_tokens))
+
+    def decode_only_step(x: Array) -> Array:
+        return with_experts(base + x * per_sequence, x * verify_tokens)
+
+    def prompt_step(steps: Array) -> Callable[[Array], Array]:
+        chunk = base + (load.one_mb * per_prompt + per_images) / steps
+        chunk_tokens = load.one_mb * prompt_tokens / steps
+        return lambda x: with_experts(chunk + x * per_sequence, x * verify_tokens + chunk_tokens)
+
+    return average_step, decode_only_step, prompt_step
+
+
 def solve_moe(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
     """``a`` of a mixture-of-experts model. The experts a step reads, ``E (1 - (1 - k/E)^T)`` of
     E, are concave in its tokens T, so the step terms are no lines in ``a``: ``MOE_PASSES``
@@ -284,28 +350,39 @@ def solve_moe(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
     the chunk count ``s = ceil(I / (M - (k + 1) B))`` at that ``a``, and solve the closed loop on
     them (``closed_loop_root``, capped by the budget and the front end). ``apart``: the first pass
     solves the averaged step and the later ones run each prompt chunk in a step of its own
-    (``separated_root``)."""
+    (``separated_root``). Within the passes a step's terms are ``rest + row x
+    experts_touched(T)`` (``ClosedLoad.expert_terms``): the work of the step is computed once,
+    the experts' share at each ``a``; the terms at the solution are the step's own."""
     hw, coef, ex = load.hw, load.coef, load.ex
     r, i, ctx, decoding = load.running, load.prompt, load.context, load.decoding
     pairs_one, n_img, one_mb = load.pairs, ex.images_per_request, load.one_mb
     kw = dict(r=r, decoding=decoding, a_budget=load.a_budget, latency=latency)
     a = np.zeros_like(r)
 
-    def prompt_step(steps: Array) -> Callable[[Array], Array]:
+    def exact_average(x: Array) -> Array:
+        return terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img)
+
+    def exact_decode_only(x: Array) -> Array:
+        return terms(hw, coef, x * decoding, ctx, 0.0 * x, 0.0 * x, ex)
+
+    def exact_prompt(steps: Array) -> Callable[[Array], Array]:
         """The terms of a step carrying one of ``steps`` equal chunks of a prompt, against ``a``."""
         chunk = (one_mb * i / steps, one_mb * pairs_one / steps)
-        return partial(_prefill_terms, hw, coef, decoding, ctx, *chunk, ex=ex, chunk_images=n_img / steps)
+        return lambda x: _prefill_terms(hw, coef, decoding, ctx, *chunk, x, ex=ex, chunk_images=n_img / steps)
 
+    # the passes' terms: the affine rest and the experts read, unless a drafter routes experts too
+    exact = (exact_average, exact_decode_only, exact_prompt)
+    average_step, decode_only_step, prompt_step = _expert_steps(load) if load.experts_apart else exact
     for k in range(MOE_PASSES):
         chunks = load.chunks_at(a)
-        dec = lines_through(lambda x: terms(hw, coef, x * decoding, ctx, x * i, x * pairs_one, ex, x * n_img), a)
+        dec = lines_through(average_step, a)
         pre = lines_through(prompt_step(chunks), a)
         if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
             a = _arrivals_per_step(hw, coef, dec, pre, chunks=chunks, **kw)
         if apart:
             full = load.full_steps(a, chunks)
             full_lines = pre if np.array_equal(full, chunks) else lines_through(prompt_step(full), a)
-            decode_only = lines_through(lambda x: terms(hw, coef, x * decoding, ctx, 0.0 * x, 0.0 * x, ex), a)
+            decode_only = lines_through(decode_only_step, a)
             a = separated_root(
                 decode_only,
                 pre,
@@ -315,11 +392,11 @@ def solve_moe(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
                 share=full,
                 **_apart_args(hw, coef, chunks=chunks, **kw),
             )
-    dec_terms = terms(hw, coef, a * decoding, ctx, a * i, a * pairs_one, ex, a * n_img)
-    only_terms = terms(hw, coef, a * decoding, ctx, 0.0 * a, 0.0 * a, ex)  # decode-only steps
-    pre_terms = prompt_step(chunks)(a)
+
+    dec_terms, only_terms = exact_average(a), exact_decode_only(a)  # the steps' own terms at the solution
+    pre_terms = exact_prompt(chunks)(a)
     full = load.full_steps(a, chunks)
-    full_terms = pre_terms if np.array_equal(full, chunks) else prompt_step(full)(a)
+    full_terms = pre_terms if np.array_equal(full, chunks) else exact_prompt(full)(a)
     return Solution(a, chunks, pre_terms, dec_terms, only_terms, full, full_terms)
 
 

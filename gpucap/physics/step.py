@@ -134,6 +134,7 @@ def step_work(
     images: ArrayLike = 0.0,
     image: Images | None = None,
     speculative: Speculative | None = None,
+    touched: ArrayLike | None = None,
 ) -> StepWork:
     """FLOP, bytes and link traffic of one stage slot on one GPU (one replica's batch).
 
@@ -157,6 +158,10 @@ def step_work(
     of the linear FLOP, the experts' where their weights are MXFP4 against bf16 activations
     (``mixed_input_experts``); beside the attention FLOP, what the softmax's exponentials add
     (``gpucap.physics.attention.softmax_excess_flop``).
+
+    The routed experts' bytes are the one part that is not affine: ``touched`` replaces their
+    share read, ``experts_touched(T)``, by a given one (0 leaves the affine rest; the closed loop
+    of a mixture-of-experts model adds the experts' share itself, ``gpucap.physics.solvers``).
     """
     slot = _slot_tokens(hw, decode_tokens, prefill_tokens, prefill_pairs, speculative)
     attended = attended_tokens_per_layer(hw.spec, decode_context)
@@ -171,7 +176,7 @@ def step_work(
             softmax_excess_flop(hw, slot.decode_tokens, slot.prompt_pairs, attended) + zero, dtype=float
         ),
         attention_flop=np.asarray(_attention_flop(hw, slot, attended, decode_context), dtype=float),
-        weight_bytes=np.asarray(_weight_bytes(hw, slot), dtype=float),
+        weight_bytes=np.asarray(_weight_bytes(hw, slot, touched), dtype=float),
         kv_bytes=np.asarray(_kv_bytes(hw, slot, attended, decode_context), dtype=float),
         link_bytes_s=np.asarray(link_s, dtype=float),
         link_latency_s=np.asarray(lat_s + zero, dtype=float),
@@ -308,16 +313,18 @@ def _attention_flop(hw: Hardware, slot: SlotTokens, attended: Array, decode_cont
     return attn_flop
 
 
-def _weight_bytes(hw: Hardware, slot: SlotTokens) -> Array:
+def _weight_bytes(hw: Hardware, slot: SlotTokens, touched: ArrayLike | None = None) -> Array:
     """HBM bytes of weights and activations in one stage slot on one GPU: ``attention + dense
     MLPs + lm_head + experts x experts_touched(T)`` of ``weight_bytes_per_gpu`` (lm_head: the
-    embedding bytes, halved when untied on one stage) ``+ T / attn_dp x layers / pp x 10 x
-    hidden x 2`` bytes of activations (``ACTIVATION_HIDDEN_PASSES``)."""
+    embedding bytes, halved when untied on one stage; ``touched``, when given, in place of
+    ``experts_touched(T)``) ``+ T / attn_dp x layers / pp x 10 x hidden x 2`` bytes of
+    activations (``ACTIVATION_HIDDEN_PASSES``)."""
     spec, lay = hw.spec, hw.layout
     pp, tokens = lay.pp, slot.tokens
     w = weight_bytes_per_gpu(spec, hw.weight_dtype, lay, hw.gpu, hw.engine.moe_backend)
     lm_head_bytes = w.embeddings / (1 if spec.tie_embeddings or pp > 1 else 2)
-    touched = experts_touched(spec, tokens) if spec.is_moe else np.zeros_like(tokens)
+    if touched is None:
+        touched = experts_touched(spec, tokens) if spec.is_moe else np.zeros_like(tokens)
     weights = w.attention + w.dense_mlp + lm_head_bytes + w.experts * touched
     layers = spec.num_layers / pp
     act = tokens / lay.attn_dp * layers * ACTIVATION_HIDDEN_PASSES * spec.hidden_size * ACTIVATION_BYTES
