@@ -158,15 +158,21 @@ def _engines(cases: pd.DataFrame) -> pd.Series:
 
 
 def _engine_fit(
-    engine: str, cases: pd.DataFrame, free: tuple[str, ...], method: str, within_ranges: bool
+    engine: str,
+    cases: pd.DataFrame,
+    free: tuple[str, ...],
+    method: str,
+    within_ranges: bool,
+    start: Coefficients | None = None,
 ) -> tuple[Coefficients, list[str]]:
-    """The fit on ``engine``'s rows of ``cases`` and its "missing mechanism" flags; the engine's
-    defaults (no flags) where its rows cannot determine the coefficients."""
+    """The fit on ``engine``'s rows of ``cases`` from ``start`` (default: the engine's defaults)
+    and its "missing mechanism" flags; the engine's defaults (no flags) where its rows cannot
+    determine the coefficients."""
     rows = cases[(_engines(cases) == engine).to_numpy()]
     try:
         fit = calibrate(
-            rows, start=Coefficients.for_engine(engine), free=free, method=method, within_ranges=within_ranges,
-            compare_within=False, n_jobs=1,
+            rows, start=start or Coefficients.for_engine(engine), free=free, method=method,
+            within_ranges=within_ranges, compare_within=False, n_jobs=1,
         )  # fmt: skip
     except ValueError:
         return Coefficients.for_engine(engine), []
@@ -196,11 +202,20 @@ def _fits_per_engine(
 
 
 def _engine_fit_without(
-    job: tuple[str, str], cases: pd.DataFrame, key: str, free: tuple[str, ...], method: str, within_ranges: bool
+    job: tuple[str, str],
+    cases: pd.DataFrame,
+    key: str,
+    free: tuple[str, ...],
+    method: str,
+    within_ranges: bool,
+    fits: dict[str, Coefficients],
 ) -> tuple[Coefficients, list[str]]:
-    """``_engine_fit`` of engine ``job[1]`` on the rows whose ``key`` is not ``job[0]``."""
+    """``_engine_fit`` of engine ``job[1]`` on the rows whose ``key`` is not ``job[0]``, started
+    from that engine's fit on every row (``fits``), as ``calibrate``'s held-out refits start: the
+    same minimum less one group's pull."""
     value, engine = job
-    return _engine_fit(engine, cases[(cases[key].astype(str) != value).to_numpy()], free, method, within_ranges)
+    rest = cases[(cases[key].astype(str) != value).to_numpy()]
+    return _engine_fit(engine, rest, free, method, within_ranges, fits.get(engine))
 
 
 def _held_out(
@@ -220,7 +235,9 @@ def _held_out(
     engines = _engines(cases)
     labels = cases[key].astype(str)
     jobs = [(v, e) for v in values for e in sorted(set(engines[labels == v]) & set(ENGINES))]
-    task = partial(_engine_fit_without, cases=cases, key=key, free=free, method=method, within_ranges=within_ranges)
+    task = partial(
+        _engine_fit_without, cases=cases, key=key, free=free, method=method, within_ranges=within_ranges, fits=fits
+    )
     refits = run.map(task, jobs, desc=f"leave one {key} out", label=lambda _, j: f"the {j[1]} fit without {key} {j[0]}")
     parts = []
     for value in values:
