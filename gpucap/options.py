@@ -19,6 +19,10 @@ KINDS = (
     "switch",  # a bool that is False unless its flag is given
     "no_switch",  # a bool that is True unless its flag (--no-...) is given
     "image_size",  # a side (1344) or height x width (1080x1920), pixels
+    "count",  # a whole number >= 0
+    "non_negative_float",
+    "names",  # a comma-separated list of words: a,b,c
+    "positive_ints",  # a comma-separated list of whole numbers >= 1: 1,2,4,8
 )
 
 

@@ -344,7 +344,7 @@ def test_gpucap_commands_parse_with_gpucaps_own_cli(commands) -> None:
         assert args.command == name
     args = build_parser().parse_args(shlex.split(commands.replan)[1:])
     assert (args.target_rps, args.input_len, args.output_len) == (RPS, str(IN), str(OUT))
-    assert (args.weight_dtypes, args.kv_dtypes) == (["fp8"], ["fp8"])
+    assert (args.weight_dtypes, args.kv_dtypes) == (("fp8",), ("fp8",))
 
 
 def test_percentile_lengths_reach_the_replan_as_given(fp8_row) -> None:

@@ -85,6 +85,19 @@ def output_file(path: str, *, overwrite: bool, inputs: Sequence[str] = ()) -> Pa
     return out
 
 
+def add_json(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--json``: print ``what`` as JSON instead of the text report."""
+    p.add_argument("--json", action="store_true", help=f"print {what or 'the answer'} as JSON")
+
+
+def add_coefficients(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--coefficients``: a calibration JSON whose coefficients replace the engine's defaults
+    (``what``: what this command does with them, when more than that)."""
+    p.add_argument(
+        "--coefficients", default=None, help=what or "a calibration JSON (default: the engine's own coefficients)"
+    )
+
+
 def add_parallel(p: argparse.ArgumentParser, what: str) -> None:
     """``--jobs``, ``--dask`` and ``--quiet``: where ``what`` runs (``gpucap.parallel``)."""
     p.add_argument(

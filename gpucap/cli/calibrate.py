@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucap.calibration.calibrate import DEFAULT_FREE
-from gpucap.cli.args import add_parallel, output_file, parallel_runner
+from gpucap.cli.args import add_json, add_parallel, output_file, parallel_runner
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
 from gpucap.types import LIMIT_STATISTICS
@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
         help="where the bands and the limits' intervals come from: the coefficients' covariance (default), or "
         "refits leaving out each sweep or each model (out of sample, with their coverage)",
     )
-    c.add_argument("--json", action="store_true", help="print the saved JSON instead of the report")
+    add_json(c, "the saved calibration, instead of the report,")
     c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
     add_parallel(c, "simulated runs and the held-out refits")
     c.add_argument(

@@ -8,15 +8,18 @@ from typing import Any
 
 from gpucap.catalog.gpus import load_gpus
 from gpucap.catalog.lookup import load_model, model_cards
+from gpucap.cli.args import add_json
+from gpucap.cli.fields import add_options
+from gpucap.config import Deployment
 from gpucap.units import GB, TB, TERA, GiB
 
 
 def add_parsers(sub: Any) -> None:
     g = sub.add_parser("gpus", help="list the GPU catalog")
-    g.add_argument("--gpu-file", default=None)
-    g.add_argument("--json", action="store_true")
+    add_options(g, Deployment, ("gpu_file",))
+    add_json(g, "the GPU catalog")
     m = sub.add_parser("models", help="list the model catalog")
-    m.add_argument("--json", action="store_true")
+    add_json(m, "the model catalog")
 
 
 def run_gpus(a: argparse.Namespace) -> int:

@@ -8,14 +8,14 @@ from typing import Any
 
 from gpucap.calibration.analysis import GROUPS
 from gpucap.calibration.calibrate import DEFAULT_FREE
-from gpucap.cli.args import add_parallel, parallel_runner
+from gpucap.cli.args import add_coefficients, add_parallel, parallel_runner
 from gpucap.cli.calibrate import read_calibration_cases, results_options
 
 
 def add_parser(sub: Any) -> None:
     e = sub.add_parser("errors", help="error tables: measured vs predicted by model size, GPU, engine, source")
     e.add_argument("cases", help="a cases CSV (the schema of measured-public.csv) or load-test results (files, folder)")
-    e.add_argument("--coefficients", default=None, help="a calibration JSON: the 'fitted' variant (default: fit here)")
+    add_coefficients(e, "a calibration JSON: the 'fitted' variant (default: fit here)")
     e.add_argument("--by", default="size", help=f"group rows by, comma-separated: {', '.join(GROUPS)}")
     e.add_argument(
         "--variants",

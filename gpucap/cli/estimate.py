@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from gpucap.calibration.startuplog import StartupMemory, compare_text, read_startup_log
-from gpucap.cli.args import positive_float, positive_int
+from gpucap.cli.args import add_coefficients, add_json, positive_float, positive_int
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig, OperatingPoint, Workload
 from gpucap.estimate import estimate_for
@@ -67,7 +67,7 @@ def add_parser(sub: Any) -> None:
     kv.add_argument(
         "--startup-log", default=None, help="a vLLM start-up log: its KV budget is used, each term compared"
     )
-    e.add_argument("--coefficients", default=None, help="calibration JSON")
+    add_coefficients(e)
     e.add_argument("--speculative-draft-tokens", type=positive_int, default=None, help="k tokens drafted per step")
     tau = e.add_mutually_exclusive_group()
     tau.add_argument("--speculative-acceptance-length", type=positive_float, default=None, help="tau, bonus included")
@@ -75,7 +75,7 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--speculative-draft-layers", type=positive_int, default=1, help="layers of an EAGLE/MTP head")
     e.add_argument("--speculative-draft-vocab", type=positive_int, default=None, help="head vocabulary (EAGLE-3)")
     e.add_argument("--speculative-draft-model", default=None, help="a separate draft model: catalog id or config.json")
-    e.add_argument("--json", action="store_true")
+    add_json(e, "the estimate")
 
 
 def _kv_cache_memory_bytes(a: argparse.Namespace, logged: StartupMemory | None) -> float | None:

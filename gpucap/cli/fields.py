@@ -9,7 +9,16 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from gpucap.cli.args import finite_float, image_size, positive_float, positive_int
+from gpucap.cli.args import (
+    count,
+    finite_float,
+    image_size,
+    names,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    positive_ints,
+)
 from gpucap.options import options_of
 
 PARSERS: dict[str, Callable[[str], Any]] = {
@@ -18,6 +27,10 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "positive_float": positive_float,
     "positive_int": positive_int,
     "image_size": image_size,
+    "count": count,
+    "non_negative_float": non_negative_float,
+    "names": lambda text: tuple(names(text)),
+    "positive_ints": lambda text: tuple(positive_ints(text)),
 }
 
 
@@ -53,7 +66,7 @@ def add_options(
         if defaults and name in defaults:
             default = defaults[name]
         flags = [flag_of(name, meta), *((aliases or {}).get(name, ()))]
-        kind, text = meta["kind"], (helps or {}).get(name, meta["help"])
+        kind, text = meta["kind"], (helps or {}).get(name, meta["help"]).replace("%", "%%")  # argparse formats help
         allowed = (choices or {}).get(name, meta["choices"])
         if kind == "switch":
             parser.add_argument(*flags, dest=name, action="store_true", help=text)

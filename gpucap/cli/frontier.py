@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from gpucap.cli.args import names, positive_float, positive_ints
+from gpucap.cli.args import add_coefficients, add_json, names, positive_float, positive_ints
 from gpucap.cli.fields import add_options
 from gpucap.config import Deployment, EngineConfig, Workload
 from gpucap.physics.coefficients import Coefficients
@@ -26,11 +26,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ttft-slo", type=positive_float, default=None, help="seconds; points above it leave the front")
     add_options(p, Workload, ("lengths",))
     add_options(p, EngineConfig, ("engine",))
-    p.add_argument("--coefficients", default=None, help="calibration JSON")
+    add_coefficients(p)
     p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
     add_options(p, Deployment, ("gpu_file",))
     p.add_argument("--all", action="store_true", help="print every point, not only the Pareto front")
-    p.add_argument("--json", action="store_true", help="every point as JSON records")
+    add_json(p, "every point (records)")
 
 
 def run(a: argparse.Namespace) -> int:

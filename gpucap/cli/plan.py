@@ -11,24 +11,26 @@ from typing import Any
 import numpy as np
 
 from gpucap.cli.args import (
+    add_coefficients,
+    add_json,
     add_parallel,
     count,
-    names,
     non_negative_float,
     parallel_runner,
     positive_float,
     positive_int,
-    positive_ints,
 )
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
 from gpucap.planning.capacity import Headroom
 from gpucap.planning.commands import VerifyCommands, plan_commands
 from gpucap.planning.result import Plan, Target
-from gpucap.planning.search import GPU_COUNTS, KV_DTYPES, WEIGHT_DTYPES, Search, plan_for
+from gpucap.planning.search import Search, plan_for
 from gpucap.queueing.lengths import Lengths
+from gpucap.queueing.loads import Load
 
 EXIT_NOTHING_FITS = 3
+SEARCH = ("gpus", "gpu_counts", "weight_dtypes", "kv_dtypes")  # the search space's fields offered as options
 
 
 def add_parser(sub: Any) -> None:
@@ -63,12 +65,7 @@ def add_parser(sub: Any) -> None:
     add_options(
         p, SLO, defaults={"statistic": "p99"}, helps={"statistic": "the statistic both SLOs apply to (default p99)"}
     )
-    p.add_argument("--gpus", type=names, default=["H100-SXM-80GB", "H200-SXM-141GB", "L40S-48GB"])
-    p.add_argument(
-        "--gpu-counts", type=positive_ints, default=list(GPU_COUNTS), help="GPUs per replica to try (1,2,4,8)"
-    )
-    p.add_argument("--weight-dtypes", type=names, default=list(WEIGHT_DTYPES))
-    p.add_argument("--kv-dtypes", type=names, default=list(KV_DTYPES))
+    add_options(p, Search, SEARCH)
     p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
     p.add_argument(
         "--usd-per-kwh",
@@ -76,14 +73,10 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="owned hardware: count power at each GPU's TDP (plus --price, read as amortized cost, if given)",
     )
-    p.add_argument("--failure-spares", type=count, default=1, help="N+k replicas for failures (default 1)")
-    p.add_argument("--upgrade-spares", type=count, default=0, help="replicas out during a rolling upgrade (default 0)")
-    p.add_argument(
-        "--burst-margin", type=non_negative_float, default=0.2, help="capacity above the target, 0.2 = 20%% (default)"
-    )
-    p.add_argument("--burstiness", type=positive_float, default=1.0, help="gamma arrivals; 1 = Poisson, < 1 burstier")
+    add_options(p, Headroom)
+    add_options(p, Load, ("burstiness",), helps={"burstiness": "gamma arrivals' shape; 1 = Poisson, < 1 burstier"})
     add_options(p, EngineConfig, ("engine",))
-    p.add_argument("--coefficients", default=None, help="calibration JSON")
+    add_coefficients(p)
     add_options(p, Deployment, ("gpu_file",))
     p.add_argument(
         "--simulate-top",
@@ -107,7 +100,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--results-dir", default="results", help="where the verify commands' load tests save (default results)"
     )
-    p.add_argument("--json", action="store_true", help='{"plans": [...], "rejected": [...]}, cheapest first')
+    add_json(p, 'the plans and the options rejected, cheapest first ({"plans": [...], "rejected": [...]}),')
 
 
 def slo(a: argparse.Namespace) -> SLO:
@@ -117,14 +110,7 @@ def slo(a: argparse.Namespace) -> SLO:
 
 def search(a: argparse.Namespace) -> Search:
     """The search space the options give: GPUs, GPUs per replica, formats, engine, extra GPUs."""
-    return Search(
-        gpus=tuple(a.gpus),
-        gpu_counts=tuple(a.gpu_counts),
-        weight_dtypes=tuple(a.weight_dtypes),
-        kv_dtypes=tuple(a.kv_dtypes),
-        engine=a.engine,
-        gpu_file=a.gpu_file,
-    )
+    return Search(**values(a, Search, SEARCH), engine=a.engine, gpu_file=a.gpu_file)
 
 
 def target(a: argparse.Namespace) -> Target:
@@ -150,7 +136,7 @@ def run(a: argparse.Namespace) -> int:
         prices=a.price,
         usd_per_kwh=a.usd_per_kwh,
         coefficients=a.coefficients,
-        headroom=Headroom(a.failure_spares, a.upgrade_spares, a.burst_margin),
+        headroom=Headroom(**values(a, Headroom)),
         burstiness=a.burstiness,
         progress=not a.json and sys.stderr.isatty(),
         check=a.simulate_top != 0,

@@ -8,12 +8,12 @@ import json
 import math
 from typing import Any
 
-from gpucap.cli.args import positive_float, positive_int
+from gpucap.cli.args import add_coefficients, add_json
 from gpucap.cli.fields import add_options, values
-from gpucap.config import Deployment, EngineConfig
+from gpucap.config import Deployment, EngineConfig, Workload
 from gpucap.queueing.benchstats import METRIC_NAMES
 from gpucap.queueing.lengths import Lengths
-from gpucap.queueing.loads import ARRIVALS, LOAD_MODES, Load
+from gpucap.queueing.loads import LOAD_MODES, Load
 from gpucap.queueing.simulate import run_benchmark
 from gpucap.types import STATISTICS
 
@@ -27,20 +27,19 @@ def add_parser(sub: Any) -> None:
     add_options(p, Deployment, DEPLOYMENT)
     add_options(p, EngineConfig, ENGINE)
     p.add_argument("--offline", action="store_true", help="no HTTP server (trtllm-bench, vllm bench throughput)")
-    p.add_argument("--mode", required=True, help=f"load mode: {', '.join(LOAD_MODES)}")
-    p.add_argument("--num-prompts", type=positive_int, required=True)
-    p.add_argument("--concurrency", type=positive_int, default=None, help="closed-loop: requests in flight")
-    p.add_argument("--request-rate", type=float, default=None, help="open-loop: requests/s")
-    p.add_argument("--arrivals", default="poisson", help=f"open-loop: {', '.join(ARRIVALS)}")
-    p.add_argument("--burstiness", type=positive_float, default=1.0, help="gamma arrivals' shape (1 = Poisson)")
-    p.add_argument("--input-len", type=positive_float, required=True, help="prompt tokens (mean)")
-    p.add_argument("--output-len", type=positive_float, required=True, help="output tokens (mean)")
+    add_options(p, Load)  # the load's mode and size, checked with their flags' names in _load
+    add_options(
+        p,
+        Workload,
+        ("input_len", "output_len"),
+        helps={"input_len": "prompt tokens (mean)", "output_len": "output tokens (mean)"},
+    )
     p.add_argument("--lengths", default="fixed", help=f"{', '.join(LENGTH_KINDS)} (dataset: exponential)")
     p.add_argument("--range-ratio", type=float, default=0.0, help="--random-range-ratio with --lengths range")
     p.add_argument("--stat", default="mean", help=f"statistic shown first: {', '.join(STATISTICS)}")
-    p.add_argument("--coefficients", default=None, help="calibration JSON")
+    add_coefficients(p)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
+    add_json(p, "the run's statistics")
 
 
 def _lengths(a: argparse.Namespace) -> tuple[Lengths, Lengths]:

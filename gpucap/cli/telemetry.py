@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any
 
-from gpucap.cli.args import positive_float
+from gpucap.cli.args import add_coefficients, add_json, positive_float
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
 from gpucap.types import LIMIT_STATISTICS
@@ -68,13 +68,13 @@ def add_parser(sub: Any) -> None:
     t.add_argument("--kv-cache-memory", type=positive_float, default=None, help="KV budget per GPU, GiB")
     t.add_argument("--no-fit", action="store_true", help="windows and memory check only")
     t.add_argument("--free", default=None, help="coefficients to fit, comma-separated (default: the telemetry set)")
-    t.add_argument("--coefficients", default=None, help="start from these coefficients (a calibration JSON)")
+    add_coefficients(t, "start from these coefficients (a calibration JSON)")
     t.add_argument(
         "--history", default=None, help="calibration history: its last entry is the prior; the fit is appended"
     )
     t.add_argument("--label", default="", help="a name for this fit in the history")
     add_options(t, SLO, choices={"statistic": LIMIT_STATISTICS})  # for the SLO-limited concurrency
-    t.add_argument("--json", action="store_true", help="print the windows and the fit as JSON")
+    add_json(t, "the windows and the fit")
 
 
 def deployment_row(a: argparse.Namespace) -> dict[str, Any]:

@@ -7,21 +7,25 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpucap.cli.args import add_parallel, parallel_runner
+from gpucap.cli.args import add_json, add_parallel, parallel_runner
 from gpucap.cli.calibrate import add_gpu_file
+from gpucap.cli.fields import add_options
+from gpucap.config import Deployment
 
 
 def add_parser(sub: Any) -> None:
     v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
     v.add_argument("cases", help="CSV in the schema of measured-public.csv")
-    v.add_argument("--gpu-file", default=None, help="CSV of extra GPUs (columns of data/gpus.csv) the cases name")
+    add_options(
+        v, Deployment, ("gpu_file",), helps={"gpu_file": "CSV of extra GPUs (columns of data/gpus.csv) the cases name"}
+    )
     v.add_argument(
         "--corrections",
         default=None,
         help="CSV of sourced fixes to apply first (case_id, column, value, stated, source, reason; "
         "the project's own for the public set: data/measured-corrections.csv)",
     )
-    v.add_argument("--json", action="store_true", help="one object per row")
+    add_json(v, "the table, one object per row,")
     v.add_argument("--out", default=None, help="also write the per-row table as CSV here (never overwrites)")
     v.add_argument(
         "--method",

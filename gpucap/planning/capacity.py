@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from gpucap.config import Hardware
+from gpucap.options import option
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import charged_tokens_per_layer
@@ -34,9 +35,9 @@ MAX_BURST_MARGIN = 10.0  # 1,000% above the target: beyond it the "margin" is th
 class Headroom:
     """Spare replicas for failures (N+k) and rolling upgrades, and a margin for bursts."""
 
-    failure_spares: int = 1
-    upgrade_spares: int = 0
-    burst_margin: float = 0.2
+    failure_spares: int = option(1, kind="count", help="N+k replicas for failures (default 1)")
+    upgrade_spares: int = option(0, kind="count", help="replicas out during a rolling upgrade (default 0)")
+    burst_margin: float = option(0.2, kind="non_negative_float", help="capacity above the target, 0.2 = 20% (default)")
 
     def __post_init__(self) -> None:
         for name in ("failure_spares", "upgrade_spares"):

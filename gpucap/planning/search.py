@@ -34,6 +34,7 @@ from gpucap.catalog.models import ModelSpec
 from gpucap.catalog.prices import Prices, read_prices
 from gpucap.config import SLO, EngineConfig, Hardware, hardware
 from gpucap.errors import DoesNotFit
+from gpucap.options import option
 from gpucap.parallel import Runner, as_runner
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
@@ -63,10 +64,10 @@ class Search:
     KV formats, the engine, the link share above which an option is communication-bound, and a
     CSV of extra GPUs."""
 
-    gpus: tuple[str | GPU, ...] = DEFAULT_GPUS
-    gpu_counts: tuple[int, ...] = GPU_COUNTS
-    weight_dtypes: tuple[str, ...] = WEIGHT_DTYPES
-    kv_dtypes: tuple[str, ...] = KV_DTYPES
+    gpus: tuple[str | GPU, ...] = option(DEFAULT_GPUS, kind="names", help="GPU types to try (catalog keys)")
+    gpu_counts: tuple[int, ...] = option(GPU_COUNTS, kind="positive_ints", help="GPUs per replica to try (1,2,4,8)")
+    weight_dtypes: tuple[str, ...] = option(WEIGHT_DTYPES, kind="names", help="weight formats to try")
+    kv_dtypes: tuple[str, ...] = option(KV_DTYPES, kind="names", help="KV-cache formats to try")
     engine: str = "vllm"
     max_comm_share: float = COMM_BOUND_SHARE
     gpu_file: str | Path | None = None

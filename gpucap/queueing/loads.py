@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpucap.options import option
+
 LOAD_MODES = ("closed-loop", "all-at-once", "open-loop")
 ARRIVALS = ("poisson", "gamma", "constant")
 
@@ -27,12 +29,12 @@ ARRIVALS = ("poisson", "gamma", "constant")
 class Load:
     """One benchmark run's load (see the module docstring)."""
 
-    mode: str
-    num_prompts: int
-    concurrency: int | None = None  # closed-loop: requests in flight
-    request_rate: float | None = None  # open-loop: requests/s
-    arrivals: str = "poisson"
-    burstiness: float = 1.0
+    mode: str = option(help=f"load mode: {', '.join(LOAD_MODES)}")
+    num_prompts: int = option(kind="positive_int", help="requests the run sends")
+    concurrency: int | None = option(None, kind="positive_int", help="closed-loop: requests in flight")
+    request_rate: float | None = option(None, kind="float", help="open-loop: requests/s")
+    arrivals: str = option("poisson", help=f"open-loop: {', '.join(ARRIVALS)}")
+    burstiness: float = option(1.0, kind="positive_float", help="gamma arrivals' shape (1 = Poisson)")
 
     def __post_init__(self) -> None:
         if self.mode not in LOAD_MODES:
