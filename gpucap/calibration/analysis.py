@@ -164,15 +164,16 @@ def _engine_fit(
     method: str,
     within_ranges: bool,
     start: Coefficients | None = None,
+    starts: int | None = None,
 ) -> tuple[Coefficients, list[str]]:
-    """The fit on ``engine``'s rows of ``cases`` from ``start`` (default: the engine's defaults)
-    and its "missing mechanism" flags; the engine's defaults (no flags) where its rows cannot
-    determine the coefficients."""
+    """The fit on ``engine``'s rows of ``cases`` from ``start`` (default: the engine's defaults;
+    ``starts`` as ``calibrate`` takes it) and its "missing mechanism" flags; the engine's
+    defaults (no flags) where its rows cannot determine the coefficients."""
     rows = cases[(_engines(cases) == engine).to_numpy()]
     try:
         fit = calibrate(
             rows, start=start or Coefficients.for_engine(engine), free=free, method=method,
-            within_ranges=within_ranges, compare_within=False, n_jobs=1,
+            within_ranges=within_ranges, compare_within=False, starts=starts, n_jobs=1,
         )  # fmt: skip
     except ValueError:
         return Coefficients.for_engine(engine), []
@@ -212,10 +213,10 @@ def _engine_fit_without(
 ) -> tuple[Coefficients, list[str]]:
     """``_engine_fit`` of engine ``job[1]`` on the rows whose ``key`` is not ``job[0]``, started
     from that engine's fit on every row (``fits``), as ``calibrate``'s held-out refits start: the
-    same minimum less one group's pull."""
+    same minimum less one group's pull (one start)."""
     value, engine = job
     rest = cases[(cases[key].astype(str) != value).to_numpy()]
-    return _engine_fit(engine, rest, free, method, within_ranges, fits.get(engine))
+    return _engine_fit(engine, rest, free, method, within_ranges, fits.get(engine), starts=1)
 
 
 def _held_out(
@@ -263,7 +264,7 @@ def _held_out_within_part(
     try:
         fit = calibrate(
             cases[in_bed & ~held], start=start, free=free, method=method, within_ranges=within_ranges,
-            compare_within=False,
+            compare_within=False, starts=1,
         )  # fmt: skip
     except ValueError as exc:
         return str(exc)

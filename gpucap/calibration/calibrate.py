@@ -64,7 +64,7 @@ from gpucap.calibration.physical import (
     read_physical_ranges,
 )
 from gpucap.calibration.ranges import LEVEL, fit_bands
-from gpucap.calibration.uncertainty import coefficient_bounds, fit_least_squares, uncertainty
+from gpucap.calibration.uncertainty import NEAR_APART, OtherMinimum, coefficient_bounds, fit_from_starts, uncertainty
 from gpucap.calibration.validate import METRICS, measured_metrics, predict_prepared, prepare_cases
 from gpucap.config import SLO
 from gpucap.parallel import Runner, as_runner, progress_bar
@@ -211,6 +211,24 @@ def _residual_function(
     return residuals
 
 
+def _other_minima(
+    others: list[OtherMinimum], free: tuple[str, ...], best: Any, bounds: tuple[np.ndarray, np.ndarray]
+) -> tuple[str, ...]:
+    """One flag naming the coefficients on which the minima as good as the fit's (from other
+    starts, ``fit_from_starts``) disagree, with the span of their values."""
+    if not others:
+        return ()
+    xs = np.array([best.x, *(o.x for o in others)])
+    lo, hi = xs.min(axis=0), xs.max(axis=0)
+    scale = np.maximum(np.abs(best.x), 0.01 * (bounds[1] - bounds[0]))  # as distinct_minima
+    spans = [f"{n} {lo[j]:.3g} to {hi[j]:.3g}" for j, n in enumerate(free) if hi[j] - lo[j] > NEAR_APART * scale[j]]
+    worst = max(o.cost for o in others)
+    return (
+        f"another minimum: fits from other starts as good as this one (cost {float(best.cost):.4g} to {worst:.4g}) "
+        f"put {', '.join(spans)}: these runs do not tell them apart",
+    )
+
+
 def _held_out(
     cases: pd.DataFrame,
     data: FitCases,
@@ -307,6 +325,7 @@ def calibrate(
     ranges: str | Path | Ranges | None = None,
     compare_within: bool = True,
     intervals: str = "covariance",
+    starts: int | None = None,
     n_jobs: int | Runner | None = None,
     dask: Any = None,
     progress: bool = False,
@@ -340,6 +359,11 @@ def calibrate(
     the fit repeated once per sweep or model without it, and the bands of every estimate
     (``ranges``) and the limits' 80% intervals taken from how far those fits miss what they left
     out, with the coverage of both measured on held-out data (``gpucap.calibration.heldout``).
+    ``starts``: how many starts the fit is made from (``gpucap.calibration.uncertainty.fit_from_starts``:
+    the engine defaults, then points spread over the coefficients' bounds); the lowest minimum is
+    kept, and another as good with other values is flagged ("another minimum"): the runs do not
+    tell those coefficients apart. Default 3 with the closed forms, 1 by simulation (each start
+    costs a fit); the held-out refits make one.
     ``n_jobs`` / ``dask``: where simulated runs and the held-out refits run (``gpucap.parallel``:
     None every core, 1 serially, or a Dask cluster); ``progress``: a bar counting evaluations.
     """
@@ -347,6 +371,10 @@ def calibrate(
     free = _checked_arguments(targets, slo, tuple(free), fixed)
     if intervals not in ("covariance", *HELD_OUT_BY):
         raise ValueError(f"intervals {intervals!r}: use covariance, {' or '.join(HELD_OUT_BY)}")
+    if starts is None:
+        starts = 3 if method == "closed-form" else 1
+    if isinstance(starts, bool) or not isinstance(starts, int) or starts < 1:
+        raise ValueError(f"starts must be a whole number >= 1, got {starts!r}")
     if start is None:
         start = _default_start(cases)
     start = dataclasses.replace(start, **(fixed or {}))
@@ -367,7 +395,7 @@ def calibrate(
     run = dataclasses.replace(as_runner(n_jobs, dask), progress=False)
     with progress_bar(None, "fit", progress, unit="evaluation") as bar:
         residuals = _residual_function(data, sweeps, start, free, targets, slo, method, run, bar)
-        sol, r0 = fit_least_squares(residuals, start, free, loss, bounds)
+        sol, r0, others = fit_from_starts(residuals, start, free, loss, bounds, starts)
     fit = uncertainty(sol, free, bounds)
     provenance = _provenance(cases, data, sweeps, targets=targets, slo=slo, method=method, loss=loss, sources=sources)
 
@@ -385,7 +413,7 @@ def calibrate(
         # each refit starts from this fit's coefficients: the same minimum less one group's pull
         held = _held_out(cases, data, sweeps, intervals, slo, method, lambda rest: calibrate(
             rest, start=fitted, free=free, fixed=fixed, metrics=metrics, loss=loss, method=method, targets=targets,
-            slo=slo, within_ranges=within_ranges, ranges=table, compare_within=False, n_jobs=1,
+            slo=slo, within_ranges=within_ranges, ranges=table, compare_within=False, starts=1, n_jobs=1,
         ).coefficients, run)  # fmt: skip
         provenance["held_out"] = held_summary(held)
         if not held.run_log_ratios.empty:
@@ -393,7 +421,11 @@ def calibrate(
         if not limits.empty:
             low, high = limit_intervals(limits["fitted"].to_numpy(float), held)
             limits = limits.assign(held_out_low=low, held_out_high=high)
-    flags = sanity_flags(start, fitted, free, fit.at_bound) + worse_flags(changes)
+    flags = (
+        sanity_flags(start, fitted, free, fit.at_bound)
+        + worse_flags(changes)
+        + _other_minima(others, free, sol, bounds)
+    )
     outside = {} if within_ranges else outside_ranges(fitted, free, device, table)
     bounded = None
     if outside and not compare_within:
@@ -401,7 +433,7 @@ def calibrate(
     elif outside:
         bounded = calibrate(
             cases, start=start, free=free, fixed=fixed, metrics=metrics, loss=loss, sources=sources,
-            method=method, targets=targets, slo=slo, within_ranges=True, ranges=table, n_jobs=run,
+            method=method, targets=targets, slo=slo, within_ranges=True, ranges=table, starts=starts, n_jobs=run,
         )  # fmt: skip
         within = log_ratios(predict_prepared(data.prepared, bounded.coefficients, method, run), measured, data.metrics)
         driver = driving_mode([c.mode for c in data.prepared], after, within)

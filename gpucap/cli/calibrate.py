@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucap.calibration.calibrate import DEFAULT_FREE
-from gpucap.cli.args import add_json, add_parallel, output_file, parallel_runner
+from gpucap.cli.args import add_json, add_parallel, output_file, parallel_runner, positive_int
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
 from gpucap.types import LIMIT_STATISTICS
@@ -51,6 +51,13 @@ def add_parser(sub: Any) -> None:
         choices=["covariance", "sweep", "model"],
         help="where the bands and the limits' intervals come from: the coefficients' covariance (default), or "
         "refits leaving out each sweep or each model (out of sample, with their coverage)",
+    )
+    c.add_argument(
+        "--starts",
+        type=positive_int,
+        default=None,
+        help="fit from this many starts and keep the lowest minimum, flagging others as good (default 3 with the "
+        "closed forms, 1 by simulation)",
     )
     add_json(c, "the saved calibration, instead of the report,")
     c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
@@ -174,6 +181,7 @@ def run(a: argparse.Namespace) -> int:
         targets=targets,
         slo=SLO(**values(a, SLO)),
         intervals=a.intervals,
+        starts=a.starts,
         n_jobs=run,
         progress=run.progress,
     )
