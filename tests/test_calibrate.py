@@ -238,3 +238,20 @@ def test_starts_must_be_a_whole_number_of_at_least_one(starts: object) -> None:
     cases = synthetic_cases(noise=0.0).head(8)
     with pytest.raises(ValueError, match="starts must be a whole number >= 1"):
         calibrate(cases, starts=starts)  # type: ignore[arg-type]
+
+
+def test_each_coefficient_is_one_record(fit) -> None:
+    """A free coefficient's record holds its value, start, stderr, bounds and their source and
+    its correlations (symmetric, as the matrix); a fixed one says so; the report prints the
+    records and the JSON keeps their bounds. u_compute's bounds are 0.05-1 (COEFFICIENT_INFO:
+    a twentieth of the tensor-core peak up to all of it)."""
+    recs = fit.records
+    assert list(recs) == list(fit.coefficients.as_dict())
+    u = recs["u_compute"]
+    assert (u.free, u.value, u.init, u.stderr) == (True, fit.coefficients.u_compute, 0.5, fit.stderr["u_compute"])
+    assert (u.lower, u.upper) == (0.05, 1.0) and "tensor-core peak" in u.source
+    assert u.correlation["u_hbm"] == pytest.approx(recs["u_hbm"].correlation["u_compute"], rel=1e-9)
+    fixed = recs["t_seq_s"]
+    assert not fixed.free and np.isnan(fixed.stderr) and fixed.line().endswith("(fixed)")
+    assert all(rec.line() in fit.report() for rec in recs.values())
+    assert fit.to_dict()["coefficients"]["u_compute"]["bounds"] == [0.05, 1.0]

@@ -21,6 +21,48 @@ from gpucap.calibration.validate import predict_prepared
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
 
 
+@dataclass(frozen=True)
+class CoefficientRecord:
+    """One coefficient after a fit, everything about it in one place, as lmfit's ``Parameter``
+    holds it: its value and where the fit started it, its physical bounds and their source
+    (``COEFFICIENT_INFO``), whether it was free, its standard error (NaN when fixed, inf when no
+    prediction depends on it), where it sits against its bounds, and its correlation with each
+    other free coefficient."""
+
+    name: str
+    value: float
+    init: float
+    lower: float
+    upper: float
+    source: str
+    free: bool
+    stderr: float = float("nan")
+    at_bound: str = ""  # "lower", "upper", "undetermined (...)" or ""
+    correlation: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """The report's line: ``name = value +/- stderr (share) (init = start)`` and where it
+        sits, or ``(fixed)``."""
+        if not self.free:
+            return f"{self.name:<14} = {self.value:.5g} (fixed)"
+        se, v = self.stderr, self.value
+        pct = f"({se / abs(v):.1%})" if np.isfinite(se) and se < 100 * abs(v) else ""
+        where = self.at_bound
+        bound = f"  at {where} bound" if where in ("lower", "upper") else f"  {where}" if where else ""
+        return f"{self.name:<14} = {v:.5g} +/- {se:.3g} {pct} (init = {self.init:.5g}){bound}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record in the saved JSON (``value`` is what ``Coefficients.from_file`` reads)."""
+        out: dict[str, Any] = {"value": self.value, "free": self.free}
+        if self.free:
+            out["stderr"] = self.stderr if np.isfinite(self.stderr) else None
+            out["at_bound"] = self.at_bound or None
+            out["init"] = self.init
+        out["bounds"] = [self.lower, self.upper]
+        out["source"] = self.source
+        return out
+
+
 @dataclass
 class FitResult:
     """Fitted coefficients with their uncertainty, the residual statistics and the provenance."""
@@ -53,6 +95,30 @@ class FitResult:
     # (gpucap.calibration.physical); None when every free coefficient is inside its range
     bounded: FitResult | None = None
 
+    @property
+    def records(self) -> dict[str, CoefficientRecord]:
+        """Every coefficient's record (``CoefficientRecord``), in the order of ``Coefficients``."""
+        start = self.start.as_dict()
+        index = {n: i for i, n in enumerate(self.free)}
+        out = {}
+        for name, value in self.coefficients.as_dict().items():
+            info = COEFFICIENT_INFO[name]
+            free = name in index
+            corr = {o: float(self.correlation[index[name], j]) for o, j in index.items() if o != name} if free else {}
+            out[name] = CoefficientRecord(
+                name=name,
+                value=value,
+                init=start[name],
+                lower=info.lower,
+                upper=info.upper,
+                source=info.source,
+                free=free,
+                stderr=float(self.stderr[name]) if free else float("nan"),
+                at_bound=self.at_bound.get(name, "") if free else "",
+                correlation=corr,
+            )
+        return out
+
     # ---- for people ------------------------------------------------------------------------
     def report(self) -> str:
         """Fixed sections, as lmfit's fit_report: statistics, coefficients, correlations."""
@@ -69,16 +135,7 @@ class FitResult:
             f"    converged            = {self.success} ({self.message})",
             "[[Coefficients]]",
         ]
-        start = self.start.as_dict()
-        for name, value in self.coefficients.as_dict().items():
-            if name in self.free:
-                se = self.stderr[name]
-                pct = f"({se / abs(value):.1%})" if np.isfinite(se) and se < 100 * abs(value) else ""
-                where = self.at_bound.get(name, "")
-                bound = f"  at {where} bound" if where in ("lower", "upper") else f"  {where}" if where else ""
-                lines.append(f"    {name:<14} = {value:.5g} +/- {se:.3g} {pct} (init = {start[name]:.5g}){bound}")
-            else:
-                lines.append(f"    {name:<14} = {value:.5g} (fixed)")
+        lines.extend(f"    {rec.line()}" for rec in self.records.values())
         pairs = [
             (self.free[i], self.free[j], self.correlation[i, j])
             for i in range(len(self.free))
@@ -174,23 +231,28 @@ class FitResult:
     def _repr_html_(self) -> str:
         """The report as HTML for notebooks: statistics, coefficients, limits, errors, flags."""
         rows = []
-        for name, value in self.coefficients.as_dict().items():
-            if name in self.free:
-                se = self.stderr[name]
-                note = self.at_bound.get(name, "")
-                rel = f"{se / abs(value):.1%}" if value and np.isfinite(se) else ""
+        for rec in self.records.values():
+            bounds = f"<td>[{rec.lower:.3g}, {rec.upper:.3g}]</td>"
+            if rec.free:
+                se, v = rec.stderr, rec.value
+                rel = f"{se / abs(v):.1%}" if v and np.isfinite(se) else ""
                 rows.append(
-                    f"<tr><td>{name}</td><td>{value:.5g}</td><td>{se:.3g}</td><td>{rel}</td>"
-                    f"<td>{html.escape(note)}</td></tr>"
+                    f"<tr><td>{rec.name}</td><td>{v:.5g}</td><td>{se:.3g}</td><td>{rel}</td>{bounds}"
+                    f"<td>{html.escape(rec.at_bound)}</td></tr>"
                 )
             else:
-                rows.append(f"<tr><td>{name}</td><td>{value:.5g}</td><td colspan=3>fixed</td></tr>")
+                rows.append(
+                    f"<tr><td>{rec.name}</td><td>{rec.value:.5g}</td><td colspan=2>fixed</td>{bounds}<td></td></tr>"
+                )
         r = self.residuals
         stats = (
             f"<p>{self.n_runs} runs, {self.n_residuals} residuals; rms log error {np.sqrt(np.mean(r**2)):.3f}, "
             f"median |error| {np.median(np.abs(np.expm1(r))):.1%}; {html.escape(self.message)}</p>"
         )
-        head = "<tr><th>coefficient</th><th>value</th><th>std error</th><th>relative</th><th>bound</th></tr>"
+        head = (
+            "<tr><th>coefficient</th><th>value</th><th>std error</th><th>relative</th><th>bounds</th>"
+            "<th>where</th></tr>"
+        )
         out = f"<h4>Calibration</h4>{stats}<table>{head}{''.join(rows)}</table>"
         if not self.limits.empty:
             out += f"<h4>Limits ({html.escape(str(self.provenance.get('slo', '')))})</h4>" + self.limits.to_html(
@@ -210,16 +272,8 @@ class FitResult:
     # ---- for machines ----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """What the JSON file holds: coefficients, correlations, statistics, limits, flags, errors, provenance."""
-        coeffs = {}
-        for name, value in self.coefficients.as_dict().items():
-            entry: dict[str, Any] = {"value": value, "free": name in self.free}
-            if name in self.free:
-                se = self.stderr[name]
-                entry["stderr"] = se if np.isfinite(se) else None
-                entry["at_bound"] = self.at_bound.get(name)
-            coeffs[name] = entry
         return {
-            "coefficients": coeffs,
+            "coefficients": {name: rec.to_dict() for name, rec in self.records.items()},
             "correlation": {"names": list(self.free), "matrix": self.correlation.tolist()},
             "statistics": {
                 "runs": self.n_runs,
