@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from gpucap.calibration.analysis import lomo_summary as lomo_summary
     from gpucap.calibration.analysis import size_bucket as size_bucket
     from gpucap.calibration.analysis import wide_error_table as wide_error_table
+    from gpucap.calibration.fitresult import CoefficientRecord as CoefficientRecord
     from gpucap.calibration.fitresult import FitResult as FitResult
     from gpucap.calibration.history import append_history as append_history
     from gpucap.calibration.history import calibration_history as calibration_history
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from gpucap.calibration.loadtests import cases_from_runs as cases_from_runs
     from gpucap.calibration.physical import read_physical_ranges as read_physical_ranges
     from gpucap.calibration.results import read_results as read_results
+    from gpucap.calibration.settings import FitSettings as FitSettings
     from gpucap.calibration.stepfit import fit_steps as fit_steps
     from gpucap.calibration.telemetryfit import fit_telemetry as fit_telemetry
     from gpucap.calibration.telemetryfit import prior_from_history as prior_from_history

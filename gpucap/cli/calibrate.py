@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpucap.calibration.calibrate import DEFAULT_FREE
-from gpucap.cli.args import add_json, add_parallel, output_file, parallel_runner, positive_int
+from gpucap.calibration.settings import FitSettings
+from gpucap.cli.args import add_json, add_parallel, output_file, parallel_runner
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
 from gpucap.types import LIMIT_STATISTICS
@@ -24,13 +24,7 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--out", required=True, help="coefficients JSON to write (never overwritten unless --overwrite)")
     c.add_argument("--overwrite", action="store_true")
     results_options(c)
-    c.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients to fit, comma-separated")
-    c.add_argument(
-        "--method",
-        default="closed-form",
-        choices=["closed-form", "simulate"],
-        help="predict each run by the closed forms (default, fast) or by simulating it (a sweep of a few runs)",
-    )
+    add_options(c, FitSettings)
     c.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="hold a coefficient at a value")
     c.add_argument(
         "--targets",
@@ -51,13 +45,6 @@ def add_parser(sub: Any) -> None:
         choices=["covariance", "sweep", "model"],
         help="where the bands and the limits' intervals come from: the coefficients' covariance (default), or "
         "refits leaving out each sweep or each model (out of sample, with their coverage)",
-    )
-    c.add_argument(
-        "--starts",
-        type=positive_int,
-        default=None,
-        help="fit from this many starts and keep the lowest minimum, flagging others as good (default 3 with the "
-        "closed forms, 1 by simulation)",
     )
     add_json(c, "the saved calibration, instead of the report,")
     c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
@@ -174,15 +161,13 @@ def run(a: argparse.Namespace) -> int:
     ]
     fit = calibrate(
         cases,
-        free=tuple(n.strip() for n in a.free.split(",") if n.strip()),
         fixed=fixed,
         sources=sources,
-        method=a.method,
         targets=targets,
         slo=SLO(**values(a, SLO)),
         intervals=a.intervals,
-        starts=a.starts,
         n_jobs=run,
+        **values(a, FitSettings),
         progress=run.progress,
     )
     if not fit.success and not a.save_unconverged:

@@ -7,9 +7,10 @@ import sys
 from typing import Any
 
 from gpucap.calibration.analysis import GROUPS
-from gpucap.calibration.calibrate import DEFAULT_FREE
+from gpucap.calibration.settings import FitSettings
 from gpucap.cli.args import add_coefficients, add_parallel, parallel_runner
 from gpucap.cli.calibrate import read_calibration_cases, results_options
+from gpucap.cli.fields import add_options, values
 
 
 def add_parser(sub: Any) -> None:
@@ -24,15 +25,12 @@ def add_parser(sub: Any) -> None:
         "testbed (source, GPU, engine): losweep (leave one sweep out), lomode (leave one load mode out), "
         "lomo-testbed (leave one model out)",
     )
-    e.add_argument(
-        "--within-ranges",
-        action="store_true",
-        help="every fit keeps each coefficient within its physical range (data/coefficient-ranges.csv)",
-    )
     e.add_argument("--format", default="markdown", choices=["markdown", "html", "csv"])
-    e.add_argument("--free", default=",".join(DEFAULT_FREE), help="coefficients the fits free, comma-separated")
-    e.add_argument(
-        "--method", default="closed-form", choices=["closed-form", "simulate"], help="how each row is predicted"
+    add_options(
+        e,
+        FitSettings,
+        ("free", "method", "within_ranges"),
+        helps={"free": "coefficients the fits free, comma-separated", "method": "how each row is predicted"},
     )
     results_options(e)
     add_parallel(e, "the held-out fits and simulated rows")
@@ -50,9 +48,7 @@ def run(a: argparse.Namespace) -> int:
         coef,
         by=tuple(b.strip() for b in a.by.split(",") if b.strip()),
         variants=tuple(v.strip() for v in a.variants.split(",") if v.strip()),
-        free=tuple(n.strip() for n in a.free.split(",") if n.strip()),
-        method=a.method,
-        within_ranges=a.within_ranges,
+        **values(a, FitSettings, ("free", "method", "within_ranges")),
         n_jobs=parallel_runner(a),
     )
     print(format_error_table(table, a.format))

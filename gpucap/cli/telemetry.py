@@ -14,6 +14,7 @@ import re
 import sys
 from typing import Any
 
+from gpucap.calibration.settings import FitSettings
 from gpucap.cli.args import add_coefficients, add_json, positive_float
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
@@ -67,7 +68,13 @@ def add_parser(sub: Any) -> None:
     )
     t.add_argument("--kv-cache-memory", type=positive_float, default=None, help="KV budget per GPU, GiB")
     t.add_argument("--no-fit", action="store_true", help="windows and memory check only")
-    t.add_argument("--free", default=None, help="coefficients to fit, comma-separated (default: the telemetry set)")
+    add_options(
+        t,
+        FitSettings,
+        ("free",),
+        defaults={"free": None},
+        helps={"free": "coefficients to fit, comma-separated (default: the telemetry set)"},
+    )
     add_coefficients(t, "start from these coefficients (a calibration JSON)")
     t.add_argument(
         "--history", default=None, help="calibration history: its last entry is the prior; the fit is appended"
@@ -239,7 +246,7 @@ def _fit(
     from gpucap.physics.coefficients import Coefficients
 
     start = Coefficients.resolve(a.coefficients, hw.engine.engine)
-    free = tuple(n.strip() for n in (a.free or ",".join(TELEMETRY_FREE)).split(",") if n.strip())
+    free = a.free or tuple(TELEMETRY_FREE)
     if a.history:
         from gpucap.calibration.history import history_path, read_history
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpucap.calibration.settings import FitSettings
 from gpucap.cli.args import add_json, add_parallel, parallel_runner
 from gpucap.cli.calibrate import add_gpu_file
 from gpucap.cli.fields import add_options
@@ -27,11 +28,12 @@ def add_parser(sub: Any) -> None:
     )
     add_json(v, "the table, one object per row,")
     v.add_argument("--out", default=None, help="also write the per-row table as CSV here (never overwrites)")
-    v.add_argument(
-        "--method",
-        default="simulate",
-        choices=["simulate", "closed-form"],
-        help="simulate each row's benchmark run (default) or use the closed forms (fast)",
+    add_options(
+        v,
+        FitSettings,
+        ("method",),
+        defaults={"method": "simulate"},
+        helps={"method": "simulate each row's benchmark run (default) or use the closed forms (fast)"},
     )
     add_parallel(v, "the simulated rows")
 
