@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from gpucap.calibration.startuplog import StartupMemory, compare_text, read_startup_log
-from gpucap.cli.args import add_coefficients, add_json, positive_float, positive_int
+from gpucap.cli.args import add_coefficients, add_json, positive_float
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig, OperatingPoint, Workload
 from gpucap.estimate import estimate_for
@@ -22,29 +22,29 @@ from gpucap.units import GiB
 
 def _speculative(a: argparse.Namespace) -> Speculative | None:
     """The speculative-decoding options as one ``Speculative``, or None when not asked for."""
-    given = a.speculative_acceptance_length is not None or a.speculative_acceptance_rate is not None
-    if a.speculative_draft_tokens is None:
-        if given or a.speculative_draft_model:
+    given = a.acceptance_length is not None or a.speculative_acceptance_rate is not None
+    if a.draft_tokens is None:
+        if given or a.draft_model:
             raise ValueError("--speculative-draft-tokens K is needed with the other --speculative options")
         return None
-    k = a.speculative_draft_tokens
+    k = a.draft_tokens
     if a.speculative_acceptance_rate is not None:
         tau = acceptance_length(acceptance_rate=a.speculative_acceptance_rate, draft_tokens=k)
-    elif a.speculative_acceptance_length is not None:
-        tau = a.speculative_acceptance_length
+    elif a.acceptance_length is not None:
+        tau = a.acceptance_length
     else:
         raise ValueError("give --speculative-acceptance-length TAU or --speculative-acceptance-rate ALPHA")
     return Speculative(
         draft_tokens=k,
         acceptance_length=tau,
-        draft_layers=a.speculative_draft_layers,
-        draft_vocab_size=a.speculative_draft_vocab,
-        draft_model=a.speculative_draft_model,
+        **values(a, Speculative, SPECULATIVE[1:]),
     )
 
 
 # given, or read from a start-up log (``deployment``)
 FROM_LOG = ("sampler", "moe_backend")
+# the drafter's options (the acceptance length sits in a group with the acceptance rate)
+SPECULATIVE = ("draft_tokens", "draft_layers", "draft_vocab_size", "draft_model")
 ENGINE = tuple(name for name in options_of(EngineConfig) if name not in FROM_LOG)
 
 
@@ -68,13 +68,10 @@ def add_parser(sub: Any) -> None:
         "--startup-log", default=None, help="a vLLM start-up log: its KV budget is used, each term compared"
     )
     add_coefficients(e)
-    e.add_argument("--speculative-draft-tokens", type=positive_int, default=None, help="k tokens drafted per step")
+    add_options(e, Speculative, SPECULATIVE, defaults={"draft_tokens": None})  # none: no speculative decoding
     tau = e.add_mutually_exclusive_group()
-    tau.add_argument("--speculative-acceptance-length", type=positive_float, default=None, help="tau, bonus included")
+    add_options(tau, Speculative, ("acceptance_length",), defaults={"acceptance_length": None})
     tau.add_argument("--speculative-acceptance-rate", type=float, default=None, help="alpha per drafted token (i.i.d.)")
-    e.add_argument("--speculative-draft-layers", type=positive_int, default=1, help="layers of an EAGLE/MTP head")
-    e.add_argument("--speculative-draft-vocab", type=positive_int, default=None, help="head vocabulary (EAGLE-3)")
-    e.add_argument("--speculative-draft-model", default=None, help="a separate draft model: catalog id or config.json")
     add_json(e, "the estimate")
 
 

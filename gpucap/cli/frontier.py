@@ -8,9 +8,9 @@ import json
 import math
 from typing import Any
 
-from gpucap.cli.args import add_coefficients, add_json, names, positive_float, positive_ints
+from gpucap.cli.args import add_coefficients, add_json, names, positive_ints
 from gpucap.cli.fields import add_options
-from gpucap.config import Deployment, EngineConfig, Workload
+from gpucap.config import SLO, Deployment, EngineConfig, Workload
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.interactivity import interactivity_frontier
 
@@ -21,9 +21,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--gpus", type=names, required=True, help="GPU keys, comma-separated (see `gpucap gpus`)")
     p.add_argument("--tp", type=positive_ints, default=[1, 2, 4, 8], help="tensor-parallel sizes to try (1,2,4,8)")
     p.add_argument("--weight-dtypes", type=names, default=None, help="formats to try (default: the checkpoint's)")
-    p.add_argument("--input-len", type=positive_float, required=True, help="prompt tokens")
-    p.add_argument("--output-len", type=positive_float, required=True, help="output tokens")
-    p.add_argument("--ttft-slo", type=positive_float, default=None, help="seconds; points above it leave the front")
+    add_options(p, Workload, ("input_len", "output_len"))
+    add_options(
+        p, SLO, ("ttft_s",), defaults={"ttft_s": None}, helps={"ttft_s": "seconds; points above it leave the front"}
+    )
     add_options(p, Workload, ("lengths",))
     add_options(p, EngineConfig, ("engine",))
     add_coefficients(p)
@@ -43,7 +44,7 @@ def run(a: argparse.Namespace) -> int:
         tp=a.tp,
         weight_dtypes=a.weight_dtypes or (None,),
         engine=EngineConfig(engine=a.engine),
-        ttft_slo_s=a.ttft_slo or math.inf,
+        ttft_slo_s=a.ttft_s or math.inf,
         lengths=a.lengths,
         coefficients=coef,
         prices=a.price,

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from gpucap.catalog.models import ModelSpec
 from gpucap.config import Layout
+from gpucap.options import option
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,19 @@ class Speculative:
     MTP module is); EAGLE-3 heads for MoE targets are dense: pass the head's own config as
     ``draft_model`` for those (its embedding is then counted although it is shared)."""
 
-    draft_tokens: int
-    acceptance_length: float
-    draft_layers: int = 1
-    draft_vocab_size: int | None = None
-    draft_model: str | Path | ModelSpec | None = None
+    draft_tokens: int = option(kind="positive_int", flag="--speculative-draft-tokens", help="k tokens drafted per step")
+    acceptance_length: float = option(
+        kind="positive_float", flag="--speculative-acceptance-length", help="tau, tokens kept per step, bonus included"
+    )
+    draft_layers: int = option(
+        1, kind="positive_int", flag="--speculative-draft-layers", help="layers of an EAGLE/MTP head"
+    )
+    draft_vocab_size: int | None = option(
+        None, kind="positive_int", flag="--speculative-draft-vocab", help="head vocabulary (EAGLE-3)"
+    )
+    draft_model: str | Path | ModelSpec | None = option(
+        None, flag="--speculative-draft-model", help="a separate draft model: catalog id or config.json"
+    )
 
     def __post_init__(self) -> None:
         k = self.draft_tokens
