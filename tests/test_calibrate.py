@@ -211,7 +211,7 @@ def test_a_fit_from_several_starts_keeps_the_lowest_minimum_and_names_an_equal_o
     start, two thirds of [0.05, 1] = 0.683, it reaches 0.8; as good and apart, 0.8 is named.
     Adding ``0.1 (u - 0.8)`` makes 0.8 the only zero: the start at 0.5 stops near 0.3 (cost
     0.5 x 0.05^2 there), and three starts keep 0.8 and name nothing."""
-    from gpucap.calibration.uncertainty import fit_from_starts
+    from gpucap.calibration.uncertainty import fit_least_squares
 
     free = ("u_compute",)
     start = Coefficients(u_compute=0.5)
@@ -219,16 +219,16 @@ def test_a_fit_from_several_starts_keeps_the_lowest_minimum_and_names_an_equal_o
     def two_zeros(x: np.ndarray) -> np.ndarray:
         return np.array([(x[0] - 0.3) * (x[0] - 0.8)])
 
-    best, _, others = fit_from_starts(two_zeros, start, free, "linear", starts=3)
+    best, _, others = fit_least_squares(two_zeros, start, free, "linear", starts=3)
     assert best.x[0] == pytest.approx(0.3, abs=1e-6)
     assert [round(float(o.x[0]), 6) for o in others] == [0.8]
 
     def one_zero(x: np.ndarray) -> np.ndarray:
         return np.array([(x[0] - 0.3) * (x[0] - 0.8), 0.1 * (x[0] - 0.8)])
 
-    alone, _, _ = fit_from_starts(one_zero, start, free, "linear", starts=1)
+    alone, _, _ = fit_least_squares(one_zero, start, free, "linear", starts=1)
     assert alone.x[0] < 0.5 and alone.cost > 1e-4
-    best, _, others = fit_from_starts(one_zero, start, free, "linear", starts=3)
+    best, _, others = fit_least_squares(one_zero, start, free, "linear", starts=3)
     assert best.x[0] == pytest.approx(0.8, abs=1e-6) and best.cost < 1e-12
     assert others == []
 

@@ -64,7 +64,7 @@ from gpucap.calibration.physical import (
     read_physical_ranges,
 )
 from gpucap.calibration.ranges import LEVEL, fit_bands
-from gpucap.calibration.uncertainty import NEAR_APART, OtherMinimum, coefficient_bounds, fit_from_starts, uncertainty
+from gpucap.calibration.uncertainty import NEAR_APART, OtherMinimum, coefficient_bounds, fit_least_squares, uncertainty
 from gpucap.calibration.validate import METRICS, measured_metrics, predict_prepared, prepare_cases
 from gpucap.config import SLO
 from gpucap.parallel import Runner, as_runner, progress_bar
@@ -215,7 +215,7 @@ def _other_minima(
     others: list[OtherMinimum], free: tuple[str, ...], best: Any, bounds: tuple[np.ndarray, np.ndarray]
 ) -> tuple[str, ...]:
     """One flag naming the coefficients on which the minima as good as the fit's (from other
-    starts, ``fit_from_starts``) disagree, with the span of their values."""
+    starts, ``fit_least_squares``) disagree, with the span of their values."""
     if not others:
         return ()
     xs = np.array([best.x, *(o.x for o in others)])
@@ -359,7 +359,7 @@ def calibrate(
     the fit repeated once per sweep or model without it, and the bands of every estimate
     (``ranges``) and the limits' 80% intervals taken from how far those fits miss what they left
     out, with the coverage of both measured on held-out data (``gpucap.calibration.heldout``).
-    ``starts``: how many starts the fit is made from (``gpucap.calibration.uncertainty.fit_from_starts``:
+    ``starts``: how many starts the fit is made from (``gpucap.calibration.uncertainty.fit_least_squares``:
     the engine defaults, then points spread over the coefficients' bounds); the lowest minimum is
     kept, and another as good with other values is flagged ("another minimum"): the runs do not
     tell those coefficients apart. Default 3 with the closed forms, 1 by simulation (each start
@@ -395,7 +395,7 @@ def calibrate(
     run = dataclasses.replace(as_runner(n_jobs, dask), progress=False)
     with progress_bar(None, "fit", progress, unit="evaluation") as bar:
         residuals = _residual_function(data, sweeps, start, free, targets, slo, method, run, bar)
-        sol, r0, others = fit_from_starts(residuals, start, free, loss, bounds, starts)
+        sol, r0, others = fit_least_squares(residuals, start, free, loss, bounds, starts)
     fit = uncertainty(sol, free, bounds)
     provenance = _provenance(cases, data, sweeps, targets=targets, slo=slo, method=method, loss=loss, sources=sources)
 

@@ -178,7 +178,7 @@ def fit_steps(
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.log(predicted_logged_s(hw, coef_at(x), comp) / logged)
 
-    sol, r0 = fit_least_squares(residuals, start, free, loss)
+    sol, r0, _ = fit_least_squares(residuals, start, free, loss)
     unc = uncertainty(sol, free)
     fitted = coef_at(sol.x)
     notes = []

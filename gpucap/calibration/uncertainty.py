@@ -1,13 +1,13 @@
 """What the fits to runs (``calibrate``), to a step log (``stepfit``) and to telemetry
 (``telemetryfit``) share: the coefficients' physical bounds, the bounded least-squares step
-(``fit_least_squares``) and its repetition from several starts (``fit_from_starts``), and what its
-Jacobian says of the coefficients: covariance, standard errors, correlations, and which sit at a
-bound of their physical range.
+(``fit_least_squares``, from one start or several), and what its Jacobian says of the
+coefficients: covariance, standard errors, correlations, and which sit at a bound of their
+physical range.
 
 The step time is a sum of maxima of rooflines, so the cost of a fit is only piecewise smooth and
 may have more than one minimum: the vLLM runs of the public set have two, 0.7% apart in cost, at
 (u_compute, u_hbm) = (0.351, 0.322) and (0.322, 0.362), and rounding decided which one a solver
-started from the defaults reached (benchmarks/README.md, "Every core"). ``fit_from_starts`` keeps
+started from the defaults reached (benchmarks/README.md, "Every core"). ``fit_least_squares`` keeps
 the lowest minimum of several starts and names the others whose cost is within ``NEAR_COST`` of
 it: the runs do not tell those coefficients apart."""
 
@@ -76,30 +76,20 @@ def uncertainty(
     return Uncertainty(cov, se, corr, at_bound)
 
 
-def fit_least_squares(
-    residuals: Callable[[np.ndarray], np.ndarray],
-    start: Coefficients,
-    free: tuple[str, ...],
-    loss: str,
-    bounds: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[OptimizeResult, np.ndarray]:
-    """``scipy.optimize.least_squares`` of ``residuals`` from ``start`` (clipped into ``bounds``,
-    by default the free coefficients' bounds) within those bounds; and the residuals at the start."""
-    base = start.as_dict()
-    lower, upper = bounds if bounds is not None else coefficient_bounds(free)
-    x0 = np.clip([base[n] for n in free], lower, upper)
-    r0 = residuals(x0)
-    sol = least_squares(
+def _solve(
+    residuals: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, bounds: tuple[np.ndarray, np.ndarray], loss: str
+) -> OptimizeResult:
+    """``scipy.optimize.least_squares`` of ``residuals`` from ``x0`` within ``bounds``."""
+    return least_squares(
         residuals,
         x0,
-        bounds=(lower, upper),
+        bounds=bounds,
         x_scale="jac",
         diff_step=DIFF_STEP,
         max_nfev=200,
         loss=loss,
         f_scale=ROBUST_SCALE,
     )
-    return sol, r0
 
 
 def spread_starts(bounds: tuple[np.ndarray, np.ndarray], n: int) -> list[np.ndarray]:
@@ -118,7 +108,7 @@ class OtherMinimum:
     cost: float
 
 
-def fit_from_starts(
+def fit_least_squares(
     residuals: Callable[[np.ndarray], np.ndarray],
     start: Coefficients,
     free: tuple[str, ...],
@@ -126,16 +116,16 @@ def fit_from_starts(
     bounds: tuple[np.ndarray, np.ndarray] | None = None,
     starts: int = 1,
 ) -> tuple[OptimizeResult, np.ndarray, list[OtherMinimum]]:
-    """``fit_least_squares`` from ``start`` and, with ``starts`` > 1, again from ``starts - 1``
-    points spread over the bounds (``spread_starts``); the solution of lowest cost, the residuals
-    at ``start``, and the other minima as good as it (cost within ``NEAR_COST``) with a
-    coefficient more than ``NEAR_APART`` away (``distinct_minima``)."""
+    """``scipy.optimize.least_squares`` of ``residuals`` within ``bounds`` (by default the free
+    coefficients' bounds) from ``start`` (clipped into them) and, with ``starts`` > 1, again from
+    ``starts - 1`` points spread over the bounds (``spread_starts``); the solution of lowest
+    cost, the residuals at ``start``, and the other minima as good as it (cost within
+    ``NEAR_COST``) with a coefficient more than ``NEAR_APART`` away (``distinct_minima``)."""
     lower, upper = bounds if bounds is not None else coefficient_bounds(free)
-    sol, r0 = fit_least_squares(residuals, start, free, loss, (lower, upper))
-    sols = [sol]
-    for x in spread_starts((lower, upper), starts - 1):
-        other = Coefficients(**{**start.as_dict(), **dict(zip(free, map(float, x), strict=True))})
-        sols.append(fit_least_squares(residuals, other, free, loss, (lower, upper))[0])
+    base = start.as_dict()
+    x0 = np.clip([base[n] for n in free], lower, upper)
+    r0 = residuals(x0)
+    sols = [_solve(residuals, x, (lower, upper), loss) for x in (x0, *spread_starts((lower, upper), starts - 1))]
     best = min(sols, key=lambda s: float(s.cost))
     return best, r0, distinct_minima(best, sols, (lower, upper))
 
