@@ -53,6 +53,7 @@ def terms(
     q: ArrayLike,
     ex: Extras,
     images: ArrayLike = 0.0,
+    *,
     touched: ArrayLike | None = None,
 ) -> Array:
     """Step terms (``gpucap.physics.steptime.step_terms``) of a step with ``b`` decoding sequences at
