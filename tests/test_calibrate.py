@@ -255,3 +255,14 @@ def test_each_coefficient_is_one_record(fit) -> None:
     assert not fixed.free and np.isnan(fixed.stderr) and fixed.line().endswith("(fixed)")
     assert all(rec.line() in fit.report() for rec in recs.values())
     assert fit.to_dict()["coefficients"]["u_compute"]["bounds"] == [0.05, 1.0]
+
+
+def test_the_starts_are_a_latin_square_over_the_bounds() -> None:
+    """Two starts over u_compute [0.05, 1] and u_hbm [0.3, 1] (COEFFICIENT_INFO): thirds of each
+    range, u_compute low with u_hbm high, then the other way round: (0.3667, 0.7667) and (0.6833,
+    0.5333)."""
+    from gpucap.calibration.uncertainty import spread_starts
+
+    a, b = spread_starts((np.array([0.05, 0.3]), np.array([1.0, 1.0])), 2)
+    assert a == pytest.approx([0.05 + 0.95 / 3, 0.3 + 0.7 * 2 / 3])
+    assert b == pytest.approx([0.05 + 0.95 * 2 / 3, 0.3 + 0.7 / 3])

@@ -8,8 +8,8 @@ The step time is a sum of maxima of rooflines, so the cost of a fit is only piec
 may have more than one minimum: the vLLM runs of the public set have two, 0.7% apart in cost, at
 (u_compute, u_hbm) = (0.351, 0.322) and (0.322, 0.362), and rounding decided which one a solver
 started from the defaults reached (benchmarks/README.md, "Every core"). ``fit_least_squares`` keeps
-the lowest minimum of several starts and names the others whose cost is within ``NEAR_COST`` of
-it: the runs do not tell those coefficients apart."""
+the lowest minimum of several starts (``spread_starts``) and names the others whose cost is within
+``NEAR_COST`` of it: the runs do not tell those coefficients apart."""
 
 from __future__ import annotations
 
@@ -93,11 +93,15 @@ def _solve(
 
 
 def spread_starts(bounds: tuple[np.ndarray, np.ndarray], n: int) -> list[np.ndarray]:
-    """``n`` starting points spread over the bounds: every free coefficient at ``lower + k /
-    (n + 1) x span``, k = 1..n (the second and third of three starts sit at a third and two
-    thirds of each range)."""
+    """``n`` starting points spread over the bounds, as a Latin square: the levels ``lower + k /
+    (n + 1) x span``, k = 1..n, and point p puts coefficient i at level ``(i + p) mod n + 1``, so
+    that each coefficient takes every level once and neighbours in the list differ. With two
+    points and u_compute, u_hbm first: one at a third of u_compute's range and two thirds of
+    u_hbm's, the other the other way round: a compute-bound start and a memory-bound one, the two
+    basins of the rooflines' max."""
     lower, upper = bounds
-    return [lower + k / (n + 1) * (upper - lower) for k in range(1, n + 1)]
+    i = np.arange(lower.size)
+    return [lower + ((i + p) % n + 1) / (n + 1) * (upper - lower) for p in range(n)]
 
 
 @dataclass(frozen=True)
