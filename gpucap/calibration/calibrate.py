@@ -64,7 +64,14 @@ from gpucap.calibration.physical import (
     read_physical_ranges,
 )
 from gpucap.calibration.ranges import LEVEL, fit_bands
-from gpucap.calibration.uncertainty import NEAR_APART, OtherMinimum, coefficient_bounds, fit_least_squares, uncertainty
+from gpucap.calibration.uncertainty import (
+    NEAR_APART,
+    OtherMinimum,
+    apart_scale,
+    coefficient_bounds,
+    fit_least_squares,
+    uncertainty,
+)
 from gpucap.calibration.validate import METRICS, measured_metrics, predict_prepared, prepare_cases
 from gpucap.config import SLO
 from gpucap.parallel import Runner, as_runner, progress_bar
@@ -220,7 +227,7 @@ def _other_minima(
         return ()
     xs = np.array([best.x, *(o.x for o in others)])
     lo, hi = xs.min(axis=0), xs.max(axis=0)
-    scale = np.maximum(np.abs(best.x), 0.01 * (bounds[1] - bounds[0]))  # as distinct_minima
+    scale = apart_scale(best.x, bounds)
     spans = [f"{n} {lo[j]:.3g} to {hi[j]:.3g}" for j, n in enumerate(free) if hi[j] - lo[j] > NEAR_APART * scale[j]]
     worst = max(o.cost for o in others)
     return (

@@ -1,7 +1,8 @@
 """How a fit is made, declared once for every command and notebook that fits: which coefficients
 are free, how each run is predicted, from how many starts, and whether every coefficient is kept
-within its physical range. Each field is a keyword of ``gpucap.calibration.calibrate`` (and of
-``error_tables``), and the command line offers it from its declaration (``gpucap.options``)."""
+within its physical range. Each field is a keyword of ``gpucap.calibration.calibrate`` (all but
+``starts`` also of ``error_tables``), and the command line offers it from its declaration
+(``gpucap.options``)."""
 
 from __future__ import annotations
 

@@ -134,14 +134,19 @@ def fit_least_squares(
     return best, r0, distinct_minima(best, sols, (lower, upper))
 
 
+def apart_scale(x: np.ndarray, bounds: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """What a coefficient's distance from ``x`` is measured against when minima are told apart:
+    ``max(|x|, 1% of its range)`` (a value near zero is compared with its range)."""
+    return np.maximum(np.abs(x), 0.01 * (bounds[1] - bounds[0]))
+
+
 def distinct_minima(
     best: OptimizeResult, sols: list[OptimizeResult], bounds: tuple[np.ndarray, np.ndarray]
 ) -> list[OtherMinimum]:
     """The solutions of ``sols`` whose cost is within ``NEAR_COST`` of ``best``'s and whose
     coefficients differ from it by more than ``NEAR_APART`` of ``max(|best|, 1% of the range)``
     in some coefficient, one per place (a minimum reached twice is listed once)."""
-    span = bounds[1] - bounds[0]
-    scale = np.maximum(np.abs(best.x), 0.01 * span)
+    scale = apart_scale(best.x, bounds)
     out: list[OtherMinimum] = []
     for s in sols:
         near = float(s.cost) <= float(best.cost) * (1.0 + NEAR_COST) + 1e-12
