@@ -66,40 +66,51 @@ def nondefault_block_size(hw: Hardware) -> int | None:
     return hw.engine.block_size if hw.engine.block_size != default else None
 
 
+# How vLLM and SGLang spell the same knobs: tensor and pipeline parallel sizes, batch slots, the
+# prompt-token budget (SGLang's chunked-prefill size), the memory fraction, the KV block (SGLang's
+# page) and the context length.
+SERVER_FLAGS = {
+    "vllm": ("--tensor-parallel-size", "--pipeline-parallel-size", "--max-num-seqs", "--max-num-batched-tokens",
+             "--gpu-memory-utilization", "--block-size", "--max-model-len"),
+    "sglang": ("--tp-size", "--pp-size", "--max-running-requests", "--chunked-prefill-size",
+               "--mem-fraction-static", "--page-size", "--context-length"),
+}  # fmt: skip
+
+
+def _server_flags(engine: str, hw: Hardware, max_len: int, ep: list[str], quant: list[str]) -> list[str]:
+    """The flags vLLM and SGLang share, as ``engine`` spells them (``SERVER_FLAGS``), with the
+    expert-parallel flags ``ep`` and the weight flags ``quant``."""
+    tp, pp, seqs, budget, memory, block_flag, context = SERVER_FLAGS[engine]
+    lay, eng = hw.layout, hw.engine
+    cmd = [tp, str(lay.tp), pp, str(lay.pp), *ep, seqs, str(eng.max_num_seqs), budget, str(eng.max_num_batched_tokens)]
+    cmd += [memory, f"{eng.gpu_memory_utilization:g}"]
+    block = nondefault_block_size(hw)
+    cmd += [block_flag, str(block)] if block else []
+    return cmd + ["--kv-cache-dtype", kv_flag(engine, hw.kv_dtype), *quant, context, str(max_len)]
+
+
 def serve_vllm(model_id: str, hw: Hardware, max_len: int) -> tuple[str, list[str]]:
     """``vllm serve`` of one replica (flags: module docstring). vLLM's expert parallelism spreads
     the experts over all GPUs of a stage (``--enable-expert-parallel``: ep = tp), no other ep."""
-    lay, eng = hw.layout, hw.engine
+    lay = hw.layout
     if lay.ep > 1 and lay.ep != lay.tp:
         raise ValueError(
             f"ep={lay.ep} with tp={lay.tp}: vLLM's --enable-expert-parallel spreads the experts over all tp GPUs "
             f"(ep = tp = {lay.tp}); use a plan with ep 1 or ep {lay.tp}, or another engine"
         )
     quant, notes = weight_flags("vllm", hw, model_id)
-    cmd = ["vllm", "serve", model_id, "--port", str(SERVER_PORT)]
-    cmd += ["--tensor-parallel-size", str(lay.tp), "--pipeline-parallel-size", str(lay.pp)]
-    cmd += ["--enable-expert-parallel"] if lay.ep > 1 else []
-    cmd += ["--max-num-seqs", str(eng.max_num_seqs), "--max-num-batched-tokens", str(eng.max_num_batched_tokens)]
-    cmd += ["--gpu-memory-utilization", f"{eng.gpu_memory_utilization:g}"]
-    block = nondefault_block_size(hw)
-    cmd += ["--block-size", str(block)] if block else []
-    cmd += ["--kv-cache-dtype", kv_flag("vllm", hw.kv_dtype), *quant, "--max-model-len", str(max_len)]
+    ep = ["--enable-expert-parallel"] if lay.ep > 1 else []
+    cmd = ["vllm", "serve", model_id, "--port", str(SERVER_PORT), *_server_flags("vllm", hw, max_len, ep, quant)]
     return shlex.join(cmd), notes
 
 
 def serve_sglang(model_id: str, hw: Hardware, max_len: int) -> tuple[str, list[str]]:
     """``python -m sglang.launch_server`` of one replica; gpucap's max_num_batched_tokens is
     SGLang's chunked-prefill size, its memory fraction ``--mem-fraction-static``, its block the page."""
-    lay, eng = hw.layout, hw.engine
     quant, notes = weight_flags("sglang", hw, model_id)
+    ep = ["--ep-size", str(hw.layout.ep)] if hw.layout.ep > 1 else []
     cmd = ["python", "-m", "sglang.launch_server", "--model-path", model_id, "--port", str(SERVER_PORT)]
-    cmd += ["--tp-size", str(lay.tp), "--pp-size", str(lay.pp)]
-    cmd += ["--ep-size", str(lay.ep)] if lay.ep > 1 else []
-    cmd += ["--max-running-requests", str(eng.max_num_seqs), "--chunked-prefill-size", str(eng.max_num_batched_tokens)]
-    cmd += ["--mem-fraction-static", f"{eng.gpu_memory_utilization:g}"]
-    block = nondefault_block_size(hw)
-    cmd += ["--page-size", str(block)] if block else []
-    cmd += ["--kv-cache-dtype", kv_flag("sglang", hw.kv_dtype), *quant, "--context-length", str(max_len)]
+    cmd += _server_flags("sglang", hw, max_len, ep, quant)
     return shlex.join(cmd), notes
 
 
