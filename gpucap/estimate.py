@@ -31,7 +31,7 @@ from gpucap.catalog.models import ModelSpec
 from gpucap.config import SLO, Deployment, Hardware, Images, OperatingPoint, Workload
 from gpucap.errors import DoesNotFit
 from gpucap.options import route
-from gpucap.physics.batching import Extras, LoadPoint, open_loop, take
+from gpucap.physics.batching import LoadPoint, open_loop, take
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.concurrency import (
     FRONT_END_SATURATED,
@@ -43,6 +43,7 @@ from gpucap.physics.concurrency import (
     slo_limits,
     step_parts,
 )
+from gpucap.physics.extras import Extras
 from gpucap.physics.memory import (
     MemoryBreakdown,
     batch_slots,
@@ -197,19 +198,18 @@ def _search(
     coef: Coefficients,
     wl: Workload,
     slo: SLO,
-    images: Images | None,
-    speculative: Speculative | None,
+    extras: Extras,
     ends: tuple[SLO, SLO] | None = None,
 ) -> _Search:
     """Memory's limit, every resource's limit and the SLOs' limit for one replica; with ``ends``
     (``range_slos``) the limits of those SLOs too, the recommendation's range."""
-    image_tokens = Extras(images).image_tokens(hw)
+    image_tokens = extras.image_tokens(hw)
     shared, held = wl.shared_tokens, wl.prefix_share
     mem, mem_limit = memory_limit(
-        hw, wl.max_context + image_tokens, images=images, speculative=speculative, shared_tokens=shared, shared_by=held
+        hw, wl.max_context + image_tokens, extras=extras, shared_tokens=shared, shared_by=held
     )
     _, mem_limit_mean = memory_limit(
-        hw, wl.mean_context + image_tokens, images=images, speculative=speculative, shared_tokens=shared, shared_by=held
+        hw, wl.mean_context + image_tokens, extras=extras, shared_tokens=shared, shared_by=held
     )
     if mem_limit < 1:
         raise DoesNotFit(
@@ -226,16 +226,13 @@ def _search(
         wl,
         np.concatenate([g_res, g_slo]),
         max_running=np.concatenate([np.full(g_res.size, np.inf), np.full(g_slo.size, slots)]),
-        images=images,
-        speculative=speculative,
+        extras=extras,
     )
     first, rest = slice(0, g_res.size), slice(g_res.size, None)
-    limits = resource_limits(
-        hw, coef, wl, slo, MAX_SEARCH_CONCURRENCY, images=images, speculative=speculative, point=take(both, first)
-    )
+    limits = resource_limits(hw, coef, wl, slo, MAX_SEARCH_CONCURRENCY, extras=extras, point=take(both, first))
     slo_point = take(both, rest)
     asked = [slo, *(ends or ())]
-    found = slo_limits(hw, coef, wl, asked, mem_limit, images=images, speculative=speculative, point=slo_point)
+    found = slo_limits(hw, coef, wl, asked, mem_limit, extras=extras, point=slo_point)
     slo_r, *range_ends = (min(v, mem_limit) for v in found)
     return _Search(
         mem, mem_limit, mem_limit_mean, limits, slo_point, slo_r, (range_ends[0], range_ends[1]) if ends else None
@@ -314,8 +311,7 @@ def _what_binds(
 
 
 def _loop_points(
-    hw: Hardware, coef: Coefficients, wl: Workload, op: OperatingPoint, found: _Search, replicas: int,
-    images: Images | None, speculative: Speculative | None,
+    hw: Hardware, coef: Coefficients, wl: Workload, op: OperatingPoint, found: _Search, replicas: int, extras: Extras
 ) -> tuple[LoadPoint, LoadPoint | None]:  # fmt: skip
     """In one vectorized call: the closed loop at the recommendation and one request beyond it
     (the engine's slots), and, unless the operating point is a rate, at the operating point's
@@ -326,9 +322,7 @@ def _loop_points(
     if op.request_rate is None:
         concurrency.append(_closed_concurrency(op, found, replicas) / replicas)
         caps.append(batch_slots(hw, found.mem_limit))
-    points = loop_point(
-        hw, coef, wl, np.array(concurrency), max_running=np.array(caps), images=images, speculative=speculative
-    )
+    points = loop_point(hw, coef, wl, np.array(concurrency), max_running=np.array(caps), extras=extras)
     return take(points, slice(0, 2)), None if op.request_rate is not None else take(points, 2)
 
 
@@ -340,7 +334,7 @@ def _closed_concurrency(op: OperatingPoint, found: _Search, replicas: int) -> fl
 
 def _speed_at(
     hw: Hardware, coef: Coefficients, wl: Workload, op: OperatingPoint, found: _Search, replicas: int,
-    images: Images | None, speculative: Speculative | None, closed: LoadPoint | None,
+    extras: Extras, closed: LoadPoint | None,
 ) -> tuple[LoadPoint, float, list[str]]:  # fmt: skip
     """One replica at the operating point (open loop at the rate, closed loop at the
     concurrency, else at the recommendation), the concurrency it stands for (all replicas) and
@@ -358,8 +352,7 @@ def _speed_at(
             cached_tokens=wl.cached_tokens,
             output_len=wl.output_len,
             max_running=cap,
-            images=images,
-            speculative=speculative,
+            extras=extras,
         )
         c_total = float(at.concurrency) * replicas
         if not np.isfinite(c_total):
@@ -402,22 +395,22 @@ def estimate_for(
     hw = deployment.resolve()
     _, convention = deployment.split()
     wl = workload
-    images = wl.images(deployment.encoder_tp_mode)
-    image_tokens = Extras(images).image_tokens(hw)
+    extras = Extras(wl.images(deployment.encoder_tp_mode), speculative)
+    image_tokens = extras.image_tokens(hw)
     hw.spec.check_context(wl.max_context - wl.output_len + image_tokens, wl.output_len)
     replicas = deployment.replicas(hw.layout)
     coef, bands, sat_band = _coefficients(coefficients, hw, at.request_rate)
-    found = _search(hw, coef, wl, slo, images, speculative, range_slos(slo, bands))
+    found = _search(hw, coef, wl, slo, extras, range_slos(slo, bands))
     rec = found.recommended
-    pair, closed = _loop_points(hw, coef, wl, at, found, replicas, images, speculative)
+    pair, closed = _loop_points(hw, coef, wl, at, found, replicas, extras)
     bottleneck, why = _bottleneck(hw, coef, wl, slo, found, pair)
     binding, binds = _what_binds(hw, coef, slo, found, pair, bottleneck, replicas)
     notes = [convention] if convention else []
-    notes += estimate_notes(hw, wl, deployment, found.mem, images, speculative, image_tokens, why)
-    point, c_total, speed_notes = _speed_at(hw, coef, wl, at, found, replicas, images, speculative, closed)
+    notes += estimate_notes(hw, wl, deployment, found.mem, extras, image_tokens, why)
+    point, c_total, speed_notes = _speed_at(hw, coef, wl, at, found, replicas, extras, closed)
     sat = saturation_run(
         hw, coef, num_prompts=np.inf, input_len=wl.prompt_len, output_len=wl.output_len,
-        max_running=batch_slots(hw, found.mem_limit), images=images, speculative=speculative,
+        max_running=batch_slots(hw, found.mem_limit), extras=extras,
     )  # fmt: skip
     notes += speed_notes
     limits: dict[str, float | None] = {"memory": found.mem_limit * replicas}
@@ -449,7 +442,7 @@ def estimate_for(
         at=point,
         saturation_output_tokens_per_s=float(sat.output_tokens_per_s) * replicas,
         notes=notes,
-        images=images,
+        images=extras.images,
         speculative=speculative,
         image_tokens_per_request=image_tokens,
         ranges=ranges,

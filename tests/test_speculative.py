@@ -10,6 +10,7 @@ from gpucap.config import hardware
 from gpucap.estimate import estimate
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.extras import Extras
 from gpucap.physics.memory import hardware_memory
 from gpucap.physics.runs import static_batch
 from gpucap.physics.speculative import Speculative, acceptance_length
@@ -49,7 +50,7 @@ def test_bad_inputs_are_named() -> None:
         acceptance_length(acceptance_rate=1.2, draft_tokens=3)
     hw = hardware(LLAMA8B, "H100-SXM-80GB", pp=2)
     with pytest.raises(ValueError, match="pp=1 only, got pp=2"):
-        step_work(hw, decode_tokens=8, decode_context=100, speculative=EAGLE)
+        step_work(hw, decode_tokens=8, decode_context=100, extras=Extras(speculative=EAGLE))
 
 
 def test_verify_step_work() -> None:
@@ -58,7 +59,7 @@ def test_verify_step_work() -> None:
     # instead of 8: + 24 x 131,072 B.
     hw = hardware(LLAMA8B, "H100-SXM-80GB")
     plain = step_work(hw, decode_tokens=8, decode_context=4000)
-    spec = step_work(hw, decode_tokens=8, decode_context=4000, speculative=EAGLE)
+    spec = step_work(hw, decode_tokens=8, decode_context=4000, extras=Extras(speculative=EAGLE))
     assert float(spec.linear_flop) == pytest.approx(4 * float(plain.linear_flop), rel=1e-12)
     assert float(spec.linear_flop) == pytest.approx(2 * (BODY + LM_HEAD) * 32, rel=1e-12)
     assert float(spec.attention_flop) == pytest.approx(4 * float(plain.attention_flop), rel=1e-12)
@@ -72,7 +73,7 @@ def test_eagle_head_draft_work() -> None:
     # bytes; KV read 8 x 4000 x 4096 B, written 8 x 4096 B; activations 8 x 10 x 4096 x 2 B.
     # FLOP per pass: 2 x (218,103,808 + 12,288 + 525,336,576) x 8; attention 8 x 4000 x 4 x 32 x 128.
     hw = hardware(LLAMA8B, "H100-SXM-80GB")
-    w = step_work(hw, decode_tokens=8, decode_context=4000, speculative=EAGLE)
+    w = step_work(hw, decode_tokens=8, decode_context=4000, extras=Extras(speculative=EAGLE))
     per_pass_bytes = (LAYER + NORMS_ONE_LAYER) * 2 + LM_HEAD * 2 + 8 * 4000 * KV_TOKEN_LAYER + 8 * KV_TOKEN_LAYER
     per_pass_bytes += 8 * 10 * 4096 * 2
     assert float(w.draft_bytes) == pytest.approx(3 * per_pass_bytes, rel=1e-12)
@@ -86,7 +87,7 @@ def test_memory_bound_decode_tpot_falls_by_tau() -> None:
     # drafter that cost nothing TPOT would fall by tau = 2.5 exactly. Checked on the verify part:
     hw = hardware(LLAMA8B, "H100-SXM-80GB")
     plain = step_time(hw, step_work(hw, decode_tokens=1, decode_context=1000), IDEAL).total_s
-    work = step_work(hw, decode_tokens=1, decode_context=1000, speculative=EAGLE)
+    work = step_work(hw, decode_tokens=1, decode_context=1000, extras=Extras(speculative=EAGLE))
     no_draft = {f: np.zeros(()) for f in ("draft_linear_flop", "draft_attention_flop", "draft_bytes")}
     verify = step_time(hw, dataclasses.replace(work, **no_draft), IDEAL).total_s
     assert float(plain / (verify / 2.5)) == pytest.approx(2.5, rel=1e-3)
@@ -94,7 +95,7 @@ def test_memory_bound_decode_tpot_falls_by_tau() -> None:
     # 1.332 ms (its KV, activations and compute add < 0.5%) on a plain step of 15.01 GB weights
     # ((BODY + LM_HEAD) x 2) + 1000.5 x 131,072 B of KV = 15.14 GB / 3.35 TB/s = 4.52 ms:
     # TPOT = (4.52 + 1.332) / 2.5 = 2.341 ms, 1.93x lower.
-    spec = static_batch(hw, IDEAL, batch=1.0, input_len=999.0, output_len=3.0, speculative=EAGLE)
+    spec = static_batch(hw, IDEAL, batch=1.0, input_len=999.0, output_len=3.0, extras=Extras(speculative=EAGLE))
     base = static_batch(hw, IDEAL, batch=1.0, input_len=999.0, output_len=3.0)
     assert float(base.tpot_s) == pytest.approx(((BODY + LM_HEAD) * 2 + 1000.5 * KV_TOKEN) / 3.35e12, rel=1e-3)
     assert float(base.tpot_s / spec.tpot_s) == pytest.approx(1.93, rel=0.005)
@@ -107,7 +108,7 @@ def test_closed_loop_decodes_in_o_minus_1_over_tau_steps() -> None:
     hw = hardware(LLAMA8B, "H100-SXM-80GB")
     coef = Coefficients(t_request_s=0.0)
     c = np.array([1.0, 8.0, 64.0])
-    p = closed_loop(hw, coef, concurrency=c, input_len=1000.0, output_len=301.0, speculative=EAGLE)
+    p = closed_loop(hw, coef, concurrency=c, input_len=1000.0, output_len=301.0, extras=Extras(speculative=EAGLE))
     t_step = p.decode_step.total_s
     np.testing.assert_allclose(p.tpot_s, t_step / 2.5, rtol=1e-12)
     np.testing.assert_allclose(p.decode_batch, p.requests_per_s * (300 / 2.5) * t_step, rtol=1e-9)
@@ -120,11 +121,11 @@ def test_draft_model_memory_and_speed() -> None:
     sp = Speculative(draft_tokens=3, acceptance_length=2.5, draft_model="meta-llama/Llama-3.2-3B-Instruct")
     hw = hardware(LLAMA8B, "H100-SXM-80GB")
     small = hardware("meta-llama/Llama-3.2-3B-Instruct", "H100-SXM-80GB")
-    mem = hardware_memory(hw, speculative=sp)
+    mem = hardware_memory(hw, Extras(speculative=sp))
     assert mem.weights.draft == hardware_memory(small).weights.total
     assert mem.kv_bytes_per_token_per_gpu == KV_TOKEN + 28 * 2 * 8 * 128 * 2
     # the EAGLE head adds one layer: (218,103,808 + 12,288) x 2 = 436,232,192 B and 4096 B per token
-    head = hardware_memory(hw, speculative=EAGLE)
+    head = hardware_memory(hw, extras=Extras(speculative=EAGLE))
     assert head.weights.draft == 436_232_192
     assert head.kv_bytes_per_token_per_gpu == KV_TOKEN + KV_TOKEN_LAYER
 

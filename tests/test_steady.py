@@ -7,6 +7,7 @@ import pytest
 from gpucap.config import Images, hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.extras import Extras
 from gpucap.physics.speculative import Speculative
 from gpucap.physics.steady import closed_loop_root, rate_cap_root, step_seconds
 from gpucap.physics.step import prefill_pairs_per_layer, step_work
@@ -115,8 +116,7 @@ def test_fixed_point_with_images_and_speculation(
         concurrency=c,
         input_len=text_i,
         output_len=o,
-        images=images,
-        speculative=speculative,
+        extras=Extras(images, speculative),
         prompt_steps="spread",
     )
     n = images.per_request if images else 0.0
@@ -126,7 +126,7 @@ def test_fixed_point_with_images_and_speculation(
     x = p.requests_per_s
     prompt = x * i * t_step
     pairs = prefill_pairs_per_layer(hw.spec, i)
-    kw = dict(decode_context=i + o / 2, image=images, speculative=speculative)
+    kw = dict(decode_context=i + o / 2, extras=Extras(images, speculative))
     work = step_work(
         hw,
         decode_tokens=p.decode_batch,

@@ -8,6 +8,7 @@ from gpucap.catalog.lookup import load_model, model_cards
 from gpucap.config import Images, Workload, hardware
 from gpucap.estimate import estimate
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.extras import Extras
 from gpucap.physics.memory import hardware_memory
 from gpucap.physics.runs import static_batch
 from gpucap.physics.step import step_work
@@ -114,8 +115,8 @@ def test_encoder_memory_split_by_tp_or_whole() -> None:
     #   ((32 x 19,702,200 + 44,574,464) / 2 + 1,505,280) x 2 bytes = 678,055,424
     # "data" mode: the whole ViT on each GPU: 676,550,144 x 2 = 1,353,100,288
     hw = hardware(QWEN_VL, "H100-SXM-80GB", tp=2)
-    split = hardware_memory(hw, images=Images(size_px=1344)).weights.vision_encoder
-    whole = hardware_memory(hw, images=Images(size_px=1344, encoder_tp_mode="data")).weights.vision_encoder
+    split = hardware_memory(hw, Extras(Images(size_px=1344))).weights.vision_encoder
+    whole = hardware_memory(hw, Extras(Images(size_px=1344, encoder_tp_mode="data"))).weights.vision_encoder
     assert split == ((32 * QWEN_BLOCK + QWEN_MERGER) / 2 + QWEN_PATCH) * 2 == 678_055_424
     assert whole == QWEN_VIT * 2 == 1_353_100_288
     assert hardware_memory(hw).weights.vision_encoder == 0.0  # text-only: encoder not loaded
@@ -128,7 +129,7 @@ def test_encoder_time_adds_to_the_prefill() -> None:
     #   memory  (1,353,100,288 weights + 9216 x 32 x 10 x 1280 x 2 activations) / 3.35e12 = 2.66 ms
     # so it adds 13.823 ms.
     hw = hardware(QWEN_VL, "H100-SXM-80GB")
-    img = static_batch(hw, IDEAL, batch=1.0, input_len=200.0, output_len=1.0, images=Images(size_px=1344))
+    img = static_batch(hw, IDEAL, batch=1.0, input_len=200.0, output_len=1.0, extras=Extras(Images(size_px=1344)))
     text = static_batch(hw, IDEAL, batch=1.0, input_len=2504.0, output_len=1.0)
     encoder_s = (11_853_974_863_872 + 1_824_018_923_520) / 989.5e12
     assert float(img.ttft_s - text.ttft_s) == pytest.approx(encoder_s, rel=1e-9)
@@ -142,7 +143,9 @@ def test_step_images_are_affine() -> None:
 
     def t(n: float) -> float:
         return float(
-            step_time(hw, step_work(hw, decode_tokens=16, decode_context=1000, images=n, image=image), IDEAL).total_s
+            step_time(
+                hw, step_work(hw, decode_tokens=16, decode_context=1000, images=n, extras=Extras(image)), IDEAL
+            ).total_s
         )
 
     assert t(3.0) - t(0.0) == pytest.approx(3 * (t(1.0) - t(0.0)), rel=1e-9)
@@ -192,7 +195,7 @@ def test_pipeline_stages_do_not_shorten_the_encoder() -> None:
         hw = hardware("google/gemma-3-27b-it", "H100-SXM-80GB", pp=pp)
 
         def t(n: float, hw=hw) -> float:
-            work = step_work(hw, decode_tokens=0.0, decode_context=0.0, images=n, image=Images(per_request=1))
+            work = step_work(hw, decode_tokens=0.0, decode_context=0.0, images=n, extras=Extras(Images(per_request=1)))
             return float(step_time(hw, work, coef).total_s)
 
         seconds.append(t(8.0) - t(0.0))

@@ -40,6 +40,7 @@ from gpucap.estimate import Estimate, estimate_for
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.concurrency import loop_point
+from gpucap.physics.extras import Extras
 from gpucap.physics.memory import MemoryBreakdown, batch_slots, hardware_memory
 from gpucap.report.knee import Knee, ttft_knee
 from gpucap.report.text import PLAIN_NAMES, memory_note
@@ -281,7 +282,7 @@ class EstimatorApp(Controls):
                 inp.workload,
                 grid / est.replicas,
                 max_running=self._max_running(hw, est),
-                speculative=inp.speculative,
+                extras=Extras(speculative=inp.speculative),
             ),  # fmt: skip
         )
 

@@ -41,7 +41,7 @@ from gpucap.calibration.fitresiduals import (
     limit_residuals,
     log_ratios,
     log_residuals,
-    robust_cost,
+    solver_fields,
 )
 from gpucap.calibration.fitresult import FitResult
 from gpucap.calibration.heldout import (
@@ -454,16 +454,9 @@ def calibrate(
         correlation=fit.correlation,
         covariance=fit.covariance,
         n_runs=len(data.prepared),
-        n_residuals=sol.fun.size,
-        cost_before=robust_cost(r0, loss),
-        cost_after=float(sol.cost),
         residuals=sol.fun,
-        success=bool(sol.success),
-        message=str(sol.message),
         provenance=provenance,
-        loss=loss,
-        sum_squares_before=float(r0 @ r0),
-        sum_squares_after=float(sol.fun @ sol.fun),
+        **solver_fields(sol, r0, loss),
         limits=limits,
         flags=flags,
         metric_errors=changes,

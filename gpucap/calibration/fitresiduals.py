@@ -5,6 +5,8 @@ minimizes with them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -60,3 +62,19 @@ def robust_cost(r: np.ndarray, loss: str, f_scale: float = ROBUST_SCALE) -> floa
     if loss not in rho:
         raise ValueError(f"loss must be one of {', '.join(rho)}, got {loss!r}")
     return 0.5 * f_scale**2 * float(np.sum(rho[loss]()))
+
+
+def solver_fields(sol: Any, r0: np.ndarray, loss: str) -> dict[str, Any]:
+    """What a ``FitResult`` records of a ``scipy.optimize.least_squares`` solution ``sol``
+    started where the residuals were ``r0``: the robust cost before and after (``robust_cost``),
+    the plain sums of squares, the solver's verdict and its residual count."""
+    return {
+        "n_residuals": sol.fun.size,
+        "cost_before": robust_cost(r0, loss),
+        "cost_after": float(sol.cost),
+        "success": bool(sol.success),
+        "message": str(sol.message),
+        "loss": loss,
+        "sum_squares_before": float(r0 @ r0),
+        "sum_squares_after": float(sol.fun @ sol.fun),
+    }

@@ -48,7 +48,7 @@ from scipy.optimize import OptimizeResult, least_squares
 
 from gpucap.calibration.cases import PreparedCase
 from gpucap.calibration.fitchecks import metric_changes, sanity_flags, worse_flags
-from gpucap.calibration.fitresiduals import DIFF_STEP, MISSING_PREDICTION_LOG_ERROR, ROBUST_SCALE, robust_cost
+from gpucap.calibration.fitresiduals import DIFF_STEP, MISSING_PREDICTION_LOG_ERROR, ROBUST_SCALE, solver_fields
 from gpucap.calibration.fitresult import FitResult
 from gpucap.calibration.history import history_path, read_history
 from gpucap.calibration.stepfit import TOKEN_BINS, predicted_logged_s, step_compositions
@@ -368,16 +368,9 @@ def fit_telemetry(
         correlation=unc.correlation,
         covariance=unc.covariance,
         n_runs=len(targets),
-        n_residuals=sol.fun.size,
-        cost_before=robust_cost(r0, loss),
-        cost_after=float(sol.cost),
         residuals=sol.fun[: sol.fun.size - len(free)],
-        success=bool(sol.success),
-        message=str(sol.message),
         provenance=provenance,
-        loss=loss,
-        sum_squares_before=float(r0 @ r0),
-        sum_squares_after=float(sol.fun @ sol.fun),
+        **solver_fields(sol, r0, loss),
         flags=sanity_flags(coef_at(x0), fitted, tuple(free), unc.at_bound) + worse_flags(changes),
         metric_errors=changes,
     )

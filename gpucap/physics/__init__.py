@@ -10,6 +10,8 @@ if TYPE_CHECKING:
     from gpucap.physics.batching import open_loop as open_loop
     from gpucap.physics.coefficients import COEFFICIENT_INFO as COEFFICIENT_INFO
     from gpucap.physics.coefficients import Coefficients as Coefficients
+    from gpucap.physics.extras import NO_EXTRAS as NO_EXTRAS
+    from gpucap.physics.extras import Extras as Extras
     from gpucap.physics.memory import MemoryBreakdown as MemoryBreakdown
     from gpucap.physics.memory import batch_slots as batch_slots
     from gpucap.physics.memory import concurrency_by_memory as concurrency_by_memory
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from gpucap.physics.memory import kv_bytes_per_token_per_gpu as kv_bytes_per_token_per_gpu
     from gpucap.physics.memory import memory_limit as memory_limit
     from gpucap.physics.memory import weight_bytes_per_gpu as weight_bytes_per_gpu
+    from gpucap.physics.speculative import Speculative as Speculative
     from gpucap.physics.speculative import acceptance_length as acceptance_length
     from gpucap.physics.step import StepTime as StepTime
     from gpucap.physics.step import StepWork as StepWork

@@ -4,10 +4,10 @@ finite "send N prompts at once" runs that publish maximum throughput.
 
 Every function takes numpy arrays for the load and solves all of them in one vectorized call.
 
-Two optional inputs change every function the same way, and leave all results unchanged when
-absent:
+Two optional inputs, ``extras`` (``gpucap.physics.extras.Extras``), change every function the same
+way, and leave all results unchanged when absent (``NO_EXTRAS``):
 
-- ``images`` (``gpucap.physics.vision.Images``): each request's images add their tokens to the prompt
+- ``images`` (``gpucap.config.Images``): each request's images add their tokens to the prompt
   (``I = text tokens + images x tokens per image``) and their encoder work to the step that
   schedules the request's prefill; in the closed loop that is ``a x images x encoder work`` per
   step, affine in the arrivals per step ``a`` like the prompt tokens.
@@ -26,14 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from gpucap.config import Hardware, Images
+from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients, front_end
-from gpucap.physics.memory import ArrayLike, serves_images
+from gpucap.physics.extras import NO_EXTRAS, Extras
+from gpucap.physics.memory import ArrayLike
 from gpucap.physics.solvers import ClosedLoad, Solution, closed_load, front_end_s, solve, step_times, terms
-from gpucap.physics.speculative import Speculative
 from gpucap.physics.step import Array, StepTime
 from gpucap.physics.steptime import combine
-from gpucap.physics.vision import image_work
 
 OPEN_LOOP_GRID = 96  # concurrencies per rate, log-spaced up to max_running
 OPEN_LOOP_LOWEST = 1e-3
@@ -72,38 +71,6 @@ def take(point: LoadPoint, index: int | slice) -> LoadPoint:
     return LoadPoint(**{f.name: part(getattr(point, f.name)) for f in dataclasses.fields(point)})
 
 
-@dataclass(frozen=True)
-class Extras:
-    """The optional work of a load: each request's images and speculative decoding."""
-
-    images: Images | None = None
-    speculative: Speculative | None = None
-
-    @property
-    def images_per_request(self) -> float:
-        return self.images.per_request if self.images else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        """Output tokens a decoding sequence gains per step: ``tau`` (1 without speculation)."""
-        return float(self.speculative.acceptance_length) if self.speculative else 1.0
-
-    @property
-    def tokens_per_sequence(self) -> int:
-        """Tokens a decoding sequence puts through a step: ``k + 1`` (1 without speculation)."""
-        return self.speculative.verify_tokens if self.speculative else 1
-
-    def image_tokens(self, hw: Hardware) -> float:
-        """Prompt tokens a request's images add: ``images x tokens per image``."""
-        if not serves_images(hw.spec, self.images):
-            return 0.0
-        assert self.images is not None and hw.spec.vision is not None
-        return self.images.per_request * image_work(hw.spec.vision, self.images).tokens
-
-
-NO_EXTRAS = Extras()
-
-
 def step_at(
     hw: Hardware,
     coef: Coefficients,
@@ -135,8 +102,7 @@ def closed_loop(
     input_len: ArrayLike,
     output_len: ArrayLike,
     max_running: ArrayLike = np.inf,
-    images: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
     prompt_steps: str = "auto",
     waits: bool = True,
     cached_tokens: ArrayLike = 0.0,
@@ -172,9 +138,9 @@ def closed_loop(
     pp does not shorten a lone prompt's TTFT (it raises throughput by keeping pp micro-batches
     of different requests in flight).
 
-    With ``images`` the prompt is ``I = input_len + images x tokens per image`` and the step that
+    With ``extras.images`` the prompt is ``I = input_len + images x tokens per image`` and the step that
     schedules a prefill also encodes its images (``n`` per request: ``a n`` per average step,
-    ``n / s`` per chunk step). With ``speculative`` (k drafts, tau tokens kept per step) a request
+    ``n / s`` per chunk step). With ``extras.speculative`` (k drafts, tau tokens kept per step) a request
     decodes in ``D = (O - 1) / tau`` steps: read ``D`` for ``O - 1`` above (``B = X D t_step``),
     the decode tokens in the budget are ``(k + 1) B``, and ``TPOT = t_step / tau``.
 
@@ -189,7 +155,7 @@ def closed_loop(
     ones more often: ``E[I] + E[O^2] / (2 E[O])`` (``gpucap.queueing.kvfit.held_moments``).
     """
     apart = _prompt_steps_apart(hw, prompt_steps)
-    ex = Extras(images, speculative)
+    ex = extras
     load = closed_load(
         hw,
         coef,
@@ -279,8 +245,7 @@ def open_loop(
     input_len: ArrayLike,
     output_len: ArrayLike,
     max_running: ArrayLike,
-    images: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
     cached_tokens: ArrayLike = 0.0,
 ) -> LoadPoint:
     """Mean steady state under arrivals at ``request_rate`` requests/s (Poisson in the benchmark).
@@ -294,7 +259,7 @@ def open_loop(
     lam, i, o, cap, h = np.broadcast_arrays(
         *(np.asarray(v, dtype=float) for v in (request_rate, input_len, output_len, max_running, cached_tokens))
     )
-    loop = partial(closed_loop, hw, coef, images=images, speculative=speculative)
+    loop = partial(closed_loop, hw, coef, extras=extras)
     full = loop(concurrency=cap, input_len=i, output_len=o, cached_tokens=h)
     # X(C) on a log grid of concurrencies for every rate at once, then interpolate C(lambda)
     frac = np.geomspace(OPEN_LOOP_LOWEST / OPEN_LOOP_GRID, 1.0, OPEN_LOOP_GRID)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucap.config import SLO, Hardware, Images, Workload
+from gpucap.config import SLO, Hardware, Workload
 from gpucap.physics.batching import LoadPoint, closed_loop
 from gpucap.physics.coefficients import Coefficients, front_end
+from gpucap.physics.extras import NO_EXTRAS, Extras
 from gpucap.physics.memory import ArrayLike
-from gpucap.physics.speculative import Speculative
 from gpucap.physics.step import StepTime
 from gpucap.physics.waves import wave_loop
 
@@ -38,14 +38,13 @@ def loop_point(
     concurrency: np.ndarray | float,
     *,
     max_running: ArrayLike = np.inf,
-    images: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
 ) -> LoadPoint:
     """One replica at ``concurrency`` requests kept in flight: the waves of a fixed-length load
     test (``gpucap.physics.waves.wave_loop``) or the steady state of varied traffic
     (``gpucap.physics.batching.closed_loop``). Images and speculative decoding are modelled in the
     steady state only."""
-    if wl.lengths == "fixed" and images is None and speculative is None:
+    if wl.lengths == "fixed" and extras.images is None and extras.speculative is None:
         return wave_loop(
             hw, coef, concurrency=concurrency, input_len=wl.input_len, output_len=wl.output_len, max_running=max_running
         )
@@ -57,8 +56,7 @@ def loop_point(
         input_len=wl.prompt_len,
         output_len=wl.output_len,
         max_running=max_running,
-        images=images,
-        speculative=speculative,
+        extras=extras,
     )
 
 
@@ -74,8 +72,7 @@ def resource_limits(
     slo: SLO,
     top: float,
     *,
-    images: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
     point: LoadPoint | None = None,
 ) -> dict[str, float | None]:
     """Per replica: the concurrency at which each resource's own term alone uses up an SLO.
@@ -96,8 +93,8 @@ def resource_limits(
     sampling, launches) alone within the TPOT SLO.
     """
     grid = concurrency_grid(top)
-    pt = point or loop_point(hw, coef, wl, grid, images=images, speculative=speculative)
-    tau = speculative.acceptance_length if speculative else 1.0
+    pt = point or loop_point(hw, coef, wl, grid, extras=extras)
+    tau = extras.tokens_per_step
     out: dict[str, float | None] = {}
     for name, attr in (("compute", "compute_s"), ("hbm_bandwidth", "memory_s"), ("interconnect", "comm_s")):
         dec = getattr(pt.decode_step, attr) / tau
@@ -108,22 +105,6 @@ def resource_limits(
     return out
 
 
-def slo_limit(
-    hw: Hardware,
-    coef: Coefficients,
-    wl: Workload,
-    slo: SLO,
-    top: float,
-    *,
-    images: Images | None = None,
-    speculative: Speculative | None = None,
-    point: LoadPoint | None = None,
-) -> float:
-    """Largest concurrency per replica with TTFT <= SLO and TPOT <= SLO, at most ``top``
-    (``point``: the loop already computed on ``concurrency_grid(top)`` with ``max_num_seqs`` slots)."""
-    return slo_limits(hw, coef, wl, [slo], top, images=images, speculative=speculative, point=point)[0]
-
-
 def slo_limits(
     hw: Hardware,
     coef: Coefficients,
@@ -131,11 +112,12 @@ def slo_limits(
     slos: list[SLO],
     top: float,
     *,
-    images: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
     point: LoadPoint | None = None,
 ) -> list[float]:
-    """``slo_limit`` for each of ``slos``, searched together.
+    """Largest concurrency per replica with TTFT <= SLO and TPOT <= SLO, at most ``top``, for
+    each of ``slos``, searched together (``point``: the loop already computed on
+    ``concurrency_grid(top)`` with ``max_num_seqs`` slots).
 
     The grid's points lie up to ~2% apart and where they fall depends on its top (memory's
     limit, which a longer prompt lowers), so the answer between the last grid point that meets
@@ -144,7 +126,7 @@ def slo_limits(
     bracket is one request wide. The answer then moves only with the physics."""
     grid = concurrency_grid(top)
     cap = float(hw.engine.max_num_seqs or np.inf)
-    pt = point or loop_point(hw, coef, wl, grid, max_running=cap, images=images, speculative=speculative)
+    pt = point or loop_point(hw, coef, wl, grid, max_running=cap, extras=extras)
     lo, hi = np.zeros(len(slos)), np.zeros(len(slos))
     for k, slo in enumerate(slos):
         best = _largest_ok(grid, (pt.ttft_s <= slo.ttft_s) & (pt.tpot_s <= slo.tpot_s))
@@ -153,7 +135,7 @@ def slo_limits(
     while np.any(hi - lo > 1):
         open_ = np.flatnonzero(hi - lo > 1)
         tries = [_inside(lo[j], hi[j]) for j in open_]
-        p = loop_point(hw, coef, wl, np.concatenate(tries), max_running=cap, images=images, speculative=speculative)
+        p = loop_point(hw, coef, wl, np.concatenate(tries), max_running=cap, extras=extras)
         start = 0
         for j, c in zip(open_.tolist(), tries, strict=True):
             ttft, tpot = p.ttft_s[start : start + c.size], p.tpot_s[start : start + c.size]

@@ -18,9 +18,10 @@ import numpy.typing as npt
 from gpucap.catalog.gpus import GPU
 from gpucap.catalog.hybrid import STATE_COPIES
 from gpucap.catalog.models import ModelSpec
-from gpucap.config import EngineConfig, Hardware, Images, Layout
+from gpucap.config import EngineConfig, Hardware, Layout
 from gpucap.physics.activations import activation_bytes_per_gpu, expert_width_per_gpu
 from gpucap.physics.doesnotfit import does_not_fit
+from gpucap.physics.extras import NO_EXTRAS, Extras, serves_images
 from gpucap.physics.speculative import Speculative, draft_layout, draft_spec, shares_output_head
 from gpucap.physics.vision import (
     encoder_activation_bytes,
@@ -286,18 +287,6 @@ class MemoryBreakdown:
         return max(self.kv_budget, 0.0) / self.kv_bytes_per_token_per_gpu
 
 
-def serves_images(spec: ModelSpec, images: Images | None) -> bool:
-    """Whether requests carry images; raises when they do and the model has no vision encoder."""
-    if images is None or images.per_request == 0:
-        return False
-    if spec.vision is None:
-        raise ValueError(
-            f"{spec.name} has no vision encoder (no vision_config of a supported kind), so it cannot take "
-            f"images_per_request={images.per_request:g}; use 0 or a multimodal model"
-        )
-    return True
-
-
 def memory_breakdown(
     spec: ModelSpec,
     gpu: GPU,
@@ -306,8 +295,7 @@ def memory_breakdown(
     weight_dtype: str,
     kv_dtype: str,
     engine: EngineConfig,
-    images: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
 ) -> MemoryBreakdown:
     """Per-GPU memory: ``kv_budget = usable - weights - activations - cuda_graphs - overhead
     - encoder cache``.
@@ -318,11 +306,11 @@ def memory_breakdown(
     a start-up logged) the budget is that, and the utilization is not used, as in vLLM. Where a
     replica spans GPUs, ``engine.nccl_bytes`` joins the runtime overhead.
 
-    With ``images`` the vision encoder's weights (``gpucap.physics.vision.encoder_weight_bytes_per_gpu``)
+    With ``extras.images`` the vision encoder's weights (``gpucap.physics.vision.encoder_weight_bytes_per_gpu``)
     and the encoder cache are added, and the activation reservation is the larger of the
     language model's and the encoder's profiling run. Without images the server is taken to run
     text-only (vLLM: ``--limit-mm-per-prompt`` 0 for every modality, which skips loading the
-    encoder, vLLM PR #22299), so nothing is added. With ``speculative`` the drafter's weights
+    encoder, vLLM PR #22299), so nothing is added. With ``extras.speculative`` the drafter's weights
     and KV per token are added.
     """
     engine = engine.resolve(gpu)
@@ -331,6 +319,7 @@ def memory_breakdown(
     act = activation_bytes_per_gpu(spec, layout, engine)
     kv_tok, kv_tok_gpu = kv_bytes_per_token(spec, kv_dtype), kv_bytes_per_token_per_gpu(spec, kv_dtype, layout)
     cache = 0.0
+    images, speculative = extras.images, extras.speculative
     if serves_images(spec, images):
         assert images is not None and spec.vision is not None
         enc, work = spec.vision, image_work(spec.vision, images)
@@ -431,9 +420,7 @@ def short_of_one_request_bytes(
     return max(per_request / layout.attn_dp - mem.kv_budget, 0.0)
 
 
-def hardware_memory(
-    hw: Hardware, *, images: Images | None = None, speculative: Speculative | None = None
-) -> MemoryBreakdown:
+def hardware_memory(hw: Hardware, extras: Extras = NO_EXTRAS) -> MemoryBreakdown:
     """``gpucap.physics.memory.memory_breakdown`` of resolved hardware; does not raise when it does not fit
     (a negative ``kv_budget`` says by how much)."""
     return memory_breakdown(
@@ -443,8 +430,7 @@ def hardware_memory(
         weight_dtype=hw.weight_dtype,
         kv_dtype=hw.kv_dtype,
         engine=hw.engine,
-        images=images,
-        speculative=speculative,
+        extras=extras,
     )
 
 
@@ -452,8 +438,7 @@ def memory_limit(
     hw: Hardware,
     context_tokens: float,
     *,
-    images: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
     shared_tokens: float = 0.0,
     shared_by: float = 1.0,
 ) -> tuple[MemoryBreakdown, float]:
@@ -463,7 +448,7 @@ def memory_limit(
     ``shared_tokens`` of a prefix that ``shared_by`` of the requests carry (a system prompt in
     the prefix cache) hold their KV once: the budget loses one copy, and each request is charged
     ``context - shared_by x shared_tokens``."""
-    mem = hardware_memory(hw, images=images, speculative=speculative)
+    mem = hardware_memory(hw, extras)
     if not mem.fits:
         raise does_not_fit(mem, hw.spec, hw.gpu, hw.layout, hw.weight_dtype)
     block = int(hw.engine.block_size or 1)

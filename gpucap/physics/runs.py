@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucap.config import Hardware, Images
-from gpucap.physics.batching import Extras, LoadPoint, closed_loop, step_at
+from gpucap.config import Hardware
+from gpucap.physics.batching import LoadPoint, closed_loop, step_at
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.extras import NO_EXTRAS, Extras
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.solvers import frontend_rate
-from gpucap.physics.speculative import Speculative
 from gpucap.physics.step import Array, prefill_pairs_per_layer
 
 DRAIN_NODES = 16
@@ -26,8 +26,7 @@ def static_batch(
     batch: ArrayLike,
     input_len: ArrayLike,
     output_len: ArrayLike,
-    images: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
 ) -> LoadPoint:
     """One batch of B requests run to the end together (static batching, e.g. trtllm-bench
     ``--concurrency`` runs reported per batch): the whole prefill in chunks of M tokens, then
@@ -38,7 +37,7 @@ def static_batch(
     prefill steps encode the batch's images; with speculation, ``(O - 1) / tau`` decode steps
     and TPOT = t_step / tau.
     """
-    ex = Extras(images, speculative)
+    ex = extras
     bb, i, o = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (batch, input_len, output_len)))
     i = i + ex.image_tokens(hw)
     m = float(hw.engine.max_num_batched_tokens or 8192)
@@ -88,7 +87,7 @@ def drain_time(
     output_len: Array,
     lengths: str,
     staggered: bool,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
 ) -> Array:
     """Seconds to finish ``batch`` running requests when no new request arrives.
 
@@ -103,7 +102,7 @@ def drain_time(
     With speculation every step emits tau tokens per sequence, so each count of steps above is
     divided by tau. ``input_len`` is the whole prompt (image tokens included).
     """
-    ex = Extras(speculative=speculative)
+    ex = Extras(speculative=extras.speculative)  # the images are in input_len; none is encoded
     tau = ex.tokens_per_step
     b = np.maximum(batch, 1.0)
     ctx = input_len + output_len / 2.0
@@ -129,8 +128,7 @@ def saturation_run(
     output_len: ArrayLike,
     max_running: ArrayLike,
     lengths: str = "fixed",
-    images: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
 ) -> LoadPoint:
     """N prompts sent at once to one replica ("max throughput" runs), throughput = N O / duration.
 
@@ -153,17 +151,13 @@ def saturation_run(
         *(np.asarray(v, dtype=float) for v in (num_prompts, input_len, output_len, max_running))
     )
     running = np.maximum(np.minimum(n, cap), 1.0)
-    steady = closed_loop(
-        hw, coef, concurrency=running, input_len=i, output_len=o, images=images, speculative=speculative
-    )
-    burst = static_batch(
-        hw, coef, batch=running, input_len=i, output_len=1.0 + 0.0 * o, images=images, speculative=speculative
-    )
+    steady = closed_loop(hw, coef, concurrency=running, input_len=i, output_len=o, extras=extras)
+    burst = static_batch(hw, coef, batch=running, input_len=i, output_len=1.0 + 0.0 * o, extras=extras)
     waiting = np.maximum(n - running, 0.0)
     with np.errstate(invalid="ignore"):
         admit = np.where(waiting > 0, waiting / steady.requests_per_s, 0.0)
-    prompt = i + Extras(images).image_tokens(hw)
-    kw = dict(batch=running, input_len=prompt, output_len=o, lengths=lengths, speculative=speculative)
+    prompt = i + extras.image_tokens(hw)
+    kw = dict(batch=running, input_len=prompt, output_len=o, lengths=lengths, extras=extras)
     drain = np.where(
         waiting > 0, drain_time(hw, coef, staggered=True, **kw), drain_time(hw, coef, staggered=False, **kw)
     )

@@ -17,13 +17,14 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients, front_end
+from gpucap.physics.extras import Extras
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
 from gpucap.physics.step import (
@@ -35,9 +36,6 @@ from gpucap.physics.step import (
     step_work,
 )
 from gpucap.physics.steptime import combine, step_terms
-
-if TYPE_CHECKING:
-    from gpucap.physics.batching import Extras
 
 DENSE_PASSES = 2  # the second pass takes the chunk count at the first solution
 MOE_PASSES = 4  # Newton passes on the concave expert traffic (converged to 1e-11 in tests)
@@ -66,8 +64,7 @@ def terms(
         prefill_tokens=p,
         prefill_pairs=q,
         images=images,
-        image=ex.images,
-        speculative=ex.speculative,
+        extras=ex,
         touched=touched,
     )
     return step_terms(hw, work, coef)

@@ -30,11 +30,11 @@ from gpucap.physics.attention import (  # prefill_pairs_per_layer re-exported: c
     prefill_pairs_per_layer,  # noqa: F401
     softmax_excess_flop,
 )
+from gpucap.physics.extras import NO_EXTRAS, Extras, serves_images
 from gpucap.physics.memory import (
     ArrayLike,
     kv_bytes_per_token_per_gpu,
     mxfp4_expert_padding,
-    serves_images,
     state_bytes_per_request_per_gpu,
     weight_bytes_per_gpu,
 )
@@ -132,8 +132,7 @@ def step_work(
     prefill_tokens: ArrayLike = 0.0,
     prefill_pairs: ArrayLike = 0.0,
     images: ArrayLike = 0.0,
-    image: Images | None = None,
-    speculative: Speculative | None = None,
+    extras: Extras = NO_EXTRAS,
     touched: ArrayLike | None = None,
 ) -> StepWork:
     """FLOP, bytes and link traffic of one stage slot on one GPU (one replica's batch).
@@ -148,10 +147,10 @@ def step_work(
     point-to-point send per pipeline stage. Under ep the expert FLOP and the all-to-all messages
     are the busiest GPU's: ``ep_imbalance(ep)`` times the mean (``gpucap.physics.routing``).
 
-    ``decode_tokens`` counts decoding sequences. With ``speculative`` each verifies ``k + 1``
+    ``decode_tokens`` counts decoding sequences. With ``extras.speculative`` each verifies ``k + 1``
     tokens: tokens = ``(k + 1) x decode_tokens + prefill_tokens`` in the FLOP, sampled tokens,
     KV writes, activations and messages, while the KV cache is read once per sequence; the
-    drafter's work is ``speculative_draft_work``. ``images`` (of size ``image``) are encoded in
+    drafter's work is ``speculative_draft_work``. ``images`` (of size ``extras.images``) are encoded in
     the step: ``encoder_work``. All of it stays affine in decode tokens, prompt tokens, prefill
     pairs and images, which the closed-loop solver relies on (``gpucap.physics.steady``).
     The parts: ``_linear_parts``, ``_attention_flop``, ``_weight_bytes``, ``_kv_bytes``, ``_link_s``;
@@ -163,7 +162,8 @@ def step_work(
     share read, ``experts_touched(T)``, by a given one (0 leaves the affine rest; the closed loop
     of a mixture-of-experts model adds the experts' share itself, ``gpucap.physics.solvers``).
     """
-    slot = _slot_tokens(hw, decode_tokens, prefill_tokens, prefill_pairs, speculative)
+    speculative = extras.speculative
+    slot = _slot_tokens(hw, decode_tokens, prefill_tokens, prefill_pairs, extras.tokens_per_sequence)
     attended = attended_tokens_per_layer(hw.spec, decode_context)
     link_s, lat_s = _link_s(hw, slot)
     zero = np.zeros_like(slot.tokens)
@@ -182,8 +182,9 @@ def step_work(
         link_latency_s=np.asarray(lat_s + zero, dtype=float),
         sequences=np.asarray(slot.sequences * hw.layout.pp / hw.layout.attn_dp + zero, dtype=float),
     )
-    if np.any(images) and serves_images(hw.spec, image or Images()):
-        work = _add(work, encoder_work(hw, images=images, image=image or Images()))
+    image = extras.images or Images()
+    if np.any(images) and serves_images(hw.spec, image):
+        work = _add(work, encoder_work(hw, images=images, image=image))
     if speculative is not None:
         work = _add(
             work,
@@ -214,13 +215,12 @@ def _slot_tokens(
     decode_tokens: ArrayLike,
     prefill_tokens: ArrayLike,
     prefill_pairs: ArrayLike,
-    speculative: Speculative | None,
+    verify: int = 1,
 ) -> SlotTokens:
     """``step_work``'s tokens split over ``pp`` micro-batches, each decoding sequence verifying
-    ``k + 1`` tokens with ``speculative``: ``b = decode_tokens / pp``, ``v = (k + 1) b``,
+    ``verify = k + 1`` tokens under speculative decoding: ``b = decode_tokens / pp``, ``v = (k + 1) b``,
     ``p = prefill_tokens / pp``, ``T = v + p``."""
     pp = hw.layout.pp
-    verify = speculative.verify_tokens if speculative else 1
     b = np.asarray(decode_tokens, dtype=float) / pp  # decoding sequences of one micro-batch
     p = np.asarray(prefill_tokens, dtype=float) / pp
     pairs_prefill = np.asarray(prefill_pairs, dtype=float) / pp

@@ -4,17 +4,17 @@ prefix cache's and the drafter's share (``gpucap.estimate``)."""
 
 from __future__ import annotations
 
-from gpucap.config import Deployment, Hardware, Images, Workload
+from gpucap.config import Deployment, Hardware, Workload
 from gpucap.physics.attention import softmax_slowdown
+from gpucap.physics.extras import Extras
 from gpucap.physics.memory import MemoryBreakdown, charged_held_tokens_per_layer, held_tokens_per_layer
-from gpucap.physics.speculative import Speculative
 from gpucap.physics.step import matmul_format, mxfp4_expert_share
 from gpucap.units import GiB
 
 
 def estimate_notes(
-    hw: Hardware, wl: Workload, deployment: Deployment, mem: MemoryBreakdown, images: Images | None,
-    speculative: Speculative | None, image_tokens: float, why: str,
+    hw: Hardware, wl: Workload, deployment: Deployment, mem: MemoryBreakdown, extras: Extras, image_tokens: float,
+    why: str,
 ) -> list[str]:  # fmt: skip
     """What the answer assumed that the user should know: the checkpoint's format, why not even
     one request meets the SLOs (``why``), a kernel limit that applies (the MXFP4 experts'
@@ -22,6 +22,7 @@ def estimate_notes(
     windowed layers more KV than they hold (``charged_held_tokens_per_layer``), a tp beyond one link
     domain, the images' and the prefix cache's share, the drafter."""
     notes = []
+    images, speculative = extras.images, extras.speculative
     if deployment.weight_dtype is None and hw.weight_dtype != "bf16":
         notes.append(
             f"weights in the checkpoint's own format, {hw.weight_dtype} (its quantization_config); "
