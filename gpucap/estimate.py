@@ -28,7 +28,7 @@ from gpucap.calibration.ranges import (
 )
 from gpucap.catalog.gpus import GPU
 from gpucap.catalog.models import ModelSpec
-from gpucap.config import SLO, Deployment, Hardware, Images, OperatingPoint, Workload
+from gpucap.config import SLO, Deployment, Hardware, Images, OperatingPoint, Speculative, Workload
 from gpucap.errors import DoesNotFit
 from gpucap.options import route
 from gpucap.physics.batching import LoadPoint, open_loop, take
@@ -50,7 +50,6 @@ from gpucap.physics.memory import (
     memory_limit,
 )
 from gpucap.physics.runs import saturation_run
-from gpucap.physics.speculative import Speculative
 from gpucap.report.notes import estimate_notes
 
 COMM_SHARE_WARNING = 0.5  # seed 1's rule of thumb
@@ -124,7 +123,6 @@ def estimate(
     ttft_slo_s: float = 2.0,
     tpot_slo_s: float = 0.1,
     coefficients: Coefficients | str | Path | None = None,
-    speculative: Speculative | None = None,
     **knobs: Any,
 ) -> Estimate:
     """Estimate capacity and speed of ``num_gpus`` GPUs serving ``model``; ``knobs`` are any
@@ -143,7 +141,8 @@ def estimate(
     request; their tokens lengthen the prompt and the KV cache, the encoder's time adds to the
     prefill, and its weights and cache to memory. ``encoder_tp_mode`` is vLLM's
     ``--mm-encoder-tp-mode`` ("weights": split by tp; "data": whole on every GPU).
-    ``speculative``: draft tokens, acceptance length and drafter (``gpucap.physics.speculative``).
+    ``speculative``: draft tokens, acceptance length and drafter (``gpucap.config.Speculative``;
+    the physics in ``gpucap.physics.speculative``).
     ``lengths``: "varied" (traffic; steady state) or "fixed" (a fixed-length load test, whose
     closed loop runs in waves and whose TTFT grows with the concurrency; ``gpucap.physics.waves``).
     ``routing_skew``: a MoE router's expert popularity as a Zipf exponent (0: uniform;
@@ -162,7 +161,6 @@ def estimate(
         SLO(ttft_s=ttft_slo_s, tpot_s=tpot_slo_s),
         OperatingPoint(concurrency=concurrency, request_rate=request_rate),
         coefficients=coefficients,
-        speculative=speculative,
     )
 
 
@@ -381,7 +379,6 @@ def estimate_for(
     at: OperatingPoint | None = None,
     *,
     coefficients: Coefficients | str | Path | None = None,
-    speculative: Speculative | None = None,
 ) -> Estimate:
     """``estimate`` on config objects (``gpucap.config``): the deployment's memory, each
     resource's limit, the SLO-limited recommendation, what binds first, and the speed at the
@@ -395,7 +392,7 @@ def estimate_for(
     hw = deployment.resolve()
     _, convention = deployment.split()
     wl = workload
-    extras = Extras(wl.images(deployment.encoder_tp_mode), speculative)
+    extras = Extras(wl.images(deployment.encoder_tp_mode), deployment.speculative)
     image_tokens = extras.image_tokens(hw)
     hw.spec.check_context(wl.max_context - wl.output_len + image_tokens, wl.output_len)
     replicas = deployment.replicas(hw.layout)
@@ -443,7 +440,7 @@ def estimate_for(
         saturation_output_tokens_per_s=float(sat.output_tokens_per_s) * replicas,
         notes=notes,
         images=extras.images,
-        speculative=speculative,
+        speculative=extras.speculative,
         image_tokens_per_request=image_tokens,
         ranges=ranges,
     )

@@ -6,14 +6,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpucap.config import hardware
+from gpucap.config import Speculative, hardware
 from gpucap.estimate import estimate
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.extras import Extras
 from gpucap.physics.memory import hardware_memory
 from gpucap.physics.runs import static_batch
-from gpucap.physics.speculative import Speculative, acceptance_length
+from gpucap.physics.speculative import acceptance_length
 from gpucap.physics.step import step_work
 from gpucap.physics.steptime import step_time
 

@@ -4,11 +4,10 @@ equations checked against step times computed directly from the work."""
 import numpy as np
 import pytest
 
-from gpucap.config import Images, hardware
+from gpucap.config import Images, Speculative, hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.extras import Extras
-from gpucap.physics.speculative import Speculative
 from gpucap.physics.steady import closed_loop_root, rate_cap_root, step_seconds
 from gpucap.physics.step import prefill_pairs_per_layer, step_work
 from gpucap.physics.steptime import ATTN_COMPUTE, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, step_time

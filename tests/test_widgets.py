@@ -437,7 +437,7 @@ def test_speculative_decoding_on_the_page_is_what_estimate_computes(app: Estimat
     """Three draft tokens of an EAGLE/MTP head keeping 3 tokens a step: the page's answer is
     estimate's with that ``Speculative``; an acceptance length beyond draft tokens + 1 is an error
     that says what to change."""
-    from gpucap.physics.speculative import Speculative
+    from gpucap.config import Speculative
 
     app.acceptance_length.value = 3.0
     app.draft_tokens.value = 3

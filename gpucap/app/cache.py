@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from gpucap.config import SLO, Deployment, EngineConfig, Workload
+from gpucap.config import SLO, Deployment, EngineConfig, Speculative, Workload
 from gpucap.physics.coefficients import Coefficients
-from gpucap.physics.speculative import Speculative
 from gpucap.units import GiB
 
 CACHE_SIZE = 64  # results kept per stage, so dragging a slider back and forth is instant
@@ -78,7 +77,7 @@ class Inputs:
         )
         return Deployment(
             self.model, self.gpu, self.num_gpus, tp=self.tp, pp=self.pp, ep=self.ep,
-            weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype, engine=engine,
+            weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype, engine=engine, speculative=self.speculative,
         )  # fmt: skip
 
     @property
@@ -93,12 +92,13 @@ class Inputs:
 
     @property
     def hardware_key(self) -> tuple[Hashable, ...]:
-        """What one replica depends on: the deployment but its GPU count, and the model file's stamp."""
-        return (dataclasses.replace(self.deployment, num_gpus=None), self.model_stamp)
+        """What one replica depends on: the deployment but its GPU count and drafter, and the model
+        file's stamp."""
+        return (dataclasses.replace(self.deployment, num_gpus=None, speculative=None), self.model_stamp)
 
     def load_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
         """What the curves depend on: the deployment, the workload and the coefficients."""
-        return (self.deployment, self.model_stamp, self.workload, self.speculative, coefficients)
+        return (self.deployment, self.model_stamp, self.workload, coefficients)
 
     def estimate_key(self, coefficients: Coefficients | None) -> tuple[Hashable, ...]:
         return (*self.load_key(coefficients), self.slo)

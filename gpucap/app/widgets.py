@@ -262,7 +262,7 @@ class EstimatorApp(Controls):
         resolved = dataclasses.replace(inp.deployment, model=hw.spec, gpu=hw.gpu)
         return self._estimate_cache.get(
             inp.estimate_key(coef),
-            lambda: estimate_for(resolved, inp.workload, inp.slo, coefficients=coef, speculative=inp.speculative),
+            lambda: estimate_for(resolved, inp.workload, inp.slo, coefficients=coef),
         )
 
     @staticmethod

@@ -12,10 +12,10 @@ from typing import Any
 from gpucap.calibration.startuplog import StartupMemory, compare_text, read_startup_log
 from gpucap.cli.args import add_coefficients, add_json, positive_float
 from gpucap.cli.fields import add_options, values
-from gpucap.config import SLO, Deployment, EngineConfig, OperatingPoint, Workload
+from gpucap.config import SLO, Deployment, EngineConfig, OperatingPoint, Speculative, Workload
 from gpucap.estimate import estimate_for
 from gpucap.options import options_of
-from gpucap.physics.speculative import Speculative, acceptance_length
+from gpucap.physics.speculative import acceptance_length
 from gpucap.report.text import estimate_to_dict, format_estimate
 from gpucap.units import GiB
 
@@ -100,7 +100,7 @@ def deployment(a: argparse.Namespace, logged: StartupMemory | None = None) -> De
         sampler=a.sampler or (logged and logged.sampler) or EngineConfig.sampler,
         moe_backend=a.moe_backend or (logged and logged.moe_backend) or EngineConfig.moe_backend,
     )
-    return Deployment(**values(a, Deployment), engine=engine)
+    return Deployment(**values(a, Deployment), engine=engine, speculative=_speculative(a))
 
 
 def workload(a: argparse.Namespace) -> Workload:
@@ -116,7 +116,6 @@ def run(a: argparse.Namespace) -> int:
         SLO(**values(a, SLO, ("ttft_s", "tpot_s"))),
         OperatingPoint(concurrency=a.concurrency, request_rate=a.request_rate),
         coefficients=a.coefficients,
-        speculative=_speculative(a),
     )
     if a.json:
         out = estimate_to_dict(est)

@@ -5,8 +5,9 @@ in the catalog and fills the engine's defaults: the ``Hardware`` of one replica,
 left to a default.
 
 Where each part lives: ``deployment`` (``Deployment``, ``Hardware``, ``hardware``), ``engine``
-(``EngineConfig`` and the engines' defaults), ``layout`` (``Layout``, ``split_of``), ``workload``
-(``Workload``, ``Images``, ``SLO``, ``OperatingPoint``). Import them from ``gpucap.config``.
+(``EngineConfig`` and the engines' defaults), ``layout`` (``Layout``, ``split_of``), ``speculative``
+(``Speculative``, a deployment's drafter), ``workload`` (``Workload``, ``Images``, ``SLO``,
+``OperatingPoint``). Import them from ``gpucap.config``.
 """
 
 from gpucap.config.deployment import MAX_ROUTING_SKEW, Deployment, Hardware, hardware
@@ -19,6 +20,7 @@ from gpucap.config.engine import (
     EngineConfig,
 )
 from gpucap.config.layout import Layout, split_of
+from gpucap.config.speculative import Speculative
 from gpucap.config.workload import ENCODER_TP_MODES, SLO, Images, OperatingPoint, Workload, check_prefix
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "OperatingPoint",
     "RUNTIME_OVERHEAD_BYTES",
     "SLO",
+    "Speculative",
     "VLLM_NCCL_BYTES",
     "VLLM_NON_TORCH_BYTES",
     "VLLM_UTILIZATION",

@@ -13,6 +13,7 @@ from gpucap.catalog.lookup import load_model
 from gpucap.catalog.models import ModelSpec
 from gpucap.config.engine import EngineConfig
 from gpucap.config.layout import Layout, split_of
+from gpucap.config.speculative import Speculative
 from gpucap.options import option
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
@@ -37,7 +38,8 @@ class Deployment:
     ``tp x pp x attn_dp`` GPUs (either convention, see ``split_of``), the formats, the engine and
     its knobs. ``weight_dtype`` None: the checkpoint's own format. ``num_gpus`` None: one replica.
     ``routing_skew``: Zipf exponent of a MoE router's expert popularity
-    (``gpucap.physics.routing``). ``encoder_tp_mode``: how a vision encoder is split (``Images``)."""
+    (``gpucap.physics.routing``). ``encoder_tp_mode``: how a vision encoder is split (``Images``).
+    ``speculative``: a drafter beside the model (``Speculative``), None without one."""
 
     model: str | Path | ModelSpec = option(help="catalog id (see `gpucap models`) or path to a config.json")
     gpu: str | GPU = option(
@@ -79,6 +81,7 @@ class Deployment:
     encoder_tp_mode: str = option(
         "weights", flag="--mm-encoder-tp-mode", choices=["weights", "data"], help="as vLLM's option"
     )
+    speculative: Speculative | None = None
 
     def split(self) -> tuple[Layout, str]:
         """The replica's layout, and a note when SGLang's convention was read (``split_of``)."""

@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpucap.catalog.models import ModelSpec
-from gpucap.config import Hardware, Images
-from gpucap.physics.speculative import Speculative
+from gpucap.config import Hardware, Images, Speculative
 from gpucap.physics.vision import image_work
 
 

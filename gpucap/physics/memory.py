@@ -18,11 +18,11 @@ import numpy.typing as npt
 from gpucap.catalog.gpus import GPU
 from gpucap.catalog.hybrid import STATE_COPIES
 from gpucap.catalog.models import ModelSpec
-from gpucap.config import EngineConfig, Hardware, Layout
+from gpucap.config import EngineConfig, Hardware, Layout, Speculative
 from gpucap.physics.activations import activation_bytes_per_gpu, expert_width_per_gpu
 from gpucap.physics.doesnotfit import does_not_fit
 from gpucap.physics.extras import NO_EXTRAS, Extras, serves_images
-from gpucap.physics.speculative import Speculative, draft_layout, draft_spec, shares_output_head
+from gpucap.physics.speculative import draft_layout, draft_spec, shares_output_head
 from gpucap.physics.vision import (
     encoder_activation_bytes,
     encoder_cache_bytes,

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpucap.catalog.models import ModelSpec
-from gpucap.config import Hardware, Images
+from gpucap.config import Hardware, Images, Speculative
 from gpucap.physics.attention import (  # prefill_pairs_per_layer re-exported: callers import it from here
     attended_tokens_per_layer,
     attention_flop_per_pair,
@@ -40,7 +40,7 @@ from gpucap.physics.memory import (
 )
 from gpucap.physics.routing import ep_imbalance
 from gpucap.physics.routing import experts_touched as routing_experts_touched
-from gpucap.physics.speculative import Speculative, draft_layout, draft_spec
+from gpucap.physics.speculative import draft_layout, draft_spec
 from gpucap.physics.vision import encoder_weight_bytes_per_gpu, image_work
 from gpucap.units import ACTIVATION_BYTES, COMPUTE_FORMAT, kv_bytes_per_element
 
