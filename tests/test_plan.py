@@ -173,6 +173,11 @@ def test_exactly_one_target() -> None:
         plan(MODEL, input_len=100, output_len=10, target_request_rate=1.0, stat="p75")
 
 
+def test_a_misspelt_option_is_named_with_the_options() -> None:
+    with pytest.raises(TypeError, match=r"unknown keywords gpuz; the options are .*gpus, headroom"):
+        plan(MODEL, input_len=100, output_len=10, target_request_rate=1.0, gpuz=["H100-SXM-80GB"])
+
+
 def test_cli_json_contract(prices, capsys) -> None:
     args = ["plan", "--model", MODEL, "--target-rps", "20", "--input-len", "2000", "--output-len", "300"]
     args += ["--ttft-slo", "2", "--tpot-slo", "0.1", "--stat", "p99", "--gpus", "H100-SXM-80GB,L40S-48GB"]

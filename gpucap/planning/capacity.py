@@ -224,24 +224,3 @@ def simulated_run(
         burstiness=burstiness,
         seed=rng,
     )
-
-
-def simulated(
-    hw: Hardware,
-    coef: Coefficients,
-    *,
-    inp: Lengths,
-    out: Lengths,
-    rate: float,
-    max_running: float,
-    kv_capacity_tokens: float,
-    stat: str,
-    burstiness: float,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """``stat`` TTFT and TPOT of one replica at ``rate`` requests/s by ``simulated_run``."""
-    sim = simulated_run(
-        hw, coef, inp=inp, out=out, rate=rate, max_running=max_running,
-        kv_capacity_tokens=kv_capacity_tokens, burstiness=burstiness, seed=seed,
-    )  # fmt: skip
-    return sim.summary["ttft_s"][stat], sim.summary["tpot_s"][stat]

@@ -2,7 +2,7 @@
 and the plan recommended.
 
 The queueing model ranks the options by cost (``gpucap.planning.search``); the step-level
-simulation (``gpucap.planning.capacity.simulated``, about a second each) checks a plan at the
+simulation (``gpucap.planning.capacity.simulated_run``, about a second each) checks a plan at the
 load it puts on one serving replica (the target over the replicas left with the spares out).
 The plan **recommended** is the cheapest that meets the SLOs in simulation.
 
@@ -33,7 +33,7 @@ import pandas as pd
 from gpucap.config import Hardware
 from gpucap.parallel import Runner
 from gpucap.physics.coefficients import Coefficients
-from gpucap.planning.capacity import simulated
+from gpucap.planning.capacity import simulated_run
 from gpucap.queueing.lengths import Lengths
 
 RECOMMEND_WITHIN = 0.25  # simulate every plan costing up to 25% more than the cheapest that passes
@@ -69,13 +69,14 @@ class SimulationJob:
     tpot_slo_s: float
 
     def run(self) -> Check:
-        """The simulation (``gpucap.planning.capacity.simulated``) and its verdict. One output token
-        has no TPOT: only the TTFT SLO applies."""
+        """The simulation (``gpucap.planning.capacity.simulated_run``) and its verdict at ``stat``.
+        One output token has no TPOT: only the TTFT SLO applies."""
         try:
-            ttft, tpot = simulated(
+            sim = simulated_run(
                 self.hw, self.coef, inp=self.inp, out=self.out, rate=self.rate, max_running=self.max_running,
-                kv_capacity_tokens=self.kv_capacity_tokens, stat=self.stat, burstiness=self.burstiness, seed=SEED,
+                kv_capacity_tokens=self.kv_capacity_tokens, burstiness=self.burstiness, seed=SEED,
             )  # fmt: skip
+            ttft, tpot = sim.summary["ttft_s"][self.stat], sim.summary["tpot_s"][self.stat]
         except ValueError as err:  # the simulation cannot run this plan: say why, keep the others
             return Check(error=str(err))
         tpot_ok = tpot <= self.tpot_slo_s or (self.out.mean <= 1 and math.isnan(tpot))

@@ -18,7 +18,9 @@ replica is not overloaded (seed 2): utilization here is arrivals over the servic
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -311,34 +313,20 @@ def plan(
     ttft_slo_s: float = 2.0,
     tpot_slo_s: float = 0.1,
     stat: str = "p99",
-    gpus: Sequence[str | GPU] = DEFAULT_GPUS,
-    prices: Prices | str | Path | None = None,
-    usd_per_kwh: float | None = None,
-    gpu_counts: Iterable[int] = GPU_COUNTS,
-    weight_dtypes: Iterable[str] = WEIGHT_DTYPES,
-    kv_dtypes: Iterable[str] = KV_DTYPES,
-    engine: str = "vllm",
-    coefficients: Coefficients | str | Path | None = None,
-    headroom: Headroom | None = None,
-    burstiness: float = 1.0,
-    max_comm_share: float = COMM_BOUND_SHARE,
-    gpu_file: str | Path | None = None,
-    progress: Callable[[int, int, float], None] | bool | None = None,
-    check: bool = False,
-    simulate_top: int = 0,
-    n_jobs: int | Runner | None = None,
-    dask: Any = None,
+    **options: Any,
 ) -> Plan:
     """Search GPU type x GPUs per replica x split x formats for the cheapest fleet that carries
     the target within the SLOs; see the module docstring for the rules.
 
     Give exactly one target. ``stat`` applies to both SLOs for rate and output-token targets
     (Poisson arrivals, or gamma arrivals with ``burstiness`` < 1 for burstier traffic);
-    concurrency targets are closed loops and use means. Prices: a file or table with ``gpu`` and
-    ``usd_per_gpu_hour`` (default ``data/prices.csv``); ``usd_per_kwh`` adds power at each
-    GPU's TDP (owned hardware: give a price file of amortized cost, or none to count power only).
-    ``progress``: a callback ``(done, total, started)``, or True for a bar on stderr once the
-    search has run for a second.
+    concurrency targets are closed loops and use means. ``options``, by name: the search space,
+    ``Search``'s fields (``gpus``, ``gpu_counts``, ``weight_dtypes``, ``kv_dtypes``, ``engine``,
+    ``max_comm_share``, ``gpu_file``), and ``plan_for``'s keywords. Prices: a file or table with
+    ``gpu`` and ``usd_per_gpu_hour`` (default ``data/prices.csv``); ``usd_per_kwh`` adds power at
+    each GPU's TDP (owned hardware: give a price file of amortized cost, or none to count power
+    only). ``progress``: a callback ``(done, total, started)``, or True for a bar on stderr once
+    the search has run for a second.
 
     ``check=True`` checks the plans with the step-level simulation (about a second each, on
     ``n_jobs`` processes, default every core, or the Dask cluster ``dask``: ``gpucap.parallel``;
@@ -355,15 +343,21 @@ def plan(
     target = Target.one_of(
         request_rate=target_request_rate, concurrency=target_concurrency, output_tps=target_output_tps
     )
-    search = Search(
-        gpus=tuple(gpus),
-        gpu_counts=tuple(gpu_counts),
-        weight_dtypes=tuple(weight_dtypes),
-        kv_dtypes=tuple(kv_dtypes),
-        engine=engine,
-        max_comm_share=max_comm_share,
-        gpu_file=gpu_file,
-    )
+    space = {f.name for f in dataclasses.fields(Search)}
+    known = space | set(inspect.signature(plan_for).parameters) - {
+        "model",
+        "target",
+        "slo",
+        "search",
+        "input_len",
+        "output_len",
+    }
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"plan() got unknown keywords {', '.join(unknown)}; the options are {', '.join(sorted(known))}")
+    lists = ("gpus", "gpu_counts", "weight_dtypes", "kv_dtypes")
+    given: dict[str, Any] = {k: tuple(v) if k in lists else v for k, v in options.items() if k in space}
+    search = Search(**given)
     return plan_for(
         model,
         target,
@@ -371,16 +365,7 @@ def plan(
         input_len=input_len,
         output_len=output_len,
         search=search,
-        prices=prices,
-        usd_per_kwh=usd_per_kwh,
-        coefficients=coefficients,
-        headroom=headroom,
-        burstiness=burstiness,
-        progress=progress,
-        check=check,
-        simulate_top=simulate_top,
-        n_jobs=n_jobs,
-        dask=dask,
+        **{k: v for k, v in options.items() if k not in space},
     )
 
 
