@@ -1,14 +1,16 @@
 """The planner's tail latency against the engine loop on a grid (gpucap.planning.tailcheck):
 
-    python benchmarks/tailgrid.py [--requests 4000] [--seeds 2] [--quick] [--csv cells.csv]
+    python benchmarks/tailgrid.py [--requests 4000] [--runs 2] [--runs-at-90 10] [--jobs N] [--quick] [--csv cells.csv]
 
 Dense and mixture-of-experts models; prompts from 128 to 16k tokens, fixed and with dataset-like
 tails; tp and pp; 30-90% of the service rate; P90 and P99 TTFT and TPOT. Prints analytic /
 simulated per cell, then the test: within 25% where the simulation is below 10x the SLO (2 s
 TTFT, 100 ms TPOT, the planner's defaults), and never optimistic by more than 25% where the
 simulation is within a factor 2 of the SLO. Simulated P99s of a few thousand requests move by
-10-25% from seed to seed near saturation: each cell is the median over ``--seeds`` runs, and runs
-above half the service rate are longer (``requests_at``).
+10-25% from seed to seed near saturation, and at 90% of the service rate by 2-4x: each cell pools
+the requests of ``--runs`` runs (``--runs-at-90`` at 90%) before its percentiles are taken, and
+runs above half the service rate are longer (``requests_at``). Cells run in parallel on ``--jobs``
+processes (default: every core).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import time
 
 import pandas as pd
+from joblib import Parallel, delayed
 
 from gpucap.config import hardware
 from gpucap.physics.coefficients import Coefficients
@@ -86,25 +89,25 @@ def cases(quick: bool = False) -> list[TailCase]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=4000)
-    ap.add_argument("--seeds", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="two cases, one seed, 1500 requests")
+    ap.add_argument("--runs", type=int, default=2, help="simulated runs pooled per cell")
+    ap.add_argument("--runs-at-90", type=int, default=10, help="... at 90%% of the service rate")
+    ap.add_argument("--jobs", type=int, default=-1, help="processes (default: every core)")
+    ap.add_argument("--quick", action="store_true", help="two cases, one run, 1500 requests")
     ap.add_argument("--csv", default=None, help="also write every cell to this CSV file")
     args = ap.parse_args()
-    seeds, requests = (1, 1500) if args.quick else (args.seeds, args.requests)
     coef = Coefficients.for_engine("vllm")
-    frames = []
-    for case in cases(args.quick):
-        t0 = time.perf_counter()
-        runs = [
-            compare_tails(case, coef, [u], num_requests=requests_at(requests, u, args.quick), seed=100 * s + k)
-            for s in range(seeds)
-            for k, u in enumerate(UTILIZATIONS)
-        ]
-        keys = ["case", "utilization", "request_rate", "stat", "metric", "analytic_s"]
-        frame = pd.concat(runs).groupby(keys, sort=False, as_index=False)["simulated_s"].median()
-        frame["ratio"] = frame["analytic_s"] / frame["simulated_s"]
-        frames.append(frame)
-        print(f"{case.label}: {seeds} x {len(UTILIZATIONS)} runs in {time.perf_counter() - t0:.0f} s")
+
+    def runs_at(u: float) -> int:
+        return 1 if args.quick else (args.runs_at_90 if u >= 0.9 else args.runs)
+
+    def cell(case: TailCase, k: int, u: float) -> pd.DataFrame:
+        n = requests_at(1500 if args.quick else args.requests, u, args.quick)
+        return compare_tails(case, coef, [u], num_requests=n, seed=100 + k, runs=runs_at(u))
+
+    t0 = time.perf_counter()
+    jobs = [(case, k, u) for case in cases(args.quick) for k, u in enumerate(UTILIZATIONS)]
+    frames = Parallel(n_jobs=args.jobs)(delayed(cell)(*job) for job in jobs)
+    print(f"{len(jobs)} cells in {time.perf_counter() - t0:.0f} s")
     table = judge(pd.concat(frames, ignore_index=True), ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S)
     if args.csv:
         table.to_csv(args.csv, index=False)

@@ -8,11 +8,13 @@ The test is the issue's: within 25% where the simulation is below 10x the SLO, n
 more than 25% at the SLO's edge. Simulated P99s of 3000 requests move by 10-20% from seed to seed;
 the seeds are fixed."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from gpucap.config import hardware
 from gpucap.physics.coefficients import Coefficients
+from gpucap.planning.capacity import simulated_run
 from gpucap.planning.tailcheck import TailCase, compare_tails, judge
 from gpucap.queueing.lengths import Lengths
 
@@ -65,3 +67,24 @@ def test_judge_flags_an_optimistic_edge() -> None:
 def test_compare_rejects_a_mean() -> None:
     with pytest.raises(ValueError, match="percentiles"):
         compare_tails(CASES[0], COEF, (0.5,), stats=("mean",), num_requests=10)
+
+
+def test_runs_pool_their_requests() -> None:
+    """Two runs at a utilization are one sample of both runs' requests: the pooled P90 TTFT is the
+    90th percentile of the two runs' TTFTs together (seeds ``seed`` and ``seed + 1000``), which
+    lies between the two runs' own."""
+    case, u, n = CASES[0], 0.5, 400
+    row = compare_tails(case, COEF, (u,), num_requests=n, seed=3, runs=2)
+    rate = float(row["request_rate"].iloc[0])
+    sims = [
+        simulated_run(case.hw, COEF, inp=case.inp, out=case.out, rate=rate, max_running=case.slots,
+                      kv_capacity_tokens=case.kv_tokens, burstiness=1.0, seed=s, num_requests=n)
+        for s in (3, 1003)
+    ]  # fmt: skip
+    both = np.concatenate([s.ttft_s for s in sims])
+    got = row[(row["metric"] == "ttft") & (row["stat"] == "p90")]["simulated_s"].iloc[0]
+    assert got == pytest.approx(np.percentile(both, 90), rel=1e-12)
+    own = sorted(float(np.percentile(s.ttft_s, 90)) for s in sims)
+    assert own[0] <= got <= own[1]
+    with pytest.raises(ValueError, match="runs must be"):
+        compare_tails(case, COEF, (u,), num_requests=10, runs=0)

@@ -21,7 +21,7 @@ from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit
 from gpucap.planning.capacity import simulated_run
-from gpucap.queueing.analytic import open_loop_latency
+from gpucap.queueing.analytic import open_loop_latency, summarize
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.servicecurve import service_curve
 from gpucap.types import QUANTILES
@@ -99,9 +99,13 @@ def compare_tails(
     num_requests: int = 4000,
     seed: int = 0,
     burstiness: float = 1.0,
+    runs: int = 1,
 ) -> pd.DataFrame:
     """Analytic against simulated at each utilization of the analytic service rate: one row per
-    utilization, statistic and metric, with ``ratio`` = analytic / simulated."""
+    utilization, statistic and metric, with ``ratio`` = analytic / simulated. ``runs``: simulated
+    runs per utilization (seeds ``seed + k + 1000 j``), their requests pooled before the
+    percentiles are taken: near saturation one run's P99 turns on the few long excursions it
+    happens to see, and the pooled runs are one run that many times as long."""
     for s in stats:
         if s not in QUANTILES:
             raise ValueError(f"stats must be percentiles among {', '.join(QUANTILES)}, got {s!r}")
@@ -109,14 +113,28 @@ def compare_tails(
     rates = [u * mu for u in utilizations]
     ana = analytic_tail(case, coef, rates, stats, burstiness)
     rows = []
+    if not (isinstance(runs, int) and runs >= 1):
+        raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
     for k, (u, rate) in enumerate(zip(utilizations, rates, strict=True)):
-        sim = simulated_run(
-            case.hw, coef, inp=case.inp, out=case.out, rate=rate, max_running=case.slots,
-            kv_capacity_tokens=case.kv_tokens, burstiness=burstiness, seed=seed + k, num_requests=num_requests,
-        )  # fmt: skip
+        sims = [
+            simulated_run(
+                case.hw,
+                coef,
+                inp=case.inp,
+                out=case.out,
+                rate=rate,
+                max_running=case.slots,
+                kv_capacity_tokens=case.kv_tokens,
+                burstiness=burstiness,
+                seed=seed + k + 1000 * j,
+                num_requests=num_requests,
+            )  # fmt: skip
+            for j in range(runs)
+        ]
+        pooled = {key: summarize(np.concatenate([getattr(sim, key) for sim in sims])) for key in METRICS.values()}
         for s in stats:
             for metric, key in METRICS.items():
-                a, b = float(ana[f"{metric}_{s}_s"].iloc[k]), float(sim.summary[key][s])
+                a, b = float(ana[f"{metric}_{s}_s"].iloc[k]), float(pooled[key][s])
                 rows.append(
                     {
                         "case": case.label,
