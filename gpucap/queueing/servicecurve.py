@@ -99,8 +99,14 @@ class ServiceCurve:
         (rows,): ``m / (TTFT(m) + (O - 1) t_dec(m) / (1 - lambda s(lambda, m)))``
         (``gpucap.queueing.analytic``, step 1); where lengths differ and the KV cache binds, min(m, N) of them run
         (``slot_shares``), ``E[c(min(m, N))]``."""
+        lam = np.asarray(rate, dtype=float)
+        return self.rates_and_stalls(lam, self.mean_stall_s(lam))
+
+    def rates_and_stalls(self, rate: Array, stall_s: Array) -> Array:
+        """``completion_rates`` with the mean stall per prompt ``s(lambda, m)`` (rows, R) given
+        (``mean_stall_s``), for a caller that needs the stalls too."""
         lam = np.asarray(rate, dtype=float)[:, None]
-        busy = np.minimum(lam * self.mean_stall_s(lam[:, 0]), MAX_PROMPT_SHARE)
+        busy = np.minimum(lam * stall_s, MAX_PROMPT_SHARE)
         life = self.ttft_s[None, :] + (self.output_len - 1.0) * self.decode_step_s[None, :] / (1.0 - busy)
         done = np.arange(1, self.slots + 1, dtype=float)[None, :] / life
         if self.slot_shares[-1] >= 1.0:
@@ -109,6 +115,14 @@ class ServiceCurve:
         p = self.slot_shares[None, :]
         below = np.concatenate([np.zeros((done.shape[0], 1)), np.cumsum(p * done, axis=1)[:, :-1]], axis=1)
         return below + self.fits_at_least[None, :] * done
+
+    @cached_property
+    def stall_spread(self) -> Array:
+        """``E[s^2] / E[s]^2`` (R,) over the prompt lengths, of what each adds to a step it rides
+        in alone (``stall_s``, one prompt a step): 1 for one length, more the wider they spread."""
+        alone = self.stall_s[:, :, 0]
+        first, second = alone @ self.prompt_weights, (alone * alone) @ self.prompt_weights
+        return np.asarray(second / np.maximum(first * first, 1e-300), dtype=float)
 
     @cached_property
     def fits_at_least(self) -> Array:

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.step import Array
-from gpucap.queueing.servicecurve import ServiceCurve
+from gpucap.queueing.servicecurve import MAX_PROMPT_SHARE, ServiceCurve
 
 Ints = npt.NDArray[np.int64]
 
@@ -51,12 +51,35 @@ def _bins(slots: int) -> Ints:
     return np.concatenate([np.arange(EXACT_STATES), log_edges]).astype(np.int64)
 
 
+def chain_exponent(curve: ServiceCurve, rate: Array, burstiness: float) -> tuple[Array, Array]:
+    """``(c, e)`` (rows, R): the completion rates ``c(k, lambda)``, k = 1..R, and the exponent of
+    the chain's step ``ln pi(k) - ln pi(k - 1) = e(k) ln(lambda / c(k))`` (``gpucap.queueing.analytic``,
+    step 1): ``e = (lambda + c) / V`` with the diffusion variance of the number in the replica
+
+        V = c_a^2 (lambda + c + c_0^2 lambda E[s^2]) + 2 c_0 lambda E[s],      c_0 = c / (1 - lambda E[s]).
+
+    Every prompt that arrives stalls all m running requests at once by s, so completions come in
+    bursts: over dt they are ``c_0 (dt - S)``, S the compound sum of the stalls (variance
+    ``lambda E[s^2] dt``, times c_a^2 for gamma arrivals), and an arrival both adds a request and
+    holds back ``c_0 s`` completions (the covariance term). Without stalls ``V = c_a^2 (lambda +
+    c)`` and ``e = burstiness``. ``E[s]`` is ``mean_stall_s``; ``E[s^2] = E[s]^2 x stall_spread``."""
+    lam = np.maximum(np.asarray(rate, dtype=float), 1e-300)[:, None]
+    stall = curve.mean_stall_s(lam[:, 0])  # (rows, R)
+    done = curve.rates_and_stalls(lam[:, 0], stall)
+    ca2 = 1.0 / burstiness
+    free = 1.0 - np.minimum(lam * stall, MAX_PROMPT_SHARE)
+    c0 = done / free
+    second = stall * stall * curve.stall_spread[None, :]
+    var = ca2 * (lam + done + c0 * c0 * lam * second) + 2.0 * c0 * lam * stall
+    return done, (lam + done) / var
+
+
 def state_distribution(curve: ServiceCurve, rate: Array, burstiness: float, service_scv: float) -> States:
     """The chain of ``gpucap.queueing.analytic`` (steps 1 and 2) for every stable rate (rows)."""
     lam = np.maximum(np.asarray(rate, dtype=float), 1e-300)[:, None]
-    done = curve.completion_rates(lam[:, 0])  # (rows, R): c(k, lambda), k = 1..R
+    done, exponent = chain_exponent(curve, lam[:, 0], burstiness)  # (rows, R): c(k, lambda), e(k), k = 1..R
     log_ratio = np.log(lam) - np.log(done)  # ln(lambda / c(k))
-    log_pi = np.concatenate([np.zeros((lam.shape[0], 1)), np.cumsum(burstiness * log_ratio, axis=1)], axis=1)
+    log_pi = np.concatenate([np.zeros((lam.shape[0], 1)), np.cumsum(exponent * log_ratio, axis=1)], axis=1)
     pi = np.exp(log_pi - log_pi.max(axis=1, keepdims=True))  # n = 0..R
     # above R a waiting prompt enters only when a request finishes, so prompts come at the
     # completion rate, not at lambda: the full replica completes at its service rate mu
