@@ -307,3 +307,61 @@ def test_a_full_replica_drains_at_its_service_rate() -> None:
     at_lambda = float(curve.completion_rates(lam)[0, -1])
     # c(R, lambda), 5.6% above mu here, would have drained 1 / (c - lambda): a third shorter a wait
     assert at_lambda - lam[0] > 1.5 * (mu - lam[0])
+
+
+class _Curve:
+    """The three things ``chain_exponent`` reads of a service curve, set by hand: one state, a
+    completion rate c and a mean stall s per prompt."""
+
+    def __init__(self, c: float, s: float, spread: float = 1.0) -> None:
+        self.c, self.s, self.stall_spread = c, s, np.array([spread])
+
+    def mean_stall_s(self, rate: np.ndarray) -> np.ndarray:
+        return np.full((rate.size, 1), self.s)
+
+    def rates_and_stalls(self, rate: np.ndarray, stall: np.ndarray) -> np.ndarray:
+        return np.full((rate.size, 1), self.c)
+
+
+def test_chain_exponent_by_hand() -> None:
+    """``e = (lambda + c) / V``. Without stalls ``V = c_a^2 (lambda + c)``: e is the burstiness.
+    lambda 1, c 2, s 0.25 s, Poisson: c_0 = 2 / 0.75 = 8/3 and V = 1 + 2 + (64/9)(1/16) + 2 (8/3)
+    (1/4) = 43/9, so e = 27/43; twice the stalls' second moment adds (64/9)(1/16) = 4/9 to V."""
+    lam = np.array([1.0])
+    for b in (1.0, 0.5):
+        _, e = states.chain_exponent(_Curve(2.0, 0.0), lam, b)  # type: ignore[arg-type]
+        assert e[0, 0] == pytest.approx(b, rel=1e-12)
+    done, e = states.chain_exponent(_Curve(2.0, 0.25), lam, 1.0)  # type: ignore[arg-type]
+    assert done[0, 0] == 2.0
+    assert e[0, 0] == pytest.approx(27.0 / 43.0, rel=1e-12)
+    _, wide = states.chain_exponent(_Curve(2.0, 0.25, spread=2.0), lam, 1.0)  # type: ignore[arg-type]
+    assert wide[0, 0] == pytest.approx(3.0 / (43.0 / 9.0 + 4.0 / 9.0), rel=1e-12)
+
+
+def test_gated_stalls_by_hand() -> None:
+    """Stalls of 1 s and 3 s, half each: E[s] = 2, E[s^2] = 5, Var(s) = 1. A full replica whose
+    service time has c_s^2 = 0.5 meets them with g = (0.5 x 4 + 1) / 5 = 0.6 of the Poisson
+    variance: the shape is divided by 0.6. One length and exponential service (c_s^2 = 1): g = 1."""
+    two = arrivals.Stalls(np.array([1.0]), np.array([[1.0, 3.0]]), np.array([0.5, 0.5]), 1.0)
+    assert arrivals.gated_stalls(two, 0.5).burstiness[0] == pytest.approx(1.0 / 0.6, rel=1e-12)
+    one = arrivals.Stalls(np.array([1.0]), np.array([[2.0]]), np.array([1.0]), 2.0)
+    assert arrivals.gated_stalls(one, 1.0).burstiness[0] == pytest.approx(2.0, rel=1e-12)
+
+
+def test_tpot_quantile_rises_with_the_level() -> None:
+    """Over the two populations (some arrivals wait at 90% of the service rate: 8B, 16k prompts),
+    P50 <= P90 <= P99 TPOT."""
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    from gpucap.queueing.lengths import Lengths
+
+    inp = Lengths.percentiles({5: 9000, 50: 16000, 90: 24000, 99: 30000}, "long prompts")
+    out = Lengths.percentiles({5: 50, 50: 200, 90: 500, 99: 800}, "long outputs")
+    _, held = memory_limit(hw, inp.mean + out.mean)
+    curve = service_curve(
+        hw, COEF, input_len=inp.mean, output_len=out.mean, max_running=held, input_lengths=inp,
+        output_lengths=out, kv_slots=held,
+    )  # fmt: skip
+    parts = arrivals.arrival_parts(curve, np.array([0.9 * curve.service_rate]), 1.0, curve.service_scv)
+    assert parts.states.wait_probability[0] > 0.01
+    q50, q90, q99 = (arrivals.tpot_quantile(curve, parts, q)[0] for q in (0.5, 0.9, 0.99))
+    assert q50 <= q90 <= q99

@@ -6,11 +6,13 @@ docstring, step 3).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import ndtr
 
 from gpucap.physics.step import Array
 from gpucap.queueing.brackets import first_true
@@ -113,12 +115,13 @@ class Mixture:
 @dataclass(frozen=True)
 class Stalls:
     """What stretches a request's decode steps at each rate (rows): prompts arriving at ``rate``
-    while it runs, each adding ``stall_s`` (rows, K) of probability ``weights``."""
+    while it runs, each adding ``stall_s`` (rows, K) of probability ``weights``; ``burstiness``
+    the shape of their gaps (1: Poisson; per row where it differs)."""
 
     rate: Array  # (rows,)
     stall_s: Array  # (rows, K)
     weights: Array  # (K,)
-    burstiness: float
+    burstiness: float | Array
 
 
 @dataclass
@@ -136,6 +139,7 @@ class Parts:
     chain: StepChain
     p_queue: Array  # (rows,)
     queue: tuple[Array, Array, Array, Array]
+    gated: Stalls  # the prompts a request meets when it runs in a full replica (``gated_stalls``)
 
     @cached_property
     def tpot(self) -> Array:
@@ -168,17 +172,20 @@ class Parts:
         )  # fmt: skip
 
 
-def _life_tpot(curve: ServiceCurve, life: tuple[Array, Array], m: Array, stalls: Stalls, z: float = 0.0) -> Array:
+def _life_tpot(
+    curve: ServiceCurve, life: tuple[Array, Array], m: Array, stalls: Stalls, z: float | Array = 0.0
+) -> Array:
     """TPOT at the life-average batch of an arrival that runs at concurrency m: the closed loop's,
     or where it is longer, the decode-only step stretched by the prompts met during the life with
-    their sum at its normal quantile ``z`` (``gpucap.queueing.promptqueue.stalled_tpot``)."""
+    their sum at its normal quantile ``z`` (one, or one per column of m;
+    ``gpucap.queueing.promptqueue.stalled_tpot``)."""
     mean_m, k = life
     n_life = mean_m + k * (m - mean_m) - 1.0
     closed = _at(curve.tpot_s, n_life)
     dec = _at(curve.decode_step_s, n_life)
     stalled = stalled_tpot(
         dec,
-        output_len=curve.output_len if z == 0.0 else curve.spread_output_len,
+        output_len=curve.output_len if np.ndim(z) == 0 and z == 0.0 else curve.spread_output_len,
         rate=stalls.rate,
         burstiness=stalls.burstiness,
         stall_s=stalls.stall_s,
@@ -272,7 +279,8 @@ def arrival_parts(curve: ServiceCurve, rate: Array, burstiness: float, service_s
         wm[:, None] * curve.own_wait_scale[None, :],
     )
     ttft = _ttft_mixture(curve, st, first, chain, p_queue, queue, tail)
-    return Parts(curve, ttft, st, life, stalls, prompt, first, chain, p_queue, queue)
+    gated = gated_stalls(stalls, service_scv)
+    return Parts(curve, ttft, st, life, stalls, prompt, first, chain, p_queue, queue, gated)
 
 
 def _ttft_mixture(
@@ -312,25 +320,86 @@ def _ttft_mixture(
     )
 
 
-def tpot_quantile(curve: ServiceCurve, parts: Parts, q: float) -> Array:
-    """q-quantile of TPOT: the q-quantile of the concurrency m an arrival runs at (R for waiting
-    ones; the state itself among the one-state bins, interpolated between bin centres among the
-    log-spaced ones) through the non-decreasing life TPOT(m), with the prompts met during the
-    life at their q-quantile."""
-    st = parts.states
-    cum = np.cumsum(st.weight, axis=1)
-    mid = cum - 0.5 * st.weight
-    rows = np.arange(mid.shape[0])
+def gated_stalls(stalls: Stalls, service_scv: float) -> Stalls:
+    """The prompts a request meets while it runs in a full replica: one enters each time a
+    request finishes, so their count over a life of T is a renewal count, variance ``c_s^2``
+    times its mean (Cox, Renewal Theory, 1962, section 6.3), not Poisson's; the stalls' sum has
+    variance ``mu T (c_s^2 E[s]^2 + Var(s))`` against ``lambda T E[s^2]`` for Poisson arrivals. Taken
+    as the Poisson sum with its shape scaled by ``g = (c_s^2 E[s]^2 + Var(s)) / E[s^2]`` (its
+    variance g times, its third cumulant g^2 times); ``c_s^2`` is ``service_scv``."""
+    w = stalls.weights
+    first, second = stalls.stall_s @ w, (stalls.stall_s * stalls.stall_s) @ w
+    spread = np.maximum(second - first * first, 0.0)
+    g = (service_scv * first * first + spread) / np.maximum(second, 1e-300)
+    return Stalls(stalls.rate, stalls.stall_s, w, stalls.burstiness / np.maximum(g, 1e-9))
+
+
+TPOT_SCORES = np.linspace(-3.0, 3.9, 40)  # normal scores at which each population's TPOT is found
+TPOT_LEVELS = ndtr(TPOT_SCORES)
+NO_WAIT = 1e-9  # a share of waiting arrivals below this leaves TPOT to those that run at once
+
+
+def _running_states(st: States, levels: Array) -> Array:
+    """(rows, L) the state n at each of ``levels`` of the distribution of n among the arrivals that
+    run at once (the state itself among the one-state bins, interpolated between bin centres among
+    the log-spaced ones)."""
+    w = st.weight / np.maximum(st.weight.sum(axis=1, keepdims=True), 1e-300)
+    cum = np.cumsum(w, axis=1)
+    mid = cum - 0.5 * w
+    a = np.asarray(levels, dtype=float)[None, None, :]
     if mid.shape[1] > 1:
-        j = np.clip((mid < q).sum(axis=1), 1, mid.shape[1] - 1)
-        m0, m1 = mid[rows, j - 1], mid[rows, j]
-        frac = np.clip((q - m0) / np.maximum(m1 - m0, 1e-300), 0.0, 1.0)
+        j = np.clip((mid[:, :, None] < a).sum(axis=1), 1, mid.shape[1] - 1)  # (rows, L)
+        m0, m1 = np.take_along_axis(mid, j - 1, axis=1), np.take_along_axis(mid, j, axis=1)
+        frac = np.clip((a[0] - m0) / np.maximum(m1 - m0, 1e-300), 0.0, 1.0)
         n_q = st.state[j - 1] + frac * (st.state[j] - st.state[j - 1])
     else:
-        n_q = np.full(rows.size, st.state[0])
-    # where the quantile falls in a one-state bin (n < EXACT_STATES), it is that state: spreading
-    # the mass of n = 0 towards n = 1 would double a light load's P99 TPOT
-    k = np.minimum((cum < q).sum(axis=1), cum.shape[1] - 1)
-    n_q = np.where(st.state[k] < EXACT_STATES, st.state[k], n_q)
-    m_q = np.where(q > cum[:, -1], float(curve.slots), n_q + 1.0)
-    return _life_tpot(curve, parts.life, m_q[:, None], parts.stalls, normal_quantile(q))[:, 0]
+        n_q = np.full((mid.shape[0], a.shape[2]), st.state[0])
+    # where a level falls in a one-state bin (n < EXACT_STATES), it is that state: spreading the
+    # mass of n = 0 towards n = 1 would double a light load's P99 TPOT
+    k = np.minimum((cum[:, :, None] < a).sum(axis=1), cum.shape[1] - 1)
+    return np.where(st.state[k] < EXACT_STATES, st.state[k], n_q)
+
+
+def tpot_quantile(curve: ServiceCurve, parts: Parts, q: float) -> Array:
+    """q-quantile of TPOT over two populations of arrivals, by the share that waits for a slot:
+    those that run at once (the level's quantile of the concurrency m they run at, through the
+    non-decreasing life TPOT(m), with the prompts met during the life at the same level: the
+    high states and the bursts of prompts come together), and those that wait, which run in a
+    full replica (m = R) whose prompts enter as requests finish (``gated_stalls``). Each
+    population's TPOT is found at ``TPOT_LEVELS``; the quantile is where their mixture's
+    distribution reaches q (linear between the levels). Where almost none wait (``NO_WAIT``), the
+    first population's quantile at q itself."""
+    st = parts.states
+    p = st.wait_probability
+    out = np.empty(p.size)
+    waits, alone = np.flatnonzero(p > NO_WAIT), np.flatnonzero(p <= NO_WAIT)
+    if alone.size:
+        life = (parts.life[0][alone], parts.life[1][alone])
+        n_q = _running_states(dataclasses.replace(st, weight=st.weight[alone]), np.array([q]))
+        out[alone] = _life_tpot(curve, life, n_q + 1.0, _rows(parts.stalls, alone), normal_quantile(q))[:, 0]
+    if not waits.size:
+        return out
+    life = (parts.life[0][waits], parts.life[1][waits])
+    states = _running_states(dataclasses.replace(st, weight=st.weight[waits]), TPOT_LEVELS)
+    run = _life_tpot(curve, life, states + 1.0, _rows(parts.stalls, waits), TPOT_SCORES)
+    full = np.full((waits.size, TPOT_LEVELS.size), float(curve.slots))
+    wait = _life_tpot(curve, life, full, _rows(parts.gated, waits), TPOT_SCORES)
+    run, wait = np.maximum.accumulate(run, axis=1), np.maximum.accumulate(wait, axis=1)
+    for i, r in enumerate(waits):
+        t = np.unique(np.concatenate([run[i], wait[i]]))
+        cdf = (1.0 - p[r]) * np.interp(t, run[i], TPOT_LEVELS, left=0.0, right=1.0)
+        cdf += p[r] * np.interp(t, wait[i], TPOT_LEVELS, left=0.0, right=1.0)
+        k = int(np.searchsorted(cdf, q))
+        if k == 0 or k >= t.size:
+            out[r] = t[min(k, t.size - 1)]
+        else:
+            out[r] = t[k - 1] + (q - cdf[k - 1]) / max(cdf[k] - cdf[k - 1], 1e-300) * (t[k] - t[k - 1])
+    return out
+
+
+def _rows(stalls: Stalls, rows: npt.NDArray[np.intp]) -> Stalls:
+    """The stalls of some rows."""
+    b = stalls.burstiness
+    return Stalls(
+        stalls.rate[rows], stalls.stall_s[rows], stalls.weights, b if np.ndim(b) == 0 else np.asarray(b)[rows]
+    )

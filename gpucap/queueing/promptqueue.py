@@ -142,25 +142,33 @@ def prompt_wait(rate: Array, burstiness: float, hold_s: Array, weights: Array) -
 
 
 def stalled_tpot(
-    decode_step_s: Array, *, output_len: float, rate: Array, burstiness: float, stall_s: Array, weights: Array, z: float
+    decode_step_s: Array,
+    *,
+    output_len: float,
+    rate: Array,
+    burstiness: float | Array,
+    stall_s: Array,
+    weights: Array,
+    z: float | Array,
 ) -> Array:
     """TPOT of a request whose life meets prompts at ``rate`` (module docstring, "Decode stalls"),
     with the stalls' sum at the quantile of normal score ``z``, skew included (Cornish-Fisher); 0
     for the mean. ``decode_step_s`` the decode-only step, (rows,) or (rows, columns), the result
     shaped as it; ``stall_s`` (rows, K) the time s(I) each prompt length adds to the steps it rides
-    in. Inf where prompts alone fill the time (``lambda E[s] >= 1``)."""
+    in; ``burstiness`` one shape or one per row; ``z`` one score, or one per column of a 2-D
+    ``decode_step_s``. Inf where prompts alone fill the time (``lambda E[s] >= 1``)."""
     d = max(float(output_len) - 1.0, 1.0)
     lam = np.asarray(rate, dtype=float)
     w = weights[None, :]
     rho_s = lam * (stall_s * w).sum(axis=1)
-    ca2 = 1.0 / float(burstiness)
+    ca2 = 1.0 / np.asarray(burstiness, dtype=float)
     k2, k3 = ca2 * lam * (stall_s**2 * w).sum(axis=1), ca2 * ca2 * lam * (stall_s**3 * w).sum(axis=1)
     if np.ndim(decode_step_s) == 2:
         rho_s, k2, k3 = rho_s[:, None], k2[:, None], k3[:, None]
     base = d * np.asarray(decode_step_s, dtype=float)
     free = 1.0 - rho_s
     with np.errstate(divide="ignore", invalid="ignore"):
-        if z == 0.0:  # the mean: E[T] = (O - 1) t_dec + rho_s E[T]
+        if np.ndim(z) == 0 and z == 0.0:  # the mean: E[T] = (O - 1) t_dec + rho_s E[T]
             return np.where(free > 0.0, base / np.maximum(free, 1e-300) / d, np.inf)
         # k2 and k3 grow with T, so the skew term is a constant and the fixed point a quadratic in
         # x = sqrt(T): (1 - rho_s) x^2 - z sqrt(k2 / T) x - ((O - 1) t_dec + (z^2 - 1) k3 / (6 k2)) = 0
