@@ -160,9 +160,15 @@ def test_knee_percentiles_are_ordered_and_rise_with_the_rate(knee) -> None:
     for name in ("ttft", "tpot", "e2e"):
         p50, p95, p99 = (knee[f"{name}_{s}_s"].to_numpy() for s in ("median", "p95", "p99"))
         assert np.all(p50 <= p95 * (1 + 1e-9)) and np.all(p95 <= p99 * (1 + 1e-9)), name
-    for name in ("tpot", "e2e"):
-        p99 = knee[f"{name}_p99_s"].to_numpy()
-        assert np.all(np.diff(p99) >= -1e-9 * p99[:-1]), name
+    e2e = knee["e2e_p99_s"].to_numpy()
+    assert np.all(np.diff(e2e) >= -1e-9 * e2e[:-1])
+    # TPOT's P99 rises while most arrivals run at once. Past that the arrivals that wait for a
+    # slot hold its tail; they run in a full replica whose prompts enter as requests finish, and
+    # their TPOT spreads less (simulated: benchmarks/README.md, "TPOT of the arrivals that
+    # wait"), so the mixture's P99 may ease towards theirs, never below its value where half wait
+    tpot, most_run = knee["tpot_p99_s"].to_numpy(), knee["wait_probability"].to_numpy() < 0.5
+    assert most_run[:-1].sum() >= 20 and np.all(np.diff(tpot[most_run]) >= -1e-9 * tpot[most_run][:-1])
+    assert np.all(tpot[~most_run] >= tpot[most_run][-1])
     # TTFT's P99 is found by bisection on a mixture: allow a 1% wobble, no more
     ttft = knee["ttft_p99_s"].to_numpy()
     assert np.all(ttft[1:] >= 0.99 * np.maximum.accumulate(ttft)[:-1])
