@@ -365,3 +365,46 @@ def test_tpot_quantile_rises_with_the_level() -> None:
     assert parts.states.wait_probability[0] > 0.01
     q50, q90, q99 = (arrivals.tpot_quantile(curve, parts, q)[0] for q in (0.5, 0.9, 0.99))
     assert q50 <= q90 <= q99
+
+
+def test_a_long_prompt_stalls_the_decodes_chunk_by_chunk() -> None:
+    """``prompt_costs``: a prompt longer than the budget beside the decodes runs in chunks of
+    M - B tokens, each step with the B decodes, and is charged what those steps take beyond as
+    many decode-only steps. By hand: M = 8,192 (vLLM's default budget), B = 64, so chunks of
+    8,128 tokens; a 20,000-token prompt (Llama 3.1 8B: full attention, pairs I^2 / 2) is three
+    chunks of 8,128, 8,128 and 3,744 tokens with pairs P(8128), P(16256) - P(8128) and P(20000)
+    - P(16256); two such prompts are five chunks, the third taking the first prompt's last 3,744
+    tokens and the second's first 4,384."""
+    from gpucap.physics.step import step_work
+    from gpucap.physics.steptime import step_time
+    from gpucap.queueing.promptqueue import GROUP_SIZES
+    from gpucap.queueing.servicecurve import prompt_costs
+
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    coef = Coefficients.for_engine("vllm")
+    b, ctx, i = 64.0, 3000.0, 20000.0
+
+    def t(prefill: float = 0.0, pairs: float = 0.0) -> float:
+        w = step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=prefill, prefill_pairs=pairs)
+        return float(step_time(hw, w, coef).total_s)
+
+    def p(n: float) -> float:
+        return n * n / 2.0
+
+    dec, stall, room = prompt_costs(hw, coef, np.array([b]), ctx, np.array([i, 4000.0]))
+    assert dec[0] == pytest.approx(t())
+    one = t(8128, p(8128)) + t(8128, p(16256) - p(8128)) + t(3744, p(20000) - p(16256)) - 3 * t()
+    assert stall[0, 0, 0] == pytest.approx(one, rel=1e-9)
+    two = (
+        t(8128, p(8128))
+        + t(8128, p(16256) - p(8128))
+        + t(8128, p(20000) - p(16256) + p(4384))
+        + t(8128, p(12512) - p(4384))
+        + t(7488, p(20000) - p(12512))
+        - 5 * t()
+    ) / 2
+    assert GROUP_SIZES[1] == 2 and stall[0, 0, 1] == pytest.approx(two, rel=1e-9)
+    # a prompt within the budget is one step: 4,000 tokens alone, or two of them in 8,000
+    assert stall[0, 1, 0] == pytest.approx(t(4000, p(4000)) - t(), rel=1e-9)
+    assert stall[0, 1, 1] == pytest.approx((t(8000, 2 * p(4000)) - t()) / 2, rel=1e-9)
+    assert room[0, 0] == pytest.approx(i / 8128)

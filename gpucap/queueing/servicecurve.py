@@ -321,28 +321,56 @@ def prompt_costs(
     hw: Hardware, coef: Coefficients, decode_batch: Array, context: float, prompt_tokens: Array
 ) -> tuple[Array, Array, Array]:
     """At each decode batch B (rows) and prompt length I (columns): the decode-only step
-    ``t_dec(B)`` (rows,); the time each prompt adds to a step that carries G of that length,
-    ``s_G(I) = (t_step(B decodes + G I prompt tokens with their causal pairs) - t_dec(B)) / G``
-    (rows, K, G) for G in ``GROUP_SIZES`` (a mixture-of-experts step reads the experts once
-    for all its tokens, so s falls with G); and ``I / (M - B)`` (rows, K), the prompt's share of a
-    full budget (M = ``max_num_batched_tokens``; ``gpucap.queueing.promptqueue``).
+    ``t_dec(B)`` (rows,); the time each prompt adds to the steps that carry G of that length,
+    ``s_G(I) = (sum_j t_step(B decodes + chunk j) - k t_dec(B)) / G`` (rows, K, G) for G in
+    ``GROUP_SIZES`` (a mixture-of-experts step reads the experts once for all its tokens, so s
+    falls with G); and ``I / (M - B)`` (rows, K), the prompt's share of a full budget (M =
+    ``max_num_batched_tokens``; ``gpucap.queueing.promptqueue``).
+
+    The G prompts' G I tokens go through the budget in ``k = ceil(G I / (M - B))`` steps, each
+    with the B decodes beside at most M - B prompt tokens, as the engine loop chunks them
+    (``gpucap.queueing.engine.Engine._mixed_step``; vLLM schedules the running decodes first and
+    fills the budget with prompt tokens): chunk j takes tokens [a, e) of the prompts one after
+    another, with their causal pairs ``P(o_e) - P(o_a) + (p_e - p_a) P(I)`` (``P`` the pairs of
+    a prefix, ``prefill_pairs_per_layer``; p and o the prompt and offset a token falls in). Each
+    of the k steps also advances every decode by a token, so the prompts are charged what the k
+    steps take beyond k decode-only steps; one step carrying them all would charge k - 1 decode
+    steps too many.
 
     Under pipeline parallelism a prompt's chunk rides in one micro-batch, which every stage runs
-    in turn while the others wait for it: a step that carries G < pp prompts lasts as if it
-    carried ``pp / G`` times their tokens, as the engine loop charges it
-    (``gpucap.queueing.engine.Engine._mixed_step``); pp or more fill the pipeline."""
-    b = np.asarray(decode_batch, dtype=float)[:, None, None]
-    i = np.asarray(prompt_tokens, dtype=float)[None, :, None]
-    g = np.asarray(GROUP_SIZES, dtype=float)[None, None, :]
+    in turn while the others wait for it: a step that carries chunks of n < pp prompts lasts as
+    if it carried ``pp / n`` times their tokens, as the engine loop charges it; pp or more fill
+    the pipeline."""
+    b = np.asarray(decode_batch, dtype=float)[:, None, None, None]
+    i = np.asarray(prompt_tokens, dtype=float)[None, :, None, None]
+    g = np.asarray(GROUP_SIZES, dtype=float)[None, None, :, None]
     budget = float(hw.engine.max_num_batched_tokens or 8192)
-    dec = np.asarray(step_time(hw, step_work(hw, decode_tokens=b[:, 0, 0], decode_context=context), coef).total_s)
+    dec = np.asarray(step_time(hw, step_work(hw, decode_tokens=b[:, 0, 0, 0], decode_context=context), coef).total_s)
     pp = float(hw.layout.pp)
-    charged = g * pp / np.minimum(pp, g)  # prompts' worth of tokens the step is charged
-    pairs = prefill_pairs_per_layer(hw.spec, i)
-    work = step_work(
-        hw, decode_tokens=b, decode_context=context, prefill_tokens=charged * i, prefill_pairs=charged * pairs
+    room = np.maximum(budget - b, 1.0)  # prompt tokens a step takes beside the decodes
+    total = g * i
+    chunks = int(np.ceil(np.max(total / room)))
+    start = room * np.arange(chunks, dtype=float)  # chunk j: tokens [a, e) of the G prompts in turn
+    end = np.minimum(start + room, total)
+    used = start < total
+    first_p, last_p = np.floor(start / i), np.floor(np.maximum(end - 1.0, 0.0) / i)
+    end_p = np.floor(end / i)
+    pairs = (
+        (end_p - first_p) * prefill_pairs_per_layer(hw.spec, i)
+        - prefill_pairs_per_layer(hw.spec, start - first_p * i)
+        + prefill_pairs_per_layer(hw.spec, end - end_p * i)
     )
-    mixed = np.asarray(step_time(hw, work, coef).total_s, dtype=float)
-    stall = np.maximum(mixed - dec[:, None, None], 0.0) / g
-    room = np.broadcast_to(i[:, :, 0] / np.maximum(budget - b[:, :, 0], 1.0), stall.shape[:2])
-    return np.asarray(dec, dtype=float), stall, np.ascontiguousarray(room)
+    spread = pp / np.minimum(pp, np.maximum(last_p - first_p + 1.0, 1.0))  # micro-batches charged
+    tokens = np.where(used, (end - start) * spread, 0.0)
+    work = step_work(
+        hw,
+        decode_tokens=b,
+        decode_context=context,
+        prefill_tokens=tokens,
+        prefill_pairs=np.where(used, pairs, 0.0) * spread,
+    )
+    steps = np.where(used, np.asarray(step_time(hw, work, coef).total_s, dtype=float), 0.0)
+    extra = steps.sum(axis=-1) - used.sum(axis=-1) * dec[:, None, None]
+    stall = np.maximum(extra, 0.0) / g[..., 0]
+    room_share = np.broadcast_to(i[:, :, 0, 0] / room[:, :, 0, 0], stall.shape[:2])
+    return np.asarray(dec, dtype=float), stall, np.ascontiguousarray(room_share)
