@@ -408,3 +408,34 @@ def test_a_long_prompt_stalls_the_decodes_chunk_by_chunk() -> None:
     assert stall[0, 1, 0] == pytest.approx(t(4000, p(4000)) - t(), rel=1e-9)
     assert stall[0, 1, 1] == pytest.approx((t(8000, 2 * p(4000)) - t()) / 2, rel=1e-9)
     assert room[0, 0] == pytest.approx(i / 8128)
+
+
+def test_many_chunks_are_taken_in_pieces() -> None:
+    """Past ``CHUNK_PIECES`` chunks the stall is summed over even pieces of them: with a 512-token
+    budget and 64 decodes (448 prompt tokens a step) a 20,000-token prompt is 45 chunks, 44 of
+    448 tokens and one of 288, chunk j with pairs ``(e^2 - a^2) / 2``; the pieces may only fall
+    below the sum chunk by chunk (a step's time is a sum of maxima of lines), here by under 0.1%.
+    A budget that the decodes fill leaves a token a step and still gives a finite stall."""
+    import dataclasses
+
+    from gpucap.physics.step import step_work
+    from gpucap.physics.steptime import step_time
+    from gpucap.queueing.servicecurve import CHUNK_PIECES, prompt_costs
+
+    base = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    hw = dataclasses.replace(base, engine=dataclasses.replace(base.engine, max_num_batched_tokens=512))
+    coef = Coefficients.for_engine("vllm")
+    b, ctx, i = 64.0, 3000.0, 20000.0
+
+    def t(prefill: float = 0.0, pairs: float = 0.0) -> float:
+        w = step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=prefill, prefill_pairs=pairs)
+        return float(step_time(hw, w, coef).total_s)
+
+    edges = np.minimum(np.arange(46) * 448.0, i)
+    assert edges[-2] == 44 * 448 and 45 > CHUNK_PIECES
+    exact = sum(t(e - a, (e * e - a * a) / 2) for a, e in zip(edges[:-1], edges[1:], strict=True)) - 45 * t()
+    _, stall, _ = prompt_costs(hw, coef, np.array([b]), ctx, np.array([i]))
+    assert exact * (1 - 1e-3) <= stall[0, 0, 0] <= exact * (1 + 1e-12)
+    full = dataclasses.replace(hw, engine=dataclasses.replace(hw.engine, max_num_batched_tokens=32))
+    _, stall, room = prompt_costs(full, coef, np.array([b]), ctx, np.array([i]))
+    assert np.isfinite(stall).all() and stall[0, 0, 0] > 0 and room[0, 0] == i

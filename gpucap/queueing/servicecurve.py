@@ -30,6 +30,7 @@ CURVE_POINTS = 64  # concurrencies at which the closed loop is solved; log-inter
 OWN_EDGES = (0.5, 0.8, 0.95, 0.99)
 CHAIN_POINTS = 3  # concurrencies at which the chain of prompts per step is solved (``ServiceCurve.mean_stall_s``)
 PROMPT_POINTS = 16  # prompt lengths the budget queue is solved at (quantile bins of the distribution)
+CHUNK_PIECES = 16  # chunks of a prompt's stall evaluated one by one; beyond, in this many even pieces
 SECANT_STEPS = 8  # ServiceCurve.service_rate's secant steps before a bracket search
 MAX_PROMPT_SHARE = 1.0 - 1e-6  # the prompts' share of a replica's time, lambda s, kept below 1
 
@@ -337,6 +338,12 @@ def prompt_costs(
     steps take beyond k decode-only steps; one step carrying them all would charge k - 1 decode
     steps too many.
 
+    Beyond ``CHUNK_PIECES`` chunks (a small budget, or prompts many budgets long) consecutive
+    chunks are taken in that many even pieces, each as its chunks at their mean tokens and pairs,
+    which keeps the work bounded. A step's time is a sum of maxima of lines in its tokens and
+    pairs, so a piece gives at most what its chunks give one by one, the same where they sit on
+    one side of every roofline's kink (a 20,000-token prompt in 45 chunks: 0.01% less).
+
     Under pipeline parallelism a prompt's chunk rides in one micro-batch, which every stage runs
     in turn while the others wait for it: a step that carries chunks of n < pp prompts lasts as
     if it carried ``pp / n`` times their tokens, as the engine loop charges it; pp or more fill
@@ -349,10 +356,14 @@ def prompt_costs(
     pp = float(hw.layout.pp)
     room = np.maximum(budget - b, 1.0)  # prompt tokens a step takes beside the decodes
     total = g * i
-    chunks = int(np.ceil(np.max(total / room)))
-    start = room * np.arange(chunks, dtype=float)  # chunk j: tokens [a, e) of the G prompts in turn
-    end = np.minimum(start + room, total)
-    used = start < total
+    chunks = np.ceil(total / room)  # k, per (row, length, group)
+    pieces = np.minimum(chunks, CHUNK_PIECES)
+    piece = np.arange(min(int(chunks.max()), CHUNK_PIECES), dtype=float)  # last axis
+    used = piece < pieces
+    first_c = np.floor(piece * chunks / pieces)
+    count = np.where(used, np.floor((piece + 1.0) * chunks / pieces) - first_c, 0.0)  # chunks in the piece
+    start = np.minimum(first_c * room, total)  # the piece's tokens [a, e) of the G prompts in turn
+    end = np.minimum((first_c + count) * room, total)
     first_p, last_p = np.floor(start / i), np.floor(np.maximum(end - 1.0, 0.0) / i)
     end_p = np.floor(end / i)
     pairs = (
@@ -360,17 +371,19 @@ def prompt_costs(
         - prefill_pairs_per_layer(hw.spec, start - first_p * i)
         + prefill_pairs_per_layer(hw.spec, end - end_p * i)
     )
-    spread = pp / np.minimum(pp, np.maximum(last_p - first_p + 1.0, 1.0))  # micro-batches charged
-    tokens = np.where(used, (end - start) * spread, 0.0)
+    per_chunk = np.maximum(count, 1.0)
+    prompts = np.maximum((last_p - first_p + 1.0) / per_chunk, 1.0)  # prompts a chunk carries
+    spread = pp / np.minimum(pp, prompts)  # micro-batches' worth of tokens charged
+    tokens = np.where(used, (end - start) / per_chunk * spread, 0.0)
     work = step_work(
         hw,
         decode_tokens=b,
         decode_context=context,
         prefill_tokens=tokens,
-        prefill_pairs=np.where(used, pairs, 0.0) * spread,
+        prefill_pairs=np.where(used, pairs / per_chunk, 0.0) * spread,
     )
-    steps = np.where(used, np.asarray(step_time(hw, work, coef).total_s, dtype=float), 0.0)
-    extra = steps.sum(axis=-1) - used.sum(axis=-1) * dec[:, None, None]
+    steps = count * np.asarray(step_time(hw, work, coef).total_s, dtype=float)
+    extra = steps.sum(axis=-1) - chunks[..., 0] * dec[:, None, None]
     stall = np.maximum(extra, 0.0) / g[..., 0]
     room_share = np.broadcast_to(i[:, :, 0, 0] / room[:, :, 0, 0], stall.shape[:2])
     return np.asarray(dec, dtype=float), stall, np.ascontiguousarray(room_share)
