@@ -367,6 +367,19 @@ def test_tpot_quantile_rises_with_the_level() -> None:
     assert q50 <= q90 <= q99
 
 
+def step_beside(hw, coef: Coefficients, decodes: float, context: float):
+    """Seconds of one step of ``decodes`` sequences at ``context`` beside ``prefill`` prompt
+    tokens with ``pairs`` attention pairs per layer (``step_time``), as a function of the two."""
+    from gpucap.physics.step import step_work
+    from gpucap.physics.steptime import step_time
+
+    def t(prefill: float = 0.0, pairs: float = 0.0) -> float:
+        w = step_work(hw, decode_tokens=decodes, decode_context=context, prefill_tokens=prefill, prefill_pairs=pairs)
+        return float(step_time(hw, w, coef).total_s)
+
+    return t
+
+
 def test_a_long_prompt_stalls_the_decodes_chunk_by_chunk() -> None:
     """``prompt_costs``: a prompt longer than the budget beside the decodes runs in chunks of
     M - B tokens, each step with the B decodes, and is charged what those steps take beyond as
@@ -375,18 +388,13 @@ def test_a_long_prompt_stalls_the_decodes_chunk_by_chunk() -> None:
     chunks of 8,128, 8,128 and 3,744 tokens with pairs P(8128), P(16256) - P(8128) and P(20000)
     - P(16256); two such prompts are five chunks, the third taking the first prompt's last 3,744
     tokens and the second's first 4,384."""
-    from gpucap.physics.step import step_work
-    from gpucap.physics.steptime import step_time
     from gpucap.queueing.promptqueue import GROUP_SIZES
     from gpucap.queueing.servicecurve import prompt_costs
 
     hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
     coef = Coefficients.for_engine("vllm")
     b, ctx, i = 64.0, 3000.0, 20000.0
-
-    def t(prefill: float = 0.0, pairs: float = 0.0) -> float:
-        w = step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=prefill, prefill_pairs=pairs)
-        return float(step_time(hw, w, coef).total_s)
+    t = step_beside(hw, coef, b, ctx)
 
     def p(n: float) -> float:
         return n * n / 2.0
@@ -418,18 +426,13 @@ def test_many_chunks_are_taken_in_pieces() -> None:
     A budget that the decodes fill leaves a token a step and still gives a finite stall."""
     import dataclasses
 
-    from gpucap.physics.step import step_work
-    from gpucap.physics.steptime import step_time
     from gpucap.queueing.servicecurve import CHUNK_PIECES, prompt_costs
 
     base = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
     hw = dataclasses.replace(base, engine=dataclasses.replace(base.engine, max_num_batched_tokens=512))
     coef = Coefficients.for_engine("vllm")
     b, ctx, i = 64.0, 3000.0, 20000.0
-
-    def t(prefill: float = 0.0, pairs: float = 0.0) -> float:
-        w = step_work(hw, decode_tokens=b, decode_context=ctx, prefill_tokens=prefill, prefill_pairs=pairs)
-        return float(step_time(hw, w, coef).total_s)
+    t = step_beside(hw, coef, b, ctx)
 
     edges = np.minimum(np.arange(46) * 448.0, i)
     assert edges[-2] == 44 * 448 and 45 > CHUNK_PIECES
