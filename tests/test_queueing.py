@@ -309,18 +309,41 @@ def test_a_full_replica_drains_at_its_service_rate() -> None:
     assert at_lambda - lam[0] > 1.5 * (mu - lam[0])
 
 
+def test_local_rates_solve_their_equation() -> None:
+    """``ServiceCurve.local_rates``: at each of the chain's concurrencies, c = m / (TTFT(m) + (O -
+    1) t_dec(m) / (1 - c s(c, m))) with s at the rate c itself (``group_costs``), to the bracket's
+    64^-3; full (m = R, one of those concurrencies), the same equation as the service rate's, so
+    c(R) = mu. Against ``completion_rates`` at 90% of mu, whose stalls come at lambda, the local
+    rates are higher where they are below lambda (fewer stalls than at lambda) and lower where above
+    (more), the two meeting where c = lambda: flatter, as the engine loop's are
+    (benchmarks/README.md)."""
+    from gpucap.queueing.promptqueue import group_costs
+
+    curve = service_curve(HW, COEF, input_len=2000.0, output_len=100.0, max_running=64.0)
+    points = curve._chain_points[0]
+    c = curve.local_rates
+    assert points[-1] == curve.slots - 1 and points.size == 3
+    s = group_costs(c[points], curve.decode_step_s[points], curve.mean_cost_s[points])
+    life = curve.ttft_s[points] + (curve.output_len - 1.0) * curve.decode_step_s[points] / (1.0 - c[points] * s)
+    assert c[points] == pytest.approx((points + 1.0) / life, rel=1e-4)
+    assert c[-1] == pytest.approx(curve.service_rate, rel=1e-4)
+    lam = 0.9 * curve.service_rate
+    at_lambda = curve.completion_rates(np.array([lam]))[0]
+    low, high = c < lam, c > lam  # where the chain is pulled up, and down
+    assert low.sum() >= 10 and high.sum() >= 10
+    assert np.all(c[low] >= at_lambda[low]) and np.all(c[high] <= at_lambda[high] * (1 + 1e-9))
+    assert np.all(np.diff(c) > 0)
+
+
 class _Curve:
-    """The three things ``chain_exponent`` reads of a service curve, set by hand: one state, a
-    completion rate c and a mean stall s per prompt."""
+    """The three things ``chain_exponent`` reads of a service curve, set by hand: one state, its
+    completion rate c (``local_rates``) and a mean stall s per prompt."""
 
     def __init__(self, c: float, s: float, spread: float = 1.0) -> None:
-        self.c, self.s, self.stall_spread = c, s, np.array([spread])
+        self.s, self.stall_spread, self.local_rates = s, np.array([spread]), np.array([c])
 
     def mean_stall_s(self, rate: np.ndarray) -> np.ndarray:
         return np.full((rate.size, 1), self.s)
-
-    def rates_and_stalls(self, rate: np.ndarray, stall: np.ndarray) -> np.ndarray:
-        return np.full((rate.size, 1), self.c)
 
 
 def test_chain_exponent_by_hand() -> None:

@@ -21,7 +21,7 @@ gamma gaps of shape ``burstiness`` (squared coefficient of variation ``c_a^2 = 1
    the product form ``pi(n) = pi(0) prod_{k <= n} lambda / mu(k)`` whatever the distribution of
    the work (insensitivity: Cohen, "The multiple phase service network with generalized processor
    sharing", Acta Informatica 12, 1979; Kelly, "Reversibility and Stochastic Networks", 1979,
-   section 3.3), mu(n) = c(n, lambda) above. That holds while requests finish independently;
+   section 3.3), with mu(n) the rate n finish. That holds while requests finish independently;
    here every prompt that arrives stalls all running requests at once, so completions come in
    bursts and the number in the replica wanders further than the product form says. The chain is
    taken in its diffusion form (Kobayashi, JACM 21, 1974): drift ``lambda - mu(n)``, variance V,
@@ -29,17 +29,22 @@ gamma gaps of shape ``burstiness`` (squared coefficient of variation ``c_a^2 = 1
    repeat the arrival pattern (each request enters at once and leaves about one sojourn later, as
    in an infinite-server queue), ``c_d^2 = c_a^2``, and the stalls add their compound noise and
    its covariance with the arrivals: ``V = c_a^2 (lambda + mu + c_0^2 lambda E[s^2]) + 2 c_0 lambda
-   E[s]``, ``c_0 = mu / (1 - lambda E[s])`` (``gpucap.queueing.states.chain_exponent``). Without
-   stalls the exponent is ``burstiness``: ``pi(n) ~ prod_k (lambda / mu(k)) ** burstiness``.
-   Against the step-level simulation at 90% of the service rate (six runs of 20,000 requests a
-   case), the share of arrivals that find the replica full: in five cases the product form gave
-   0.0000-0.039 where the simulation has 0.03-0.19; the variance above brings four of them within a
-   factor 1.5 (the fifth, 0.005 against 0.032); a sixth stays right, 0.274 -> 0.277 against 0.256
+   E[s]``, ``c_0 = mu / (1 - lambda E[s])`` (``gpucap.queueing.states.chain_exponent``). And the
+   replica holds n because of how requests came lately: few follow a lull in arrivals, and so few
+   prompts stalling the decodes, many follow a burst, with many. So mu(n) is c(n) with its stalls
+   at the rate the n finish, where admissions balance completions, not at lambda
+   (``ServiceCurve.local_rates``; the two meet where c = lambda, and at R the local rate is mu).
+   Without stalls the exponent is ``burstiness``: ``pi(n) ~ prod_k (lambda / mu(k)) ** burstiness``.
+   Against the step-level simulation at 90% of the service rate (four runs of 12,000 requests a
+   case, the number each arrival finds counted), the share of arrivals that find the replica
+   full: in six cases the product form gave 0 to 0.27 where the simulation has 0.04-0.40; with
+   the variance and the local rates the model has 0.03-0.28, 0.58-0.83 of the simulation's
    (``benchmarks/README.md``, "Tail latency against the engine loop"). Above R the prompts no
    longer come at lambda: a waiting request is admitted, and its prompt prefilled, only when one
    running finishes, so the full replica completes at the rate where prompts enter as fast as
-   requests leave, the service rate ``mu = c(R, mu)`` (below), not at ``mu(R) = c(R, lambda)``,
-   which counts the prompts at the lower arrival rate and so overstates how fast a queue drains.
+   requests leave, the service rate ``mu = c(R, mu)`` (below), as the local rates have it at R;
+   ``c(R, lambda)`` would count the prompts at the lower arrival rate and overstate how fast a
+   queue drains.
    The tail is geometric, ``r = (lambda / mu) ** burstiness``; stable iff lambda < mu.
 2. Wait for a slot. An arrival that finds n >= R waits for n - R + 1 departures; the count is
    geometric with ratio r, so with exponential gaps the wait is exponential with mean

@@ -52,9 +52,11 @@ def _bins(slots: int) -> Ints:
 
 
 def chain_exponent(curve: ServiceCurve, rate: Array, burstiness: float) -> tuple[Array, Array]:
-    """``(c, e)`` (rows, R): the completion rates ``c(k, lambda)``, k = 1..R, and the exponent of
-    the chain's step ``ln pi(k) - ln pi(k - 1) = e(k) ln(lambda / c(k))`` (``gpucap.queueing.analytic``,
-    step 1): ``e = (lambda + c) / V`` with the diffusion variance of the number in the replica
+    """``(c, e)`` (rows, R): the completion rates ``c(k)``, k = 1..R, with the stalls of prompts
+    that enter as fast as the k finish (``ServiceCurve.local_rates``: the state follows the
+    arrivals of late, so its stalls do), and the exponent of the chain's step ``ln pi(k) - ln
+    pi(k - 1) = e(k) ln(lambda / c(k))`` (``gpucap.queueing.analytic``, step 1): ``e = (lambda +
+    c) / V`` with the diffusion variance of the number in the replica
 
         V = c_a^2 (lambda + c + c_0^2 lambda E[s^2]) + 2 c_0 lambda E[s],      c_0 = c / (1 - lambda E[s]).
 
@@ -65,7 +67,7 @@ def chain_exponent(curve: ServiceCurve, rate: Array, burstiness: float) -> tuple
     c)`` and ``e = burstiness``. ``E[s]`` is ``mean_stall_s``; ``E[s^2] = E[s]^2 x stall_spread``."""
     lam = np.maximum(np.asarray(rate, dtype=float), 1e-300)[:, None]
     stall = curve.mean_stall_s(lam[:, 0])  # (rows, R)
-    done = curve.rates_and_stalls(lam[:, 0], stall)
+    done = np.broadcast_to(curve.local_rates[None, :], stall.shape)
     ca2 = 1.0 / burstiness
     free = 1.0 - np.minimum(lam * stall, MAX_PROMPT_SHARE)
     c0 = done / free
