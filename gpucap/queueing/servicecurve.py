@@ -129,10 +129,10 @@ class ServiceCurve:
         lambda. The replica is at m because of how requests came lately: few in it follow a lull
         in arrivals, and so few prompts stalling the decodes, many follow a burst, with many; in
         between, admissions balance completions. The engine loop's completion rate by state is
-        that much flatter (8B, 16k prompts at 90% of mu: 0.82 requests/s at 1-5 in the replica
-        where the mean-rate model gives 0.47, 1.05 at 19-23 where it gives 1.27;
-        benchmarks/README.md), and full (m = R) both agree: a waiting prompt enters as a request
-        finishes, ``c(R) = mu``. Where the KV cache binds, ``E[c(min(m, N))]`` as there."""
+        flatter in just that way (8B, 16k prompts at 90% of mu: 0.82 requests/s at 1-5 in the
+        replica where the mean-rate model gives 0.47, 1.05 at 19-23 where it gives 1.27;
+        benchmarks/README.md). Full (m = R), a waiting prompt enters as a request finishes, so
+        c(R) is the service rate mu. Where the KV cache binds, ``E[c(min(m, N))]`` as there."""
         points, j, frac = self._chain_points
         m = np.arange(1, self.slots + 1, dtype=float)
         a, b = self.ttft_s, (self.output_len - 1.0) * self.decode_step_s
