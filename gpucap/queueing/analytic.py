@@ -37,9 +37,9 @@ gamma gaps of shape ``burstiness`` (squared coefficient of variation ``c_a^2 = 1
    Without stalls the exponent is ``burstiness``: ``pi(n) ~ prod_k (lambda / mu(k)) ** burstiness``.
    Against the step-level simulation at 90% of the service rate (four runs of 12,000 requests a
    case, the number each arrival finds counted), the share of arrivals that find the replica
-   full: in six cases the product form gave 0 to 0.27 where the simulation has 0.04-0.40; with
-   the variance and the local rates the model has 0.03-0.28, 0.58-0.83 of the simulation's
-   (``benchmarks/README.md``, "Tail latency against the engine loop"). Above R the prompts no
+   full in six cases: the simulation 0.04-0.40, the model 0.03-0.28 (0.58-0.83 of it; 0.005-0.28
+   without the local rates, and the product form down to 2e-14 on a case where the simulation
+   has 0.03: ``benchmarks/README.md``, "Tail latency against the engine loop"). Above R the prompts no
    longer come at lambda: a waiting request is admitted, and its prompt prefilled, only when one
    running finishes, so the full replica completes at the rate where prompts enter as fast as
    requests leave, the service rate ``mu = c(R, mu)`` (below), as the local rates have it at R;

@@ -66,10 +66,18 @@ class ServiceCurve:
         prompts a step carries (``gpucap.queueing.promptqueue.group_costs``). Solved at
         ``CHAIN_POINTS`` concurrencies and interpolated in log m between them."""
         lam = np.asarray(rate, dtype=float)
-        points, j, frac = self._chain_points
-        at = np.tile(points, lam.size)
-        costs = group_costs(np.repeat(lam, points.size), self.decode_step_s[at], self.mean_cost_s[at])
-        by_point = costs.reshape(lam.size, points.size)
+        points = self._chain_points[0]
+        return self._between_points(self._point_stalls(np.repeat(lam[:, None], points.size, axis=1)))
+
+    def _point_stalls(self, rate: Array) -> Array:
+        """``group_costs`` (rows, points) at the chain's concurrencies (columns), prompts arriving
+        at ``rate`` (rows, points): one rate per row and point."""
+        at = np.broadcast_to(self._chain_points[0][None, :], rate.shape).reshape(-1)
+        return group_costs(rate.reshape(-1), self.decode_step_s[at], self.mean_cost_s[at]).reshape(rate.shape)
+
+    def _between_points(self, by_point: Array) -> Array:
+        """(rows, R) from values at the chain's concurrencies (rows, points), linear in log m."""
+        _, j, frac = self._chain_points
         return by_point[:, j] * (1.0 - frac) + by_point[:, j + 1] * frac
 
     @cached_property
@@ -109,13 +117,16 @@ class ServiceCurve:
         lam = np.asarray(rate, dtype=float)[:, None]
         busy = np.minimum(lam * stall_s, MAX_PROMPT_SHARE)
         life = self.ttft_s[None, :] + (self.output_len - 1.0) * self.decode_step_s[None, :] / (1.0 - busy)
-        done = np.arange(1, self.slots + 1, dtype=float)[None, :] / life
+        return self._fitting(np.arange(1, self.slots + 1, dtype=float)[None, :] / life)
+
+    def _fitting(self, done: Array) -> Array:
+        """Completion rates (rows, R) where the KV cache holds N of the requests at once
+        (``slot_shares``): with m in the replica, min(m, N) run, the mean of c over N."""
         if self.slot_shares[-1] >= 1.0:
             return done
-        # with m in the replica, min(m, N) run: the mean of c over the requests that fit, N
         p = self.slot_shares[None, :]
         below = np.concatenate([np.zeros((done.shape[0], 1)), np.cumsum(p * done, axis=1)[:, :-1]], axis=1)
-        return below + self.fits_at_least[None, :] * done
+        return np.asarray(below + self.fits_at_least[None, :] * done, dtype=float)
 
     @cached_property
     def local_rates(self) -> Array:
@@ -132,8 +143,9 @@ class ServiceCurve:
         flatter in just that way (8B, 16k prompts at 90% of mu: 0.82 requests/s at 1-5 in the
         replica where the mean-rate model gives 0.47, 1.05 at 19-23 where it gives 1.27;
         benchmarks/README.md). Full (m = R), a waiting prompt enters as a request finishes, so
-        c(R) is the service rate mu. Where the KV cache binds, ``E[c(min(m, N))]`` as there."""
-        points, j, frac = self._chain_points
+        c(R) is the service rate mu (within 1e-4 in the tail grid's cases, where the KV cache
+        binds too). Where it binds, ``E[c(min(m, N))]`` as there."""
+        points = self._chain_points[0]
         m = np.arange(1, self.slots + 1, dtype=float)
         a, b = self.ttft_s, (self.output_len - 1.0) * self.decode_step_s
 
@@ -143,24 +155,14 @@ class ServiceCurve:
             half = a_ + b[at] + m_ * s_
             return np.asarray(2.0 * m_ / (half + np.sqrt(np.maximum(half * half - 4.0 * a_ * s_ * m_, 0.0))))
 
-        def stalls_at(rate: Array) -> Array:
-            """s(c, m) (points, P) at the chain's points (rows) for rates (points, P)."""
-            k = np.broadcast_to(points[:, None], rate.shape).reshape(-1)
-            return group_costs(rate.reshape(-1), self.decode_step_s[k], self.mean_cost_s[k]).reshape(rate.shape)
-
         def past(rate: Array) -> Bools:
-            """(points, P): at or past the fixed point, ``c >= c(s(c))``."""
-            return np.asarray(rate >= finishing(stalls_at(rate), points[:, None]))
+            """(points, P): at or past the fixed point, ``c >= c(s(c))``, at each point (rows)."""
+            return np.asarray(rate >= finishing(self._point_stalls(rate.T).T, points[:, None]))
 
         top = finishing(np.zeros(points.size), points)  # no stalls: the fastest the m can finish
         lo, hi = first_true(np.zeros(points.size), top, past, rounds=3)
-        at_points = stalls_at((0.5 * (lo + hi))[:, None])[:, 0]
-        stall = at_points[j] * (1.0 - frac) + at_points[j + 1] * frac
-        done = finishing(stall, slice(None))
-        if self.slot_shares[-1] >= 1.0:
-            return done
-        below = np.concatenate([[0.0], np.cumsum(self.slot_shares * done)[:-1]])
-        return np.asarray(below + self.fits_at_least * done, dtype=float)
+        stall = self._between_points(self._point_stalls(0.5 * (lo + hi)[None, :]))[0]
+        return self._fitting(finishing(stall, slice(None))[None, :])[0]
 
     @cached_property
     def stall_spread(self) -> Array:
