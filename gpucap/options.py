@@ -23,6 +23,8 @@ KINDS = (
     "non_negative_float",
     "names",  # a comma-separated list of words: a,b,c
     "positive_ints",  # a comma-separated list of whole numbers >= 1: 1,2,4,8
+    "int",  # any whole number
+    "duration",  # 5s, 10m, 1h or 300 (seconds), as seconds > 0
 )
 
 
@@ -33,13 +35,26 @@ def option(
     kind: str = "str",
     flag: str | None = None,
     choices: Sequence[str] | None = None,
+    metavar: str | None = None,
+    nargs: str | None = None,
 ) -> Any:
     """``dataclasses.field(default=default)`` with the field's ``help``, ``kind`` (``KINDS``),
-    command-line ``flag`` (default ``--`` and the name with dashes) and ``choices`` in its
+    command-line ``flag`` (default ``--`` and the name with dashes; ``""``: a positional
+    argument), ``choices``, the ``metavar`` its help shows and ``nargs`` (``"?"``, ``"+"`` for a
+    positional argument; ``"append"`` for a flag that may be given again, each value kept) in its
     metadata. A field without a default is required."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    meta = {"help": help, "kind": kind, "flag": flag, "choices": tuple(choices) if choices is not None else None}
+    if nargs not in (None, "?", "+", "append"):
+        raise ValueError(f"nargs must be None, '?', '+' or 'append', got {nargs!r}")
+    meta = {
+        "help": help,
+        "kind": kind,
+        "flag": flag,
+        "choices": tuple(choices) if choices is not None else None,
+        "metavar": metavar,
+        "nargs": nargs,
+    }
     return dataclasses.field(default=default, metadata={"option": meta})
 
 

@@ -16,7 +16,18 @@ from gpucap.config import SLO, Deployment, EngineConfig, Workload
 from gpucap.options import option, options_of, route
 
 # a value other than the default for each kind, as typed on the command line and as parsed
-TYPED = {"positive_int": ("3", 3), "positive_float": ("0.5", 0.5), "float": ("0.25", 0.25), "str": ("x.csv", "x.csv")}
+TYPED = {
+    "positive_int": ("3", 3),
+    "positive_float": ("0.5", 0.5),
+    "float": ("0.25", 0.25),
+    "str": ("x.csv", "x.csv"),
+    "int": ("-2", -2),
+    "count": ("0", 0),
+    "non_negative_float": ("0", 0.0),
+    "names": ("a,b", ("a", "b")),
+    "positive_ints": ("2,3", (2, 3)),
+    "duration": ("2m", 120.0),  # two minutes, in seconds
+}
 
 
 def typed_value(meta: dict, default: object) -> tuple[list[str], object]:
@@ -30,6 +41,8 @@ def typed_value(meta: dict, default: object) -> tuple[list[str], object]:
     if meta["kind"] == "image_size":
         return ["1080x1920"], (1080, 1920)
     text, value = TYPED[meta["kind"]]
+    if meta["nargs"] in ("append", "+"):
+        return [text], (value,)
     return [text], value
 
 
@@ -97,3 +110,67 @@ def test_flat_estimate_and_config_objects_agree() -> None:
 def test_a_field_declared_with_an_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="kind must be one of"):
         option(1, kind="integer", help="x")
+
+
+def command_option_classes() -> list[type]:
+    """The dataclasses whose fields make the commands' own options."""
+    from gpucap.cli import calibrate, common, errors, estimate, frontier, plan, simulate, telemetry, validate
+
+    modules = (calibrate, common, errors, estimate, frontier, plan, simulate, telemetry, validate)
+    return [
+        cls
+        for m in modules
+        for cls in vars(m).values()
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == m.__name__ and options_of(cls)
+    ]
+
+
+@pytest.mark.parametrize("cls", command_option_classes(), ids=lambda c: c.__name__)
+def test_every_command_option_round_trips_through_the_command_line(cls: type) -> None:
+    """The commands' own options (positional, repeated, durations) parse to their fields' values."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    for name, meta in options_of(cls).items():
+        parser = argparse.ArgumentParser()
+        add_options(parser, cls, (name,))
+        words, expected = typed_value(meta, defaults[name])
+        flag = [] if meta["flag"] == "" else [flag_of(name, meta)]
+        assert values(parser.parse_args([*flag, *words]), cls, (name,)) == {name: expected}, name
+
+
+def test_a_repeated_flag_keeps_every_value_and_a_missing_one_is_empty() -> None:
+    from gpucap.cli.calibrate import CalibrateOptions
+
+    parser = argparse.ArgumentParser()
+    add_options(parser, CalibrateOptions, ("fix",))
+    given = parser.parse_args(["--fix", "u_hbm=0.8", "--fix", "overlap=0"])
+    assert values(given, CalibrateOptions, ("fix",)) == {"fix": ("u_hbm=0.8", "overlap=0")}
+    assert values(parser.parse_args([]), CalibrateOptions, ("fix",)) == {"fix": ()}
+
+
+def test_a_duration_takes_units_and_refuses_what_is_not_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpucap.cli.telemetry import Sampling
+
+    parser = argparse.ArgumentParser()
+    add_options(parser, Sampling, ("every", "for_s"))
+    a = parser.parse_args(["--every", "500ms", "--for", "1h"])
+    assert (a.every, a.for_s) == (0.5, 3600.0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--every", "soon"])
+    assert "'soon' is not a duration" in capsys.readouterr().err
+
+
+def test_the_command_line_writes_no_option_by_hand() -> None:
+    """Every option of every command comes from a declared field: the only ``add_argument`` calls
+    in gpucap/cli are ``add_options``' own and ``--version``."""
+    from pathlib import Path
+
+    import gpucap.cli
+
+    folder = Path(gpucap.cli.__file__).parent
+    calls = {f.name: f.read_text().count(".add_argument(") for f in folder.glob("*.py")}
+    assert {k: v for k, v in calls.items() if v} == {"fields.py": 3, "main.py": 1}
+
+
+def test_an_option_with_unknown_nargs_is_refused() -> None:
+    with pytest.raises(ValueError, match="nargs must be"):
+        option(1, nargs="*", help="x")

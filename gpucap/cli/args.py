@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 
 def whole(least: int) -> Callable[[str], int]:
@@ -85,44 +85,6 @@ def output_file(path: str, *, overwrite: bool, inputs: Sequence[str] = ()) -> Pa
     return out
 
 
-def add_json(p: argparse.ArgumentParser, what: str = "") -> None:
-    """``--json``: print ``what`` as JSON instead of the text report."""
-    p.add_argument("--json", action="store_true", help=f"print {what or 'the answer'} as JSON")
-
-
-def add_coefficients(p: argparse.ArgumentParser, what: str = "") -> None:
-    """``--coefficients``: a calibration JSON whose coefficients replace the engine's defaults
-    (``what``: what this command does with them, when more than that)."""
-    p.add_argument(
-        "--coefficients", default=None, help=what or "a calibration JSON (default: the engine's own coefficients)"
-    )
-
-
-def add_parallel(p: argparse.ArgumentParser, what: str) -> None:
-    """``--jobs``, ``--dask`` and ``--quiet``: where ``what`` runs (``gpucap.parallel``)."""
-    p.add_argument(
-        "--jobs", type=positive_int, default=None, help=f"processes for {what} (default: every core; 1: serially)"
-    )
-    p.add_argument(
-        "--dask",
-        default=None,
-        metavar="ADDRESS",
-        help=f"run {what} on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786; or set GPUCAP_DASK)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def parallel_runner(a: argparse.Namespace) -> Any:
-    """The ``gpucap.parallel.Runner`` of ``add_parallel``'s options: a progress bar on a terminal
-    unless ``--quiet`` or ``--json``."""
-    import sys
-
-    from gpucap.parallel import runner
-
-    show = not a.quiet and not getattr(a, "json", False) and sys.stderr.isatty()
-    return runner(a.jobs, a.dask, progress=show)
-
-
 def finite_float(text: str) -> float:
     """Any finite number."""
     try:
@@ -143,3 +105,15 @@ def image_size(text: str) -> int | tuple[int, int]:
     if len(parts) not in (1, 2) or min(parts) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not an image size; give a side like 1344 or HxW like 1080x1920")
     return parts[0] if len(parts) == 1 else (parts[0], parts[1])
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
+_UNIT_S = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def duration_s(text: str) -> float:
+    """``5s``, ``10m``, ``1h``, ``300`` (seconds) as seconds > 0."""
+    m = _DURATION.match(text)
+    if not m or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; give e.g. 5s, 10m, 1h or 300 (seconds)")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]

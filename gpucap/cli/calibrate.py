@@ -6,32 +6,57 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpucap.calibration.settings import FitSettings
-from gpucap.cli.args import add_json, add_parallel, output_file, parallel_runner
+from gpucap.cli.args import output_file
+from gpucap.cli.common import History, OutputFile, add_json, add_parallel, parallel_runner
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
+from gpucap.options import option
 from gpucap.types import LIMIT_STATISTICS
+
+
+@dataclass(frozen=True)
+class Results:
+    """Where load-test results are read from (``gpucap.calibration.results``), for ``calibrate``
+    and ``errors``."""
+
+    results: tuple[str, ...] = option(
+        flag="", nargs="+", help="result files or folders (vLLM, SGLang, GenAI-Perf, GuideLLM), or a cases CSV"
+    )
+    manifest: str | None = option(None, help="manifest mapping file globs to gpu/tp/engine/model")
+    length_dist: str = option("fixed", choices=("fixed", "dataset"), help="dataset: ShareGPT-like output lengths")
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """``gpucap calibrate``'s own options; the fit's settings are ``FitSettings``'."""
+
+    fix: tuple[str, ...] = option((), nargs="append", metavar="NAME=VALUE", help="hold a coefficient at a value")
+    targets: str = option(
+        "runs",
+        help="what to fit: runs (every run's metrics), limits (every sweep's SLO-limited concurrency or "
+        "rate at --ttft-slo/--tpot-slo/--stat), or runs,limits",
+    )
+    intervals: str = option(
+        "covariance",
+        choices=("covariance", "sweep", "model"),
+        help="where the bands and the limits' intervals come from: the coefficients' covariance (default), or "
+        "refits leaving out each sweep or each model (out of sample, with their coverage)",
+    )
+    save_unconverged: bool = option(False, kind="switch", help="save a fit that did not converge")
 
 
 def add_parser(sub: Any) -> None:
     c = sub.add_parser("calibrate", help="fit the efficiency coefficients to load-test results")
-    c.add_argument(
-        "results", nargs="+", help="result files or folders (vLLM, SGLang, GenAI-Perf, GuideLLM), or a cases CSV"
-    )
-    c.add_argument("--out", required=True, help="coefficients JSON to write (never overwritten unless --overwrite)")
-    c.add_argument("--overwrite", action="store_true")
+    add_options(c, Results, ("results",))
+    add_options(c, OutputFile, helps={"out": "coefficients JSON to write (never overwritten unless --overwrite)"})
     results_options(c)
     add_options(c, FitSettings)
-    c.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE", help="hold a coefficient at a value")
-    c.add_argument(
-        "--targets",
-        default="runs",
-        help="what to fit: runs (every run's metrics), limits (every sweep's SLO-limited concurrency or "
-        "rate at --ttft-slo/--tpot-slo/--stat), or runs,limits",
-    )
+    add_options(c, CalibrateOptions, ("fix", "targets"))
     add_options(
         c,
         SLO,
@@ -39,22 +64,11 @@ def add_parser(sub: Any) -> None:
         aliases={"ttft_s": ("--slo-ttft",), "tpot_s": ("--slo-tpot",)},
         helps={"statistic": "statistic the SLOs apply to (the closed forms predict means: mean or median)"},
     )
-    c.add_argument(
-        "--intervals",
-        default="covariance",
-        choices=["covariance", "sweep", "model"],
-        help="where the bands and the limits' intervals come from: the coefficients' covariance (default), or "
-        "refits leaving out each sweep or each model (out of sample, with their coverage)",
-    )
+    add_options(c, CalibrateOptions, ("intervals",))
     add_json(c, "the saved calibration, instead of the report,")
-    c.add_argument("--save-unconverged", action="store_true", help="save a fit that did not converge")
+    add_options(c, CalibrateOptions, ("save_unconverged",))
     add_parallel(c, "simulated runs and the held-out refits")
-    c.add_argument(
-        "--history",
-        default=None,
-        help="also append this fit to a calibration history (a JSON-lines file, or a folder that holds one)",
-    )
-    c.add_argument("--label", default="", help="a name for this fit in the history (e.g. the load test's date)")
+    add_options(c, History)
 
 
 def results_options(p: argparse.ArgumentParser) -> None:
@@ -80,10 +94,7 @@ def results_options(p: argparse.ArgumentParser) -> None:
         choices={"engine": None},  # the names result files use pass too (tensorrt-llm, nim: ENGINE_ALIASES)
         helps={"engine": "engine for runs that do not say"},
     )
-    p.add_argument("--manifest", default=None, help="manifest mapping file globs to gpu/tp/engine/model")
-    p.add_argument(
-        "--length-dist", default="fixed", choices=["fixed", "dataset"], help="dataset: ShareGPT-like output lengths"
-    )
+    add_options(p, Results, ("manifest", "length_dist"))
 
 
 def add_gpu_file(a: argparse.Namespace) -> None:
@@ -136,7 +147,7 @@ def run(a: argparse.Namespace) -> int:
     targets = tuple(t.strip() for t in a.targets.split(",") if t.strip())
     out = output_file(a.out, overwrite=a.overwrite, inputs=a.results)  # checked before the fit
     fixed = {}
-    for item in a.fix:
+    for item in a.fix or ():
         name, _, value = item.partition("=")
         try:
             fixed[name.strip()] = float(value)

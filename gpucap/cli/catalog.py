@@ -8,7 +8,7 @@ from typing import Any
 
 from gpucap.catalog.gpus import load_gpus
 from gpucap.catalog.lookup import load_model, model_cards
-from gpucap.cli.args import add_json
+from gpucap.cli.common import add_json
 from gpucap.cli.fields import add_options
 from gpucap.config import Deployment
 from gpucap.units import GB, TB, TERA, GiB

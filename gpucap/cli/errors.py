@@ -4,28 +4,39 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from gpucap.calibration.analysis import GROUPS
 from gpucap.calibration.settings import FitSettings
-from gpucap.cli.args import add_coefficients, add_parallel, parallel_runner
 from gpucap.cli.calibrate import read_calibration_cases, results_options
+from gpucap.cli.common import add_coefficients, add_parallel, parallel_runner
 from gpucap.cli.fields import add_options, values
+from gpucap.options import option
 
 
-def add_parser(sub: Any) -> None:
-    e = sub.add_parser("errors", help="error tables: measured vs predicted by model size, GPU, engine, source")
-    e.add_argument("cases", help="a cases CSV (the schema of measured-public.csv) or load-test results (files, folder)")
-    add_coefficients(e, "a calibration JSON: the 'fitted' variant (default: fit here)")
-    e.add_argument("--by", default="size", help=f"group rows by, comma-separated: {', '.join(GROUPS)}")
-    e.add_argument(
-        "--variants",
-        default="defaults,fitted",
+@dataclass(frozen=True)
+class ErrorsOptions:
+    """``gpucap errors``' own options: what is read, how rows are grouped, which variants."""
+
+    cases: str = option(
+        flag="", help="a cases CSV (the schema of measured-public.csv) or load-test results (files, folder)"
+    )
+    by: str = option("size", help=f"group rows by, comma-separated: {', '.join(GROUPS)}")
+    variants: str = option(
+        "defaults,fitted",
         help="comma-separated: defaults, fitted, lomo (leave one model out), loso (leave one source out); within each "
         "testbed (source, GPU, engine): losweep (leave one sweep out), lomode (leave one load mode out), "
         "lomo-testbed (leave one model out)",
     )
-    e.add_argument("--format", default="markdown", choices=["markdown", "html", "csv"])
+    format: str = option("markdown", choices=("markdown", "html", "csv"), help="how the tables are printed")
+
+
+def add_parser(sub: Any) -> None:
+    e = sub.add_parser("errors", help="error tables: measured vs predicted by model size, GPU, engine, source")
+    add_options(e, ErrorsOptions, ("cases",))
+    add_coefficients(e, "a calibration JSON: the 'fitted' variant (default: fit here)")
+    add_options(e, ErrorsOptions, ("by", "variants", "format"))
     add_options(
         e,
         FitSettings,

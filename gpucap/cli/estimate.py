@@ -7,14 +7,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from gpucap.calibration.startuplog import StartupMemory, compare_text, read_startup_log
-from gpucap.cli.args import add_coefficients, add_json, positive_float
+from gpucap.cli.common import KvBudget, add_coefficients, add_json
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig, OperatingPoint, Speculative, Workload
 from gpucap.estimate import estimate_for
-from gpucap.options import options_of
+from gpucap.options import option, options_of
 from gpucap.physics.speculative import acceptance_length
 from gpucap.report.text import estimate_to_dict, format_estimate
 from gpucap.units import GiB
@@ -48,30 +49,35 @@ SPECULATIVE = ("draft_tokens", "draft_layers", "draft_vocab_size", "draft_model"
 ENGINE = tuple(name for name in options_of(EngineConfig) if name not in FROM_LOG)
 
 
+@dataclass(frozen=True)
+class EstimateOptions:
+    """``gpucap estimate``'s own options: the load it answers for, a start-up log whose KV budget
+    it takes, and speculative decoding's acceptance given as a rate per drafted token."""
+
+    concurrency: float | None = option(None, kind="positive_float", help="requests in flight, all replicas")
+    request_rate: float | None = option(
+        None, kind="positive_float", help="arrivals per second, all replicas (open loop)"
+    )
+    startup_log: str | None = option(None, help="a vLLM start-up log: its KV budget is used, each term compared")
+    speculative_acceptance_rate: float | None = option(None, kind="float", help="alpha per drafted token (i.i.d.)")
+
+
 def add_parser(sub: Any) -> None:
     e = sub.add_parser("estimate", help="memory, per-resource concurrency, recommendation, speed")
     add_options(e, Deployment)
     add_options(e, Workload)
-    load = e.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=positive_float, default=None, help="requests in flight, all replicas")
-    load.add_argument(
-        "--request-rate", type=positive_float, default=None, help="arrivals per second, all replicas (open loop)"
-    )
+    add_options(e.add_mutually_exclusive_group(), EstimateOptions, ("concurrency", "request_rate"))
     add_options(e, SLO, ("ttft_s", "tpot_s"))  # the closed loop predicts means: no --stat
     add_options(e, EngineConfig, ENGINE)
     add_options(e, EngineConfig, FROM_LOG, defaults=dict.fromkeys(FROM_LOG))  # default: the log's, else the field's
     kv = e.add_mutually_exclusive_group()
-    kv.add_argument(
-        "--kv-cache-memory", type=positive_float, default=None, help="KV budget per GPU, GiB (as vLLM's option)"
-    )
-    kv.add_argument(
-        "--startup-log", default=None, help="a vLLM start-up log: its KV budget is used, each term compared"
-    )
+    add_options(kv, KvBudget, helps={"kv_cache_memory": "KV budget per GPU, GiB (as vLLM's option)"})
+    add_options(kv, EstimateOptions, ("startup_log",))
     add_coefficients(e)
     add_options(e, Speculative, SPECULATIVE, defaults={"draft_tokens": None})  # none: no speculative decoding
     tau = e.add_mutually_exclusive_group()
     add_options(tau, Speculative, ("acceptance_length",), defaults={"acceptance_length": None})
-    tau.add_argument("--speculative-acceptance-rate", type=float, default=None, help="alpha per drafted token (i.i.d.)")
+    add_options(tau, EstimateOptions, ("speculative_acceptance_rate",))
     add_json(e, "the estimate")
 
 

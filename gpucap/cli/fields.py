@@ -11,6 +11,7 @@ from typing import Any
 
 from gpucap.cli.args import (
     count,
+    duration_s,
     finite_float,
     image_size,
     names,
@@ -31,6 +32,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "non_negative_float": non_negative_float,
     "names": lambda text: tuple(names(text)),
     "positive_ints": lambda text: tuple(positive_ints(text)),
+    "int": int,
+    "duration": duration_s,
 }
 
 
@@ -65,23 +68,42 @@ def add_options(
         default = _field_default(cls, name)
         if defaults and name in defaults:
             default = defaults[name]
-        flags = [flag_of(name, meta), *((aliases or {}).get(name, ()))]
         kind, text = meta["kind"], (helps or {}).get(name, meta["help"]).replace("%", "%%")  # argparse formats help
+        if meta["flag"] == "":  # positional: its name is its dest
+            shown = {"nargs": meta["nargs"]} if meta["nargs"] else {}
+            parser.add_argument(name, type=PARSERS[kind], help=text, **shown, **_given(meta, default))
+            continue
+        flags = [flag_of(name, meta), *((aliases or {}).get(name, ()))]
+        if kind in ("switch", "no_switch"):
+            action = "store_true" if kind == "switch" else "store_false"
+            parser.add_argument(*flags, dest=name, action=action, help=text)
+            continue
         allowed = (choices or {}).get(name, meta["choices"])
-        if kind == "switch":
-            parser.add_argument(*flags, dest=name, action="store_true", help=text)
-        elif kind == "no_switch":
-            parser.add_argument(*flags, dest=name, action="store_false", help=text)
-        elif default is _REQUIRED:
-            parser.add_argument(*flags, dest=name, type=PARSERS[kind], choices=allowed, required=True, help=text)
+        how: dict[str, Any] = {"action": "append"} if meta["nargs"] == "append" else {}
+        if default is _REQUIRED:
+            how["required"] = True
         else:
-            parser.add_argument(*flags, dest=name, type=PARSERS[kind], choices=allowed, default=default, help=text)
+            how["default"] = None if meta["nargs"] == "append" else default
+        parser.add_argument(*flags, dest=name, type=PARSERS[kind], choices=allowed, help=text, **how, **_given(meta))
+
+
+def _given(meta: Mapping[str, Any], default: Any = None) -> dict[str, Any]:
+    """The metavar a field's help shows, when it names one, and a positional's default."""
+    out: dict[str, Any] = {"metavar": meta["metavar"]} if meta["metavar"] else {}
+    if meta["flag"] == "" and meta["nargs"] == "?" and default is not _REQUIRED:
+        out["default"] = default
+    return out
 
 
 def values(args: argparse.Namespace, cls: type, names: Iterable[str] | None = None) -> dict[str, Any]:
     """``{name: value}`` of the options ``add_options`` added for ``cls`` (the same ``names``),
     as keywords of the config object."""
-    return {name: getattr(args, name) for name in (options_of(cls) if names is None else names)}
+    declared = options_of(cls)
+    out = {name: getattr(args, name) for name in (declared if names is None else names)}
+    for name in out:  # a flag given again and again: every value, in order (none: an empty tuple)
+        if declared[name]["nargs"] in ("append", "+"):
+            out[name] = tuple(out[name] or ())
+    return out
 
 
 _REQUIRED = object()

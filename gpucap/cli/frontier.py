@@ -6,21 +6,33 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from gpucap.cli.args import add_coefficients, add_json, names, positive_ints
+from gpucap.cli.common import Prices, add_coefficients, add_json
 from gpucap.cli.fields import add_options
 from gpucap.config import SLO, Deployment, EngineConfig, Workload
+from gpucap.options import option
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.interactivity import interactivity_frontier
+
+
+@dataclass(frozen=True)
+class FrontierOptions:
+    """``gpucap frontier``'s own options: what it sweeps, and whether it prints every point."""
+
+    gpus: tuple[str, ...] = option(kind="names", help="GPU keys, comma-separated (see `gpucap gpus`)")
+    tp: tuple[int, ...] = option((1, 2, 4, 8), kind="positive_ints", help="tensor-parallel sizes to try (1,2,4,8)")
+    weight_dtypes: tuple[str, ...] | None = option(
+        None, kind="names", help="formats to try (default: the checkpoint's)"
+    )
+    all: bool = option(False, kind="switch", help="print every point, not only the Pareto front")
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("frontier", help="tokens/s per GPU against tokens/s per user, and the Pareto front")
     add_options(p, Deployment, ("model",))
-    p.add_argument("--gpus", type=names, required=True, help="GPU keys, comma-separated (see `gpucap gpus`)")
-    p.add_argument("--tp", type=positive_ints, default=[1, 2, 4, 8], help="tensor-parallel sizes to try (1,2,4,8)")
-    p.add_argument("--weight-dtypes", type=names, default=None, help="formats to try (default: the checkpoint's)")
+    add_options(p, FrontierOptions, ("gpus", "tp", "weight_dtypes"))
     add_options(p, Workload, ("input_len", "output_len"))
     add_options(
         p, SLO, ("ttft_s",), defaults={"ttft_s": None}, helps={"ttft_s": "seconds; points above it leave the front"}
@@ -28,9 +40,9 @@ def add_parser(sub: Any) -> None:
     add_options(p, Workload, ("lengths",))
     add_options(p, EngineConfig, ("engine",))
     add_coefficients(p)
-    p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
+    add_options(p, Prices, ("price",))
     add_options(p, Deployment, ("gpu_file",))
-    p.add_argument("--all", action="store_true", help="print every point, not only the Pareto front")
+    add_options(p, FrontierOptions, ("all",))
     add_json(p, "every point (records)")
 
 

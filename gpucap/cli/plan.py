@@ -6,22 +6,15 @@ import argparse
 import dataclasses
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gpucap.cli.args import (
-    add_coefficients,
-    add_json,
-    add_parallel,
-    count,
-    non_negative_float,
-    parallel_runner,
-    positive_float,
-    positive_int,
-)
+from gpucap.cli.common import Prices, add_coefficients, add_json, add_parallel, parallel_runner
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
+from gpucap.options import option
 from gpucap.planning.capacity import Headroom
 from gpucap.planning.commands import VerifyCommands, plan_commands
 from gpucap.planning.result import Plan, Target
@@ -33,73 +26,75 @@ EXIT_NOTHING_FITS = 3
 SEARCH = ("gpus", "gpu_counts", "weight_dtypes", "kv_dtypes")  # the search space's fields offered as options
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser("plan", help="GPU type, count, split, replicas and cost for a target load within SLOs")
-    add_options(p, Deployment, ("model",))
-    target = p.add_mutually_exclusive_group()
-    target.add_argument("--target-rps", type=positive_float, help="requests per second, all replicas")
-    target.add_argument("--target-concurrency", type=positive_float, help="requests in flight, all replicas")
-    target.add_argument("--target-output-tps", type=positive_float, help="output tokens per second, all replicas")
-    p.add_argument("--input-len", help="tokens: 2000, or percentiles p50=800,p90=2000,p99=6000")
-    p.add_argument("--output-len", help="tokens: 300, or percentiles p50=200,p99=1000")
-    p.add_argument(
-        "--trace",
-        default=None,
+@dataclass(frozen=True)
+class PlanTarget:
+    """The load ``gpucap plan`` sizes the fleet for: one of three, all replicas together."""
+
+    target_rps: float | None = option(None, kind="positive_float", help="requests per second, all replicas")
+    target_concurrency: float | None = option(None, kind="positive_float", help="requests in flight, all replicas")
+    target_output_tps: float | None = option(None, kind="positive_float", help="output tokens per second, all replicas")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """``gpucap plan``'s own options; the config objects' fields it takes are offered from their
+    declarations."""
+
+    input_len: str | None = option(None, help="tokens: 2000, or percentiles p50=800,p90=2000,p99=6000")
+    output_len: str | None = option(None, help="tokens: 300, or percentiles p50=200,p99=1000")
+    trace: str | None = option(
+        None,
         help="a recorded trace (CSV / JSON lines: arrival time, input and output tokens; or vllm bench serve "
         "--save-detailed JSON) in place of a target and lengths: the cheapest option is sized by replaying it",
     )
-    p.add_argument(
-        "--disaggregated",
-        default=None,
+    disaggregated: str | None = option(
+        None,
         metavar="LINK",
         help="also compare separate prefill and decode pools, the KV cache moving over LINK (nvlink, nic-400g, "
         "nic-200g: data/links.csv); needs --target-rps, at mean lengths and mean latencies",
     )
-    p.add_argument("--router", default="round_robin", choices=["round_robin", "least_outstanding"], help="with --trace")
-    p.add_argument(
-        "--replay-replicas",
-        type=positive_int,
-        default=None,
+    router: str = option("round_robin", choices=("round_robin", "least_outstanding"), help="with --trace")
+    replay_replicas: int | None = option(
+        None,
+        kind="positive_int",
         help="with --trace: replay only N replicas' shares (faster for long traces; default all)",
     )
+    simulate_top: int | None = option(
+        None,
+        kind="count",
+        help="check plans by simulation: by default from the cheapest until one meets the SLOs (recommended), then "
+        "every plan up to 25% dearer; N: at least the N cheapest too; 0: no check, nothing recommended",
+    )
+    top: int = option(10, kind="positive_int", help="plans to print (default 10; --json prints all)")
+    no_commands: bool = option(
+        False,
+        kind="switch",
+        help="do not print the commands that verify the recommended plan (serve, load-test sweep, calibrate, re-plan)",
+    )
+    served_model: str | None = option(
+        None, help="the checkpoint the verify commands serve (Hugging Face id or path; default the --model catalog id)"
+    )
+    results_dir: str = option("results", help="where the verify commands' load tests save (default results)")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("plan", help="GPU type, count, split, replicas and cost for a target load within SLOs")
+    add_options(p, Deployment, ("model",))
+    add_options(p.add_mutually_exclusive_group(), PlanTarget)
+    add_options(p, PlanOptions, ("input_len", "output_len", "trace", "disaggregated", "router", "replay_replicas"))
     add_options(
         p, SLO, defaults={"statistic": "p99"}, helps={"statistic": "the statistic both SLOs apply to (default p99)"}
     )
     add_options(p, Search, SEARCH)
-    p.add_argument("--price", default=None, help="CSV gpu,usd_per_gpu_hour (default data/prices.csv)")
-    p.add_argument(
-        "--usd-per-kwh",
-        type=non_negative_float,
-        default=None,
-        help="owned hardware: count power at each GPU's TDP (plus --price, read as amortized cost, if given)",
-    )
+    add_options(p, Prices)
     add_options(p, Headroom)
     add_options(p, Load, ("burstiness",), helps={"burstiness": "gamma arrivals' shape; 1 = Poisson, < 1 burstier"})
     add_options(p, EngineConfig, ("engine",))
     add_coefficients(p)
     add_options(p, Deployment, ("gpu_file",))
-    p.add_argument(
-        "--simulate-top",
-        type=count,
-        default=None,
-        help="check plans by simulation: by default from the cheapest until one meets the SLOs (recommended), then "
-        "every plan up to 25%% dearer; N: at least the N cheapest too; 0: no check, nothing recommended",
-    )
+    add_options(p, PlanOptions, ("simulate_top",))
     add_parallel(p, "the simulation checks and a trace's replays")
-    p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10; --json prints all)")
-    p.add_argument(
-        "--no-commands",
-        action="store_true",
-        help="do not print the commands that verify the recommended plan (serve, load-test sweep, calibrate, re-plan)",
-    )
-    p.add_argument(
-        "--served-model",
-        default=None,
-        help="the checkpoint the verify commands serve (Hugging Face id or path; default the --model catalog id)",
-    )
-    p.add_argument(
-        "--results-dir", default="results", help="where the verify commands' load tests save (default results)"
-    )
+    add_options(p, PlanOptions, ("top", "no_commands", "served_model", "results_dir"))
     add_json(p, 'the plans and the options rejected, cheapest first ({"plans": [...], "rejected": [...]}),')
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from gpucap.cli.args import add_coefficients, add_json
+from gpucap.cli.common import add_coefficients, add_json
 from gpucap.cli.fields import add_options, values
 from gpucap.config import Deployment, EngineConfig, Workload
+from gpucap.options import option
 from gpucap.queueing.benchstats import METRIC_NAMES
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import LOAD_MODES, Load
@@ -22,11 +24,23 @@ DEPLOYMENT = ("model", "gpu", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "gpu
 ENGINE = ("engine", "max_num_seqs", "max_num_batched_tokens", "overlap_host")
 
 
+@dataclass(frozen=True)
+class SimulateOptions:
+    """``gpucap simulate``'s own options: the front end, how lengths vary, what is shown first,
+    the random seed."""
+
+    offline: bool = option(False, kind="switch", help="no HTTP server (trtllm-bench, vllm bench throughput)")
+    lengths: str = option("fixed", help=f"{', '.join(LENGTH_KINDS)} (dataset: exponential)")
+    range_ratio: float = option(0.0, kind="float", help="--random-range-ratio with --lengths range")
+    stat: str = option("mean", help=f"statistic shown first: {', '.join(STATISTICS)}")
+    seed: int = option(0, kind="int", help="the run's random seed (default 0)")
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("simulate", help="one load-test run step by step: TTFT/TPOT/ITL as vllm bench serve reports")
     add_options(p, Deployment, DEPLOYMENT)
     add_options(p, EngineConfig, ENGINE)
-    p.add_argument("--offline", action="store_true", help="no HTTP server (trtllm-bench, vllm bench throughput)")
+    add_options(p, SimulateOptions, ("offline",))
     add_options(p, Load)  # the load's mode and size, checked with their flags' names in _load
     add_options(
         p,
@@ -34,11 +48,9 @@ def add_parser(sub: Any) -> None:
         ("input_len", "output_len"),
         helps={"input_len": "prompt tokens (mean)", "output_len": "output tokens (mean)"},
     )
-    p.add_argument("--lengths", default="fixed", help=f"{', '.join(LENGTH_KINDS)} (dataset: exponential)")
-    p.add_argument("--range-ratio", type=float, default=0.0, help="--random-range-ratio with --lengths range")
-    p.add_argument("--stat", default="mean", help=f"statistic shown first: {', '.join(STATISTICS)}")
+    add_options(p, SimulateOptions, ("lengths", "range_ratio", "stat"))
     add_coefficients(p)
-    p.add_argument("--seed", type=int, default=0)
+    add_options(p, SimulateOptions, ("seed",))
     add_json(p, "the run's statistics")
 
 

@@ -10,27 +10,47 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from gpucap.calibration.settings import FitSettings
-from gpucap.cli.args import add_coefficients, add_json, positive_float
+from gpucap.cli.common import History, KvBudget, add_coefficients, add_json
 from gpucap.cli.fields import add_options, values
 from gpucap.config import SLO, Deployment, EngineConfig
+from gpucap.options import option
 from gpucap.types import LIMIT_STATISTICS
 from gpucap.units import GiB
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
-_UNIT_S = {"ms": 1e-3, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling a running engine's ``/metrics`` first (``gpucap.telemetry.scrape``)."""
+
+    scrape: str | None = option(None, metavar="URL", help="sample this /metrics URL first (--scrape-to)")
+    scrape_to: str | None = option(None, help="folder the samples are written to (one file each, kept)")
+    every: float = option(5.0, kind="duration", help="between samples (default 5s)")
+    for_s: float = option(600.0, kind="duration", flag="--for", help="how long to sample (default 10m)")
 
 
-def duration_s(text: str) -> float:
-    """``5s``, ``10m``, ``1h``, ``300`` (seconds) as seconds > 0."""
-    m = _DURATION.match(text)
-    if not m or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; give e.g. 5s, 10m, 1h or 300 (seconds)")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
+@dataclass(frozen=True)
+class TelemetryOptions:
+    """``gpucap telemetry``'s own options: what it reads and how it cuts and simulates windows."""
+
+    scrapes: str | None = option(
+        None, flag="", nargs="?", help="a folder of /metrics scrapes, one scrape file, or a query_range JSON"
+    )
+    step_log: str | None = option(None, help="the server's log with --enable-logging-iteration-details")
+    model_name: str | None = option(None, help="the model_name label to read (when the scrapes carry several)")
+    window: float = option(300.0, kind="duration", help="window length (default 5m)")
+    load: str = option(
+        "poisson",
+        choices=("poisson", "closed"),
+        help="how to simulate a window: poisson arrivals at its rate (production traffic, default) or a closed loop "
+        "at its requests in flight (a load test at fixed concurrency)",
+    )
+    engine_version: str | None = option(None, help="e.g. 0.32.0 (whether the host runs beside the GPU)")
+    no_fit: bool = option(False, kind="switch", help="windows and memory check only")
 
 
 def add_parser(sub: Any) -> None:
@@ -38,21 +58,9 @@ def add_parser(sub: Any) -> None:
         "telemetry",
         help="windows of a running engine's /metrics, its step log, a memory check, a refit and what changed",
     )
-    t.add_argument("scrapes", nargs="?", help="a folder of /metrics scrapes, one scrape file, or a query_range JSON")
-    t.add_argument("--scrape", metavar="URL", default=None, help="sample this /metrics URL first (--scrape-to)")
-    t.add_argument("--scrape-to", default=None, help="folder the samples are written to (one file each, kept)")
-    t.add_argument("--every", type=duration_s, default=5.0, help="between samples (default 5s)")
-    t.add_argument("--for", dest="for_s", type=duration_s, default=600.0, help="how long to sample (default 10m)")
-    t.add_argument("--step-log", default=None, help="the server's log with --enable-logging-iteration-details")
-    t.add_argument("--model-name", default=None, help="the model_name label to read (when the scrapes carry several)")
-    t.add_argument("--window", type=duration_s, default=300.0, help="window length (default 5m)")
-    t.add_argument(
-        "--load",
-        default="poisson",
-        choices=["poisson", "closed"],
-        help="how to simulate a window: poisson arrivals at its rate (production traffic, default) or a closed loop "
-        "at its requests in flight (a load test at fixed concurrency)",
-    )
+    add_options(t, TelemetryOptions, ("scrapes",))
+    add_options(t, Sampling)
+    add_options(t, TelemetryOptions, ("step_log", "model_name", "window", "load"))
     add_options(
         t,
         Deployment,
@@ -60,14 +68,14 @@ def add_parser(sub: Any) -> None:
         defaults={"model": None, "gpu": None},  # only the fit and the memory check need them
     )
     add_options(t, EngineConfig, ("engine",))
-    t.add_argument("--engine-version", default=None, help="e.g. 0.32.0 (whether the host runs beside the GPU)")
+    add_options(t, TelemetryOptions, ("engine_version",))
     add_options(
         t,
         EngineConfig,
         ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "block_size", "cuda_graphs"),
     )
-    t.add_argument("--kv-cache-memory", type=positive_float, default=None, help="KV budget per GPU, GiB")
-    t.add_argument("--no-fit", action="store_true", help="windows and memory check only")
+    add_options(t, KvBudget)
+    add_options(t, TelemetryOptions, ("no_fit",))
     add_options(
         t,
         FitSettings,
@@ -76,10 +84,14 @@ def add_parser(sub: Any) -> None:
         helps={"free": "coefficients to fit, comma-separated (default: the telemetry set)"},
     )
     add_coefficients(t, "start from these coefficients (a calibration JSON)")
-    t.add_argument(
-        "--history", default=None, help="calibration history: its last entry is the prior; the fit is appended"
+    add_options(
+        t,
+        History,
+        helps={
+            "history": "calibration history: its last entry is the prior; the fit is appended",
+            "label": "a name for this fit in the history",
+        },
     )
-    t.add_argument("--label", default="", help="a name for this fit in the history")
     add_options(t, SLO, choices={"statistic": LIMIT_STATISTICS})  # for the SLO-limited concurrency
     add_json(t, "the windows and the fit")
 

@@ -4,30 +4,40 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpucap.calibration.settings import FitSettings
-from gpucap.cli.args import add_json, add_parallel, parallel_runner
 from gpucap.cli.calibrate import add_gpu_file
+from gpucap.cli.common import add_json, add_parallel, parallel_runner
 from gpucap.cli.fields import add_options
 from gpucap.config import Deployment
+from gpucap.options import option
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """``gpucap validate``'s own options: the cases, the fixes applied first, where the table goes."""
+
+    cases: str = option(flag="", help="CSV in the schema of measured-public.csv")
+    corrections: str | None = option(
+        None,
+        help="CSV of sourced fixes to apply first (case_id, column, value, stated, source, reason; "
+        "the project's own for the public set: data/measured-corrections.csv)",
+    )
+    out: str | None = option(None, help="also write the per-row table as CSV here (never overwrites)")
 
 
 def add_parser(sub: Any) -> None:
     v = sub.add_parser("validate", help="predict every case of a measurements CSV and compare")
-    v.add_argument("cases", help="CSV in the schema of measured-public.csv")
+    add_options(v, ValidateOptions, ("cases",))
     add_options(
         v, Deployment, ("gpu_file",), helps={"gpu_file": "CSV of extra GPUs (columns of data/gpus.csv) the cases name"}
     )
-    v.add_argument(
-        "--corrections",
-        default=None,
-        help="CSV of sourced fixes to apply first (case_id, column, value, stated, source, reason; "
-        "the project's own for the public set: data/measured-corrections.csv)",
-    )
+    add_options(v, ValidateOptions, ("corrections",))
     add_json(v, "the table, one object per row,")
-    v.add_argument("--out", default=None, help="also write the per-row table as CSV here (never overwrites)")
+    add_options(v, ValidateOptions, ("out",))
     add_options(
         v,
         FitSettings,
