@@ -20,6 +20,7 @@ from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
 from gpucap.queueing.analytic import max_request_rate, open_loop_latency
+from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.servicecurve import service_curve
 from gpucap.queueing.states import state_distribution
 from gpucap.types import STATISTICS as STATS
@@ -465,3 +466,39 @@ def test_many_chunks_are_taken_in_pieces() -> None:
     full = dataclasses.replace(hw, engine=dataclasses.replace(hw.engine, max_num_batched_tokens=32))
     _, stall, room = prompt_costs(full, coef, np.array([b]), ctx, np.array([i]))
     assert np.isfinite(stall).all() and stall[0, 0, 0] > 0 and room[0, 0] == i
+
+
+def test_no_tpot_outlasts_the_longest_step() -> None:
+    """Each step gives every running request a token (vLLM takes the decodes first, then prompt
+    chunks within the budget), so TPOT is at most the longest step: the decode-only step and a
+    budget's room of prompt chunks. For one prompt length longer than the room, that room is
+    ``(M - B) / I`` of the prompt, so the step lasts ``t_dec + s_1(I) (M - B) / I``, s_1 the
+    prompt's whole stall (checked chunk by chunk above). At 97% of the service rate of 20,000-token
+    prompts the stalls' P99 over a life would pass it; the P99 TPOT does not. SGLang runs a step
+    of prompts while the decodes wait: no such bound."""
+    import dataclasses
+
+    hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
+    coef = Coefficients.for_engine("vllm")
+    inp, out = Lengths.fixed(20000), Lengths.percentiles({5: 20, 50: 100, 95: 400}, "outputs")
+    cap = min(memory_limit(hw, inp.mean + out.mean)[1], 1024.0)
+    curve = service_curve(
+        hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap, input_lengths=inp, output_lengths=out
+    )
+    assert curve.room_share[:, 0] == pytest.approx(20000.0 / (8192.0 - curve.decode_batch), rel=1e-4)
+    by_hand = curve.decode_step_s + curve.stall_s[:, 0, 0] / curve.room_share[:, 0]
+    assert curve.longest_step_s == pytest.approx(by_hand, rel=1e-9)
+    lat = open_loop_latency(
+        hw, coef, request_rate=0.97 * curve.service_rate, input_len=inp.mean, output_len=out.mean,
+        max_running=cap, curve=curve, stats=("p99",),
+    )  # fmt: skip
+    assert float(lat.tpot_s["p99"]) <= curve.longest_step_s.max() * (1 + 1e-9)
+    uncapped = dataclasses.replace(curve, decodes_every_step=False)
+    free = open_loop_latency(
+        hw, coef, request_rate=0.97 * curve.service_rate, input_len=inp.mean, output_len=out.mean,
+        max_running=cap, curve=uncapped, stats=("p99",),
+    )  # fmt: skip
+    assert float(free.tpot_s["p99"]) > curve.longest_step_s.max()
+    assert np.isinf(uncapped.longest_step_s).all()
+    sglang = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", engine="sglang")
+    assert not service_curve(sglang, coef, input_len=2000.0, output_len=100.0, max_running=64.0).decodes_every_step

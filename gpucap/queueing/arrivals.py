@@ -178,7 +178,8 @@ def _life_tpot(
     """TPOT at the life-average batch of an arrival that runs at concurrency m: the closed loop's,
     or where it is longer, the decode-only step stretched by the prompts met during the life with
     their sum at its normal quantile ``z`` (one, or one per column of m;
-    ``gpucap.queueing.promptqueue.stalled_tpot``)."""
+    ``gpucap.queueing.promptqueue.stalled_tpot``), no longer than the longest step
+    (``ServiceCurve.longest_step_s``): a token a step, whatever the prompts."""
     mean_m, k = life
     n_life = mean_m + k * (m - mean_m) - 1.0
     closed = _at(curve.tpot_s, n_life)
@@ -192,6 +193,8 @@ def _life_tpot(
         weights=stalls.weights,
         z=z,
     )
+    if curve.decodes_every_step:
+        stalled = np.minimum(stalled, _at(curve.longest_step_s, n_life))
     return np.maximum(closed, stalled)
 
 

@@ -20,7 +20,8 @@ from gpucap.physics.steptime import step_time
 from gpucap.queueing.brackets import Bools, first_true
 from gpucap.queueing.kvfit import held_moments, slot_shares
 from gpucap.queueing.lengths import Lengths
-from gpucap.queueing.promptqueue import GROUP_SIZES, group_costs, per_prompt_costs
+from gpucap.queueing.promptqueue import GROUP_SIZES, cost_at_size, group_costs, per_prompt_costs
+from gpucap.queueing.scheduler import policy_for
 
 Ints = npt.NDArray[np.int64]
 
@@ -59,6 +60,7 @@ class ServiceCurve:
     own_tokens: Array  # (J,) the mean prompt of each of those bins
     own_wait_scale: Array  # (J,) completions a waiting prompt of each length bin waits for (``_own_wait_scale``)
     service_scv: float = 0.0  # c_s^2 of the time a request holds a slot when all are busy (``_service_scv``)
+    decodes_every_step: bool = True  # every step gives each running request a token (``Policy.decodes_with_prompts``)
 
     def mean_stall_s(self, rate: Array) -> Array:
         """s(lambda, m) (rows, R): the mean time a prompt
@@ -163,6 +165,21 @@ class ServiceCurve:
         lo, hi = first_true(np.zeros(points.size), top, past, rounds=3)
         stall = self._between_points(self._point_stalls(0.5 * (lo + hi)[None, :]))[0]
         return self._fitting(finishing(stall, slice(None))[None, :])[0]
+
+    @cached_property
+    def longest_step_s(self) -> Array:
+        """(R,) the longest step at each concurrency: the decode-only step and a budget's room
+        full of prompt chunks of the length whose chunks cost most, ``t_dec + max_I G s_G(I)``
+        with ``G = (M - B) / I`` the prompts a full step carries (``cost_at_size``). Where the
+        scheduler takes the running decodes first and fills the rest of the budget with prompt
+        chunks (vLLM V1, TensorRT-LLM: ``gpucap.queueing.scheduler``), each step gives every
+        running request one token, so no request's TPOT exceeds this; inf where a step of prompts
+        holds the decodes back (SGLang's prefill first)."""
+        if not self.decodes_every_step:
+            return np.full(self.slots, np.inf)
+        carried = 1.0 / np.maximum(self.room_share, 1e-300)  # (R, K) prompts of each length a full step carries
+        full = cost_at_size(self.stall_s, carried) * carried
+        return np.asarray(self.decode_step_s + full.max(axis=1), dtype=float)
 
     @cached_property
     def stall_spread(self) -> Array:
@@ -276,6 +293,7 @@ def service_curve(
             own_tokens, slots, kv_slots, input_len + output_len, float(hw.engine.max_num_batched_tokens or 8192)
         ),
         service_scv=_service_scv(out, own_extra, own_weights, ttft_s=float(pt.ttft_s[-1]), tpot_s=float(pt.tpot_s[-1])),
+        decodes_every_step=policy_for(hw.engine.engine).decodes_with_prompts,
     )
 
 
