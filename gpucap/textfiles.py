@@ -1,18 +1,25 @@
 """Reading a file a user names (a GPU list, prices, coefficients, a config.json): a regular file
 of bounded size, UTF-8 text (a byte-order mark is dropped); anything else is one line naming the
-file and the problem."""
+file and the problem. A missing file is a ``MissingFileError``, a ValueError that names the file,
+and a FileNotFoundError for a caller that says what to give instead."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 MAX_BYTES = 16 << 20  # no GPU list, price list, coefficients or config.json is this large
+
+
+class MissingFileError(FileNotFoundError, ValueError):
+    """``{what} {path} does not exist``."""
 
 
 def _checked(path: Path, what: str, max_bytes: int) -> None:
     """A regular file of at most ``max_bytes``, or the error naming it."""
     if not path.exists():
-        raise FileNotFoundError(path)  # callers say what to give instead
+        raise MissingFileError(f"{what} {path} does not exist")
     if not path.is_file():
         raise ValueError(f"{what} {path} is {'a folder' if path.is_dir() else 'not a regular file'}")
     size = path.stat().st_size
@@ -30,6 +37,24 @@ def read_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
         raise ValueError(f"{what} {path} is not UTF-8 text (a binary file?)") from None
     except OSError as exc:
         raise ValueError(f"{what} {path} cannot be read ({exc.strerror or exc})") from None
+
+
+def read_json(path: str | Path, what: str, max_bytes: int = MAX_BYTES, **loads: Any) -> Any:
+    """The JSON value in ``path`` (``json.loads(text, **loads)``); text that is not JSON, is nested
+    too deeply, or holds a value Python does not read (an integer of thousands of digits) is an
+    error naming the file. An error a ``loads`` hook raises that names the file passes as it is."""
+    path = Path(path)
+    text = read_text(path, what, max_bytes)
+    try:
+        return json.loads(text, **loads)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} {path} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{what} {path} is JSON nested too deeply to be a {what}") from None
+    except ValueError as exc:
+        if str(path) in str(exc):
+            raise
+        raise ValueError(f"{what} {path} holds an unreadable JSON value ({str(exc)[:80]})") from None
 
 
 def peek_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES, head_bytes: int = 1 << 16) -> str:

@@ -35,8 +35,6 @@ def read_table(path: Path, what: str, required: tuple[str, ...], **read_csv: Any
     kind: "cases file", "corrections file")."""
     try:
         df = pd.read_csv(io.StringIO(read_text(path, what, MAX_TABLE_BYTES)), **read_csv)
-    except FileNotFoundError:
-        raise ValueError(f"{what} {path} does not exist") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, MemoryError) as exc:
         raise ValueError(f"{what} {path} is not a readable CSV ({exc})") from None
     missing = [c for c in required if c not in df.columns]
@@ -48,10 +46,7 @@ def read_table(path: Path, what: str, required: tuple[str, ...], **read_csv: Any
 def csv_columns(path: Path, what: str) -> list[str]:
     """The header of a CSV the user names (read as ``read_table`` reads it: a regular file of
     bounded size); ValueError naming the file otherwise."""
-    try:
-        text = read_text(path, what, MAX_TABLE_BYTES)
-    except FileNotFoundError:
-        raise ValueError(f"{what} {path} does not exist") from None
+    text = read_text(path, what, MAX_TABLE_BYTES)
     first = text.split("\n", 1)[0]
     try:
         return [c.strip() for c in next(csv.reader([first]), [])]

@@ -23,7 +23,6 @@ range is the SLO search repeated with both SLOs divided by ``f_high`` (low end) 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ import pandas as pd
 from gpucap.catalog.gpus import DATA_DIR
 from gpucap.catalog.models import ModelSpec
 from gpucap.config import SLO
-from gpucap.textfiles import read_text
+from gpucap.textfiles import read_json, read_text
 
 RANGES_FILE = DATA_DIR / "ranges.csv"
 LEVEL = 0.8  # the range holds 80% of measured values, when the past is a guide
@@ -258,7 +257,7 @@ def fit_bands(log_ratios: pd.DataFrame, level: float = LEVEL) -> dict[str, dict[
 def bands_from_coefficients(path: str | Path) -> dict[str, Band]:
     """The bands a calibration saved with its coefficients (``"ranges"``); empty when the file
     has none (a hand-written coefficients file)."""
-    data = json.loads(read_text(Path(path), "coefficients file", 1 << 20))
+    data = read_json(path, "coefficients file", 1 << 20)
     saved = data.get("ranges") if isinstance(data, dict) else None
     if not isinstance(saved, dict):
         return {}

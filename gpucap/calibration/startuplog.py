@@ -133,11 +133,7 @@ def parse_startup_log(text: str, source: str = "<text>") -> StartupMemory:
 def read_startup_log(path: str | Path) -> StartupMemory:
     """``parse_startup_log`` of a file; a missing or unreadable file is named in the error."""
     p = Path(path)
-    try:
-        text = read_text(p, "start-up log", MAX_LOG_BYTES)
-    except FileNotFoundError:
-        raise ValueError(f"start-up log {p} does not exist") from None
-    return parse_startup_log(text, str(p))
+    return parse_startup_log(read_text(p, "start-up log", MAX_LOG_BYTES), str(p))
 
 
 def compare_text(logged: StartupMemory, mem: MemoryBreakdown) -> str:

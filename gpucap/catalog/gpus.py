@@ -228,10 +228,7 @@ def _link_domain(row: dict[str, str], where: str) -> int:
 def read_gpu_file(path: str | Path) -> dict[str, GPU]:
     """Read a GPU CSV (the columns of ``data/gpus.csv``); errors name the file, row and column."""
     path = Path(path)
-    try:
-        text = read_text(path, "GPU file")
-    except FileNotFoundError:
-        raise ValueError(f"GPU file {path} does not exist") from None
+    text = read_text(path, "GPU file")
     try:
         reader = csv.DictReader(text.splitlines())
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]

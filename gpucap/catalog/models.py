@@ -10,7 +10,6 @@ counts (``tests/test_models.py``).
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from gpucap.catalog.modelfields import (  # the checkpoint and expert names re-e
     quantization,
 )
 from gpucap.catalog.vision import VisionEncoder, parse_vision_config
-from gpucap.textfiles import read_text
+from gpucap.textfiles import read_json
 
 SUPPORTED_FAMILIES: dict[str, str] = {
     "llama": "Llama 2 / 3 (dense, GQA)",
@@ -141,17 +140,9 @@ class ModelSpec:
             if path.is_dir():
                 path = path / "config.json"
             try:
-                raw = json.loads(read_text(path, "config.json"), object_pairs_hook=_unique_keys(path))
+                raw = read_json(path, "config.json", object_pairs_hook=_unique_keys(path))
             except FileNotFoundError:
                 raise ValueError(f"{path}: no such config.json") from None
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: not valid JSON ({exc})") from None
-            except RecursionError:
-                raise ValueError(f"{path}: JSON nested too deeply to be a config.json") from None
-            except ValueError as exc:  # e.g. an integer longer than Python reads
-                if str(path) in str(exc):
-                    raise
-                raise ValueError(f"{path}: unreadable JSON value ({str(exc)[:80]})") from None
             name = name or path.parent.name
             return _parse(raw, name, str(path))
         if not isinstance(source, Mapping):

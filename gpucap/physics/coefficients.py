@@ -7,14 +7,13 @@ applied in exactly one place (``gpucap.physics.steptime.step_time``) and are wha
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpucap.config import EngineConfig
-from gpucap.textfiles import read_text
+from gpucap.textfiles import read_json
 from gpucap.types import ENGINES
 from gpucap.units import MS
 
@@ -162,14 +161,7 @@ class Coefficients:
         ``engine``'s default (the generic default without an engine). Each value must be a
         finite number within the coefficient's bounds."""
         path = Path(path)
-        try:
-            data: Any = json.loads(read_text(path, "coefficients file", MAX_COEFFICIENTS_BYTES))
-        except FileNotFoundError:
-            raise ValueError(f"coefficients file {path} does not exist") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"coefficients file {path} is not valid JSON ({exc})") from None
-        except RecursionError:
-            raise ValueError(f"coefficients file {path} is nested too deeply to be coefficients") from None
+        data: Any = read_json(path, "coefficients file", MAX_COEFFICIENTS_BYTES)
         data = data.get("coefficients", data) if isinstance(data, dict) else data
         if not isinstance(data, dict):
             raise ValueError(f"coefficients file {path}: expected a JSON object of coefficient values")

@@ -146,10 +146,7 @@ def read_trace(path: str | Path) -> Trace:
     """Read a trace file (module docstring); errors name the file, the request and the field."""
     path = Path(path)
     where = str(path)
-    try:
-        head = peek_text(path, "trace file", MAX_TRACE_BYTES).lstrip()
-    except FileNotFoundError:
-        raise ValueError(f"trace file {where} does not exist") from None
+    head = peek_text(path, "trace file", MAX_TRACE_BYTES).lstrip()
     if not head.startswith("{"):  # CSV: parsed from the file, never held as one string
         try:
             frame = pd.read_csv(path, encoding="utf-8-sig")

@@ -152,8 +152,4 @@ def parse_step_lines(text: str, where: str = "step log") -> StepLog:
 def read_step_log(path: str | Path) -> StepLog:
     """The steps of a vLLM server log file, or of its gzip (``parse_step_lines``)."""
     path = Path(path)
-    try:
-        text = read_text_gz(path, "step log", MAX_LOG_BYTES)
-    except FileNotFoundError:
-        raise ValueError(f"step log {path} does not exist") from None
-    return parse_step_lines(text, str(path))
+    return parse_step_lines(read_text_gz(path, "step log", MAX_LOG_BYTES), str(path))
