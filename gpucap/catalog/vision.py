@@ -135,33 +135,69 @@ def vit_layer_params(hidden: int, intermediate: int) -> float:
     return float(4 * h + 4 * (h * h + h) + 2 * h * i + i + h)
 
 
+@dataclass(frozen=True)
+class _ViT:
+    """What a plain ViT's ``vision_config`` gives (SigLIP, Llama 4 vision): square images or tiles
+    of ``image_size`` px cut into ``patch_size``-px patches, layers of ``vit_layer_params`` that
+    all attend over the whole image."""
+
+    hidden: int
+    intermediate: int
+    patch: int
+    image_size: int
+    layers: int
+    heads: int
+    channels: int
+
+    @classmethod
+    def read(cls, v: Fields) -> _ViT:
+        h, i = v.count("hidden_size"), v.count("intermediate_size")
+        p, size = v.count("patch_size"), v.count("image_size")
+        layers, heads = v.count("num_hidden_layers"), v.count("num_attention_heads", default=16)
+        return cls(h, i, p, size, layers, heads, v.count("num_channels", default=3))
+
+    @property
+    def patches(self) -> int:
+        """Patches per image (or tile)."""
+        return (self.image_size // self.patch) ** 2
+
+    def encoder(self, kind: str, text_hidden: int, *, patch_bias: bool, **rest: Any) -> VisionEncoder:
+        """The encoder, with the fields that differ by family in ``rest`` (``patches_per_token``,
+        ``fixed_params``, ``adapter_params``, ...); the patch projection has a bias where
+        ``patch_bias``."""
+        h, p = self.hidden, self.patch
+        return VisionEncoder(
+            kind=kind,
+            num_layers=self.layers,
+            hidden_size=h,
+            intermediate_size=self.intermediate,
+            num_heads=self.heads,
+            patch_size=p,
+            image_size_px=self.image_size,
+            layer_params=vit_layer_params(h, self.intermediate),
+            patch_params=float(self.channels * p * p * h + (h if patch_bias else 0)),
+            text_hidden_size=text_hidden,
+            full_attention_layers=self.layers,
+            **rest,
+        )
+
+
 def _siglip(v: Fields, top: Fields, text_hidden: int) -> VisionEncoder:
     """SigLIP layer: LayerNorm x 2, q, k, v, o (h -> h) with bias, MLP fc1 / fc2 with bias.
     Patch projection: Conv2d 3 x 14 x 14 -> h with bias; position embedding per patch; final
     LayerNorm. Gemma 3 projector: RMSNorm (h) and Linear(h, text hidden) without bias."""
-    h, i = v.count("hidden_size"), v.count("intermediate_size")
-    p, size = v.count("patch_size"), v.count("image_size")
+    vit = _ViT.read(v)
+    h, patches = vit.hidden, vit.patches
     tokens = top.count("mm_tokens_per_image", default=256)
-    patches = (size // p) ** 2
     if patches < tokens:
-        raise v.bad("image_size", size, f"large enough for {tokens} tokens of {p}-pixel patches")
-    layers = v.count("num_hidden_layers")
-    layer = vit_layer_params(h, i)
-    return VisionEncoder(
-        kind="siglip",
-        num_layers=layers,
-        hidden_size=h,
-        intermediate_size=i,
-        num_heads=v.count("num_attention_heads", default=16),
-        patch_size=p,
-        image_size_px=size,
+        raise v.bad("image_size", vit.image_size, f"large enough for {tokens} tokens of {vit.patch}-pixel patches")
+    return vit.encoder(
+        "siglip",
+        text_hidden,
+        patch_bias=True,
         patches_per_token=patches // tokens,
-        layer_params=float(layer),
-        patch_params=float(v.count("num_channels", default=3) * p * p * h + h),
         fixed_params=float(patches * h + 2 * h),
         adapter_params=float(h + h * text_hidden),
-        text_hidden_size=text_hidden,
-        full_attention_layers=layers,
         tokens_per_image=tokens,
     )
 
@@ -172,29 +208,18 @@ def _llama4(v: Fields, text_hidden: int) -> VisionEncoder:
     embedding per patch + class, LayerNorm pre and post. Adapter: pixel shuffle, then
     Linear(intermediate, projector_input_dim) and Linear(projector_output_dim,
     projector_output_dim) without bias; projector Linear(vision_output_dim, text hidden)."""
-    h, i = v.count("hidden_size"), v.count("intermediate_size")
-    p, size = v.count("patch_size"), v.count("image_size")
+    vit = _ViT.read(v)
+    h, i = vit.hidden, vit.intermediate
     ratio = v.number("pixel_shuffle_ratio", default=0.5, high=1.0)
     proj_in = v.count("projector_input_dim", default=4096)
     proj_out = v.count("projector_output_dim", default=4096)
     vision_out = v.count("vision_output_dim", default=proj_out)
-    patches = (size // p) ** 2
-    layers = v.count("num_hidden_layers")
-    layer = vit_layer_params(h, i)
-    return VisionEncoder(
-        kind="llama4",
-        num_layers=layers,
-        hidden_size=h,
-        intermediate_size=i,
-        num_heads=v.count("num_attention_heads", default=16),
-        patch_size=p,
-        image_size_px=size,
+    return vit.encoder(
+        "llama4",
+        text_hidden,
+        patch_bias=False,
         patches_per_token=round(1.0 / (ratio * ratio)),
-        layer_params=float(layer),
-        patch_params=float(v.count("num_channels", default=3) * p * p * h),
-        fixed_params=float(h + (patches + 1) * h + 4 * h),
+        fixed_params=float(h + (vit.patches + 1) * h + 4 * h),
         adapter_params=float(i * proj_in + proj_out * proj_out + vision_out * text_hidden),
-        text_hidden_size=text_hidden,
-        full_attention_layers=layers,
         class_tokens=1,
     )
