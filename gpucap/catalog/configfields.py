@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 # Whole numbers beyond these are not a model's: they would only make the parser allocate without
 # bound (a layer list of 10^12 entries). Other whole numbers stop at 2^31.
 COUNT_CAPS = {"num_hidden_layers": 10_000, "n_layer": 10_000, "depth": 10_000}
 INT_CAP = 2**31 - 1
+
+T = TypeVar("T")
 
 
 def show_value(v: Any) -> str:
@@ -74,22 +76,22 @@ class Fields:
             raise self.bad(key, v, f"a number in ({low:g}, {high:g}]")
         return float(v)
 
+    def _typed(self, key: str, kind: type, expected: str, default: T) -> T:
+        """The value at ``key`` if it is a ``kind`` (``expected`` says so in the error); ``default``
+        when absent or null."""
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, kind):
+            raise self.bad(key, v, expected)
+        return cast(T, v)
+
     def flag(self, key: str, default: bool) -> bool:
         """true or false (JSON booleans only: 1 and "yes" are not)."""
-        v = self.cfg.get(key)
-        if v is None:
-            return default
-        if not isinstance(v, bool):
-            raise self.bad(key, v, "true or false")
-        return v
+        return self._typed(key, bool, "true or false", default)
 
     def text(self, key: str, default: str = "") -> str:
-        v = self.cfg.get(key)
-        if v is None:
-            return default
-        if not isinstance(v, str):
-            raise self.bad(key, v, "a string")
-        return v
+        return self._typed(key, str, "a string", default)
 
     def layers(self, key: str, n: int) -> set[int] | None:
         """A list of layer indices in [0, n); None when absent."""
@@ -118,9 +120,4 @@ class Fields:
 
     def section(self, key: str) -> Mapping[str, Any]:
         """A nested object (empty when absent)."""
-        v = self.cfg.get(key)
-        if v is None:
-            return {}
-        if not isinstance(v, Mapping):
-            raise self.bad(key, v, "a JSON object")
-        return v
+        return self._typed(key, Mapping, "a JSON object", {})

@@ -126,33 +126,31 @@ def _shade_beyond(ax: Axes, start: float | None, end: float, label: str) -> None
 
 
 # ---- lines against context length ---------------------------------------------------------------
-def _lines(
-    ax: Axes, x: FloatArray, curves: Mapping[str, object], *, xlabel: str, ylabel: str, title: str, logy: bool = True
-) -> None:
+def _lines_figure(x: FloatArray, curves: Mapping[str, object], *, xlabel: str, ylabel: str, title: str) -> Figure:
+    """One line per curve against ``x`` on log-log axes (x in powers of two)."""
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     for label, y in curves.items():
         ax.plot(x, _arr(y), "o-", ms=3, label=label)
     ax.set_xscale("log", base=2)
-    if logy:
-        ax.set_yscale("log")
+    ax.set_yscale("log")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _plain_ticks(fig)
 
 
 def kv_per_request_figure(contexts: Sequence[float] | FloatArray, kv_gib: Mapping[str, object]) -> Figure:
     """KV cache one request holds (GiB, whole model) against its context length, one line per
     model: straight for full attention, bent where sliding-window layers stop growing."""
-    fig = Figure(figsize=(7, 4))
-    _lines(
-        fig.subplots(),
+    return _lines_figure(
         _arr(contexts),
         kv_gib,
         xlabel="context length (tokens)",
         ylabel="KV cache per request (GiB)",
         title="KV cache of one request",
     )
-    fig.tight_layout()
-    return _plain_ticks(fig)
 
 
 def concurrency_vs_context_figure(
@@ -160,17 +158,13 @@ def concurrency_vs_context_figure(
 ) -> Figure:
     """Requests the KV budget holds against the length each request is charged, one line per
     configuration."""
-    fig = Figure(figsize=(7, 4))
-    _lines(
-        fig.subplots(),
+    return _lines_figure(
         _arr(contexts),
         concurrency,
         xlabel="tokens per request (input + output)",
         ylabel="concurrent requests memory holds",
         title=title or "concurrency memory allows",
     )
-    fig.tight_layout()
-    return _plain_ticks(fig)
 
 
 # ---- per-constraint bars -----------------------------------------------------------------------
