@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import textwrap
 from typing import TYPE_CHECKING, Any
@@ -195,9 +196,7 @@ def estimate_to_dict(e: Estimate) -> dict[str, Any]:
         "images": None
         if e.images is None
         else {
-            "per_request": e.images.per_request,
-            "size_px": e.images.size_px,
-            "encoder_tp_mode": e.images.encoder_tp_mode,
+            **dataclasses.asdict(e.images),  # the images as given, then what they take
             "tokens_per_request": e.image_tokens_per_request,
             "encoder_bytes_per_gpu": m.weights.vision_encoder,
             "encoder_cache_bytes_per_gpu": m.encoder_cache,
