@@ -82,9 +82,15 @@ def read_text_gz(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str
             data = f.read(max_bytes + 1)
     except (OSError, EOFError) as exc:
         raise ValueError(f"{what} {path} is not a readable gzip file ({exc})") from None
+    return bounded_text(data, max_bytes, f"{what} {path} once decompressed")
+
+
+def bounded_text(data: bytes, max_bytes: int, where: str) -> str:
+    """``data``, read as at most ``max_bytes + 1`` bytes, as UTF-8 text (a byte-order mark is
+    dropped); more than ``max_bytes``, or bytes that are not UTF-8, is an error naming ``where``."""
     if len(data) > max_bytes:
-        raise ValueError(f"{what} {path} inflates to more than {max_bytes:,} bytes, more than such a file holds")
+        raise ValueError(f"{where} is more than {max_bytes:,} bytes, more than such a file holds")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise ValueError(f"{what} {path} is not UTF-8 text once decompressed") from None
+        raise ValueError(f"{where} is not UTF-8 text") from None

@@ -19,6 +19,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from gpucap.textfiles import bounded_text
+
 MAX_SCRAPE_BYTES = 64 << 20  # a vLLM /metrics page is ~100 kB; a page this large is not one
 HEADER = "# scraped at {iso} ({unix:.3f}) from {url}\n"
 
@@ -35,12 +37,7 @@ def fetch_metrics(url: str, timeout_s: float = 10.0) -> str:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ValueError(f"{url}: cannot be reached ({reason})") from None
-    if len(body) > MAX_SCRAPE_BYTES:
-        raise ValueError(f"{url}: the page is over {MAX_SCRAPE_BYTES:,} bytes, not a metrics page")
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{url}: the page is not UTF-8 text") from None
+    return bounded_text(body, MAX_SCRAPE_BYTES, f"{url}: the metrics page")
 
 
 def write_scrape(folder: Path, text: str, url: str, at_s: float) -> Path:
