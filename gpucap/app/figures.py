@@ -11,7 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucap.app.svg import DASH_DOT, DASHED, DOTTED, Canvas, Panel, linear_ticks, log_label, log_ticks, padded_limits
+from gpucap.app.svg import (
+    DASH_DOT,
+    DASHED,
+    DOTTED,
+    Canvas,
+    Panel,
+    Stroke,
+    linear_ticks,
+    log_label,
+    log_ticks,
+    padded_limits,
+)
 from gpucap.estimate import Estimate
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.memory import MemoryBreakdown
@@ -77,7 +88,7 @@ def memory_svg(m: MemoryBreakdown, *, title: str) -> str:
     for name, gib in shown:
         y0, y1 = ax.y(bottom), ax.y(bottom + gib)
         c.rect(ax.x(-0.3), y1, ax.x(0.3) - ax.x(-0.3), y0 - y1, fill=MEMORY_COLORS[name], kind="bar")
-        c.line(ax.x(-0.3), y1, ax.x(0.3), y1, color="white", width=0.5)
+        c.line(ax.x(-0.3), y1, ax.x(0.3), y1, Stroke("white", 0.5))
         text = f"{name} {gib:,.2f} GiB"
         if name == "KV budget":
             text += f" = {m.kv_tokens_per_gpu:,.0f} tokens"
@@ -85,10 +96,10 @@ def memory_svg(m: MemoryBreakdown, *, title: str) -> str:
             text = "weights: " + text
         key.append((MEMORY_COLORS[name], text))
         bottom += gib
-    ax.hline(m.total / GiB, color="#000", width=1.2, kind="total")
+    ax.hline(m.total / GiB, Stroke("#000", 1.2), kind="total")
     lines = [f"total {m.total / GiB:,.1f} GiB (solid line)"]
     if m.usable < m.total:
-        ax.hline(m.usable / GiB, color="#000", dash=DASHED, kind="usable")
+        ax.hline(m.usable / GiB, Stroke("#000", dash=DASHED), kind="usable")
         lines.append(f"usable {m.usable / GiB:,.1f} GiB (dashed)")
     if not m.fits:
         c.text(
@@ -142,9 +153,8 @@ def constraints_svg(estimate: Estimate, knee: Knee | None = None) -> str:
             tip = knee.text if name == "knee" and knee is not None else BAR_TIPS[name]
             c.rect(x0, py - half_bar, x1 - x0, 2 * half_bar, fill=color, opacity=0.85, kind="bar", tip=tip)
             c.text(ax.x(v * 1.08), py, f"{v:,.0f}", size=TEXT)
-        c.line(ax.left - 3.5, py, ax.left, py, color="#000", width=0.8)
         label = f"knee: {knee.cause}" if name == "knee" and knee is not None else BAR_NAMES.get(name, name)
-        c.text(ax.left - 5, py, label, size=TEXT, anchor="end")
+        ax.y_tick(yi, label, size=TEXT)
     span = estimate.ranges.get("recommended_concurrency")
     if span is not None and span.high > 0:  # the recommendation's range as a pale band
         x0, x1 = ax.x(max(span.low, 0.5)), ax.x(max(span.high, 0.5))
@@ -153,7 +163,7 @@ def constraints_svg(estimate: Estimate, knee: Knee | None = None) -> str:
             kind="range", tip=f"{span.text('{:,.0f}')}: where the SLO limit lands if the latencies err as published runs did",
         )  # fmt: skip
     if rec >= 1:
-        ax.vline(rec, color=BLUE, width=1.2, dash=DASHED, kind="recommended")
+        ax.vline(rec, Stroke(BLUE, 1.2, DASHED), kind="recommended")
         c.text(ax.x(rec), ax.y(n - 0.45), f" recommended {rec:,}", size=TEXT, color=BLUE, valign="bottom")
     ax.x_axis(log_ticks(ax.x.lo, ax.x.hi), log_label, size=TEXT)
     c.text(
@@ -226,9 +236,9 @@ def curves_svg(
             ticks, tick_label = linear_ticks(*ylim)
             ax.y_axis(ticks, tick_label, grid=True, size=TEXT)
         ax.x_axis(log_ticks(*xlim), log_label, grid=True, size=TEXT)
-        c.polyline([ax.x(v) for v in conc[ok]], [ax.y(v) for v in y[ok]], color=BLUE, width=1.6, kind="curve")
+        c.polyline([ax.x(v) for v in conc[ok]], [ax.y(v) for v in y[ok]], Stroke(BLUE, 1.6), kind="curve")
         if slo is not None:
-            ax.hline(slo, color=RED, dash=DASHED, kind="slo")
+            ax.hline(slo, Stroke(RED, dash=DASHED), kind="slo")
             c.text(
                 ax.right - 0.01 * width,
                 ax.y(slo) - 1,
@@ -239,11 +249,11 @@ def curves_svg(
                 valign="bottom",
             )
         if rec is not None:
-            ax.vline(rec, color=GREEN, width=1.3, dash=DOTTED, kind="recommended")
+            ax.vline(rec, Stroke(GREEN, 1.3, DOTTED), kind="recommended")
             if k == 0:
                 c.text(ax.x(rec), ax.top + 4, f" recommended {rec:,.0f}", size=SMALL, color=GREEN, valign="top")
         if mem is not None:
-            ax.vline(mem, color="#666666", dash=DASH_DOT, kind="memory-limit")
+            ax.vline(mem, Stroke("#666666", dash=DASH_DOT), kind="memory-limit")
             if k == 0:
                 c.text(
                     ax.x(mem),
@@ -255,7 +265,7 @@ def curves_svg(
                     valign="top",
                 )
         if bend is not None and k == 0:
-            ax.vline(bend, color=ORANGE, dash=DASHED, kind="knee")
+            ax.vline(bend, Stroke(ORANGE, dash=DASHED), kind="knee")
             c.text(ax.x(bend), _clear_of(ax, slo), f" knee {bend:,.0f}", size=SMALL, color=ORANGE, valign="bottom",
                    kind="knee-label")  # fmt: skip
         ax.frame()

@@ -25,6 +25,24 @@ def _px(v: float) -> str:
     return f"{v:.1f}".rstrip("0").rstrip(".")
 
 
+@dataclass(frozen=True)
+class Stroke:
+    """How a line is drawn: its color, its width in pixels and its dash pattern ("": solid)."""
+
+    color: str
+    width: float = 1.0
+    dash: str = ""
+
+    def attrs(self) -> str:
+        dash = f' stroke-dasharray="{self.dash}"' if self.dash else ""
+        return f'stroke="{self.color}" stroke-width="{self.width:g}"{dash}'
+
+
+GRID = Stroke("#b0b0b0", 0.4)
+TICK = Stroke("#000", 0.8)
+TICK_PX = 3.5  # a tick mark's length, outside the panel
+
+
 class Canvas:
     """Shapes and text in pixels; ``to_svg()`` gives the document."""
 
@@ -54,29 +72,15 @@ class Canvas:
             f'<rect{_kind(kind)} x="{_px(x)}" y="{_px(y)}" width="{_px(w)}" height="{_px(h)}" fill="{fill}"{extra}{end}'
         )
 
-    def line(
-        self,
-        x1: float,
-        y1: float,
-        x2: float,
-        y2: float,
-        *,
-        color: str,
-        width: float = 1.0,
-        dash: str = "",
-        kind: str = "",
-    ) -> None:
-        extra = f' stroke-dasharray="{dash}"' if dash else ""
+    def line(self, x1: float, y1: float, x2: float, y2: float, stroke: Stroke, *, kind: str = "") -> None:
         self._parts.append(
-            f'<line{_kind(kind)} x1="{_px(x1)}" y1="{_px(y1)}" x2="{_px(x2)}" y2="{_px(y2)}" '
-            f'stroke="{color}" stroke-width="{width:g}"{extra}/>'
+            f'<line{_kind(kind)} x1="{_px(x1)}" y1="{_px(y1)}" x2="{_px(x2)}" y2="{_px(y2)}" {stroke.attrs()}/>'
         )
 
-    def polyline(self, xs: Sequence[float], ys: Sequence[float], *, color: str, width: float, kind: str = "") -> None:
+    def polyline(self, xs: Sequence[float], ys: Sequence[float], stroke: Stroke, *, kind: str = "") -> None:
         points = " ".join(f"{_px(x)},{_px(y)}" for x, y in zip(xs, ys, strict=True))
         self._parts.append(
-            f'<polyline{_kind(kind)} points="{points}" fill="none" stroke="{color}" stroke-width="{width:g}" '
-            'stroke-linejoin="round"/>'
+            f'<polyline{_kind(kind)} points="{points}" fill="none" {stroke.attrs()} stroke-linejoin="round"/>'
         )
 
     def text(
@@ -236,34 +240,43 @@ class Panel:
     def x_axis(
         self, ticks: Sequence[float], label: Callable[[float], str], *, grid: bool = False, size: float = 11
     ) -> None:
-        for t in ticks:
-            if not self.x.contains(t):
-                continue
-            px = self.x(t)
-            if grid:
-                self.canvas.line(px, self.top, px, self.bottom, color="#b0b0b0", width=0.4)
-            self.canvas.line(px, self.bottom, px, self.bottom + 3.5, color="#000", width=0.8)
-            self.canvas.text(px, self.bottom + 5, label(t), size=size, anchor="middle", valign="top")
+        """Ticks and their labels along the bottom edge; vertical grid lines where ``grid``."""
+        self._axis(ticks, label, grid, size, along_x=True)
 
     def y_axis(
         self, ticks: Sequence[float], label: Callable[[float], str], *, grid: bool = False, size: float = 11
     ) -> None:
-        for t in ticks:
-            if not self.y.contains(t):
-                continue
-            py = self.y(t)
+        """Ticks and their labels along the left edge; horizontal grid lines where ``grid``."""
+        self._axis(ticks, label, grid, size, along_x=False)
+
+    def _axis(
+        self, ticks: Sequence[float], label: Callable[[float], str], grid: bool, size: float, *, along_x: bool
+    ) -> None:
+        scale, across, tick = (self.x, self.vline, self.x_tick) if along_x else (self.y, self.hline, self.y_tick)
+        for t in filter(scale.contains, ticks):
             if grid:
-                self.canvas.line(self.left, py, self.right, py, color="#b0b0b0", width=0.4)
-            self.canvas.line(self.left - 3.5, py, self.left, py, color="#000", width=0.8)
-            self.canvas.text(self.left - 5, py, label(t), size=size, anchor="end")
+                across(t, GRID)
+            tick(t, label(t), size=size)
 
-    def hline(self, y: float, *, color: str, width: float = 1.0, dash: str = "", kind: str = "") -> None:
-        py = self.y(y)
-        self.canvas.line(self.left, py, self.right, py, color=color, width=width, dash=dash, kind=kind)
-
-    def vline(self, x: float, *, color: str, width: float = 1.0, dash: str = "", kind: str = "") -> None:
+    def x_tick(self, x: float, text: str, *, size: float = 11) -> None:
+        """A tick mark below the panel at ``x`` and its label under it."""
         px = self.x(x)
-        self.canvas.line(px, self.top, px, self.bottom, color=color, width=width, dash=dash, kind=kind)
+        self.canvas.line(px, self.bottom, px, self.bottom + TICK_PX, TICK)
+        self.canvas.text(px, self.bottom + 5, text, size=size, anchor="middle", valign="top")
+
+    def y_tick(self, y: float, text: str, *, size: float = 11) -> None:
+        """A tick mark left of the panel at ``y`` and its label left of it."""
+        py = self.y(y)
+        self.canvas.line(self.left - TICK_PX, py, self.left, py, TICK)
+        self.canvas.text(self.left - 5, py, text, size=size, anchor="end")
+
+    def hline(self, y: float, stroke: Stroke, *, kind: str = "") -> None:
+        py = self.y(y)
+        self.canvas.line(self.left, py, self.right, py, stroke, kind=kind)
+
+    def vline(self, x: float, stroke: Stroke, *, kind: str = "") -> None:
+        px = self.x(x)
+        self.canvas.line(px, self.top, px, self.bottom, stroke, kind=kind)
 
     def title(self, text: str, *, size: float = 12.5) -> None:
         self.canvas.text(self.left, self.top - 6, text, size=size, valign="bottom")
