@@ -87,7 +87,7 @@ def memory_svg(m: MemoryBreakdown, *, title: str) -> str:
     bottom = 0.0
     for name, gib in shown:
         y0, y1 = ax.y(bottom), ax.y(bottom + gib)
-        c.rect(ax.x(-0.3), y1, ax.x(0.3) - ax.x(-0.3), y0 - y1, fill=MEMORY_COLORS[name], kind="bar")
+        c.rect((ax.x(-0.3), y1, ax.x(0.3) - ax.x(-0.3), y0 - y1), fill=MEMORY_COLORS[name], kind="bar")
         c.line(ax.x(-0.3), y1, ax.x(0.3), y1, Stroke("white", 0.5))
         text = f"{name} {gib:,.2f} GiB"
         if name == "KV budget":
@@ -114,7 +114,7 @@ def memory_svg(m: MemoryBreakdown, *, title: str) -> str:
     ax.title(title)
     y = 0.16 * 380  # the key, top to bottom, right of the bar
     for color, text in key[::-1]:
-        c.rect(246.4, y - 6.65, 14, 13.3, fill=color)
+        c.rect((246.4, y - 6.65, 14, 13.3), fill=color)
         c.text(268.8, y, text, size=TEXT)
         y += 24.7
     for text in lines:
@@ -151,7 +151,7 @@ def constraints_svg(estimate: Estimate, knee: Knee | None = None) -> str:
         else:
             x0, x1 = ax.x(0.5), ax.x(max(v, 0.5))
             tip = knee.text if name == "knee" and knee is not None else BAR_TIPS[name]
-            c.rect(x0, py - half_bar, x1 - x0, 2 * half_bar, fill=color, opacity=0.85, kind="bar", tip=tip)
+            c.rect((x0, py - half_bar, x1 - x0, 2 * half_bar), fill=color, opacity=0.85, kind="bar", tip=tip)
             c.text(ax.x(v * 1.08), py, f"{v:,.0f}", size=TEXT)
         label = f"knee: {knee.cause}" if name == "knee" and knee is not None else BAR_NAMES.get(name, name)
         ax.y_tick(yi, label, size=TEXT)
@@ -159,7 +159,7 @@ def constraints_svg(estimate: Estimate, knee: Knee | None = None) -> str:
     if span is not None and span.high > 0:  # the recommendation's range as a pale band
         x0, x1 = ax.x(max(span.low, 0.5)), ax.x(max(span.high, 0.5))
         c.rect(
-            x0, ax.y(n - 0.45), max(x1 - x0, 1.0), ax.y(-0.6) - ax.y(n - 0.45), fill=BLUE, opacity=0.12,
+            (x0, ax.y(n - 0.45), max(x1 - x0, 1.0), ax.y(-0.6) - ax.y(n - 0.45)), fill=BLUE, opacity=0.12,
             kind="range", tip=f"{span.text('{:,.0f}')}: where the SLO limit lands if the latencies err as published runs did",
         )  # fmt: skip
     if rec >= 1:

@@ -18,6 +18,7 @@ FONT = "DejaVu Sans, Verdana, Arial, sans-serif"  # matplotlib's default first
 DASHED = "4,2"
 DOTTED = "1.5,2"
 DASH_DOT = "6,2,1.5,2"
+Box = tuple[float, float, float, float]  # left, top, width, height in pixels
 MARGIN = 0.05  # share of an axis's span left free at each end (matplotlib's default margin)
 
 
@@ -40,6 +41,7 @@ class Stroke:
 
 GRID = Stroke("#b0b0b0", 0.4)
 TICK = Stroke("#000", 0.8)
+FRAME = TICK  # a panel's outline
 TICK_PX = 3.5  # a tick mark's length, outside the panel
 
 
@@ -53,20 +55,19 @@ class Canvas:
 
     def rect(
         self,
-        x: float,
-        y: float,
-        w: float,
-        h: float,
+        box: Box,
         *,
         fill: str,
         opacity: float = 1.0,
-        stroke: str = "",
+        stroke: Stroke | None = None,
         kind: str = "",
         tip: str = "",
     ) -> None:
-        """``tip``: a tooltip (an SVG ``<title>``) the browser shows over the rectangle."""
+        """``box``: left, top, width, height; ``stroke``: the outline (none by default); ``tip``: a
+        tooltip (an SVG ``<title>``) the browser shows over the rectangle."""
+        x, y, w, h = box
         extra = f' fill-opacity="{opacity:g}"' if opacity < 1 else ""
-        extra += f' stroke="{stroke}" stroke-width="0.8"' if stroke else ""
+        extra += f" {stroke.attrs()}" if stroke else ""
         end = f"><title>{html.escape(tip)}</title></rect>" if tip else "/>"
         self._parts.append(
             f'<rect{_kind(kind)} x="{_px(x)}" y="{_px(y)}" width="{_px(w)}" height="{_px(h)}" fill="{fill}"{extra}{end}'
@@ -93,15 +94,12 @@ class Canvas:
         color: str = "#000",
         anchor: str = "start",
         valign: str = "middle",
-        bold: bool = False,
         rotate: float = 0.0,
         kind: str = "",
     ) -> None:
         """``anchor``: start, middle or end; ``valign``: top, middle or bottom of the text at ``y``."""
         baseline = {"top": "hanging", "middle": "central", "bottom": "alphabetic"}[valign]
-        extra = ' font-weight="bold"' if bold else ""
-        if rotate:
-            extra += f' transform="rotate({rotate:g} {_px(x)} {_px(y)})"'
+        extra = f' transform="rotate({rotate:g} {_px(x)} {_px(y)})"' if rotate else ""
         self._parts.append(
             f'<text{_kind(kind)} x="{_px(x)}" y="{_px(y)}" font-size="{size:g}" fill="{color}" '
             f'text-anchor="{anchor}" dominant-baseline="{baseline}"{extra}>{html.escape(text)}</text>'
@@ -207,7 +205,7 @@ class Panel:
     def make(
         cls,
         canvas: Canvas,
-        box: tuple[float, float, float, float],
+        box: Box,
         xlim: tuple[float, float],
         ylim: tuple[float, float],
         *,
@@ -226,6 +224,10 @@ class Panel:
         )
 
     @property
+    def box(self) -> Box:
+        return self.left, self.top, self.width, self.height
+
+    @property
     def right(self) -> float:
         return self.left + self.width
 
@@ -235,7 +237,7 @@ class Panel:
 
     def frame(self) -> None:
         """The panel's outline (class ``frame``)."""
-        self.canvas.rect(self.left, self.top, self.width, self.height, fill="none", stroke="#000", kind="frame")
+        self.canvas.rect(self.box, fill="none", stroke=FRAME, kind="frame")
 
     def x_axis(
         self, ticks: Sequence[float], label: Callable[[float], str], *, grid: bool = False, size: float = 11
