@@ -33,27 +33,29 @@ from gpucap.units import GiB
 MAX_LOG_BYTES = 64 << 20  # a vLLM start-up log is a few hundred KiB; 64 MiB is a whole day's server log
 
 _NUM = r"(-?\d[\d,]*(?:\.\d+)?)"
-# (field, pattern, keep): the first group is the number; keep says which of several lines wins
-_PATTERNS: tuple[tuple[str, str, str], ...] = (
-    ("weights_gib", rf"Model loading took {_NUM} ?GiB", "max"),
-    ("weights_gib", rf"Loading model weights took {_NUM} ?GB", "max"),
-    ("weights_gib", rf"model weights take {_NUM} ?GiB", "max"),
-    ("weights_gib", rf"Actual usage is {_NUM} ?GiB for weight", "max"),
-    ("kv_gib", rf"Available KV cache memory: {_NUM} ?GiB", "min"),
-    ("kv_gib", rf"reserved for KV Cache is {_NUM} ?GiB", "min"),
-    ("kv_gib", rf"kv_cache_size={_NUM} ?GiB", "min"),
-    ("kv_gib", rf"available_kv_cache_memory\s+{_NUM} ?GiB", "min"),
-    ("kv_tokens", rf"GPU KV cache size: {_NUM} tokens", "min"),
-    ("total_gib", rf"total_gpu_memory[\s=(]*{_NUM} ?GiB", "max"),
-    ("total_gib", rf"Free memory on device \({_NUM}/{_NUM} GiB\)", "max"),
-    ("utilization", rf"gpu_memory_utilization['\"]?[\s:=(]*{_NUM}", "max"),
-    ("utilization", rf"Desired GPU memory utilization is \({_NUM},", "max"),
-    ("activation_gib", rf"{_NUM} ?GiB for peak activation", "max"),
-    ("activation_gib", rf"PyTorch activation peak memory(?: takes)?\s+{_NUM} ?GiB", "max"),
-    ("non_torch_gib", rf"{_NUM} ?GiB for non-torch memory", "max"),
-    ("non_torch_gib", rf"non_torch_memory(?: takes)?[\s=]*{_NUM} ?GiB", "max"),
-    ("graphs_gib", rf"{_NUM} ?GiB for CUDAGraph memory", "max"),
-    ("consumed_gib", rf"Actual usage is {_NUM} ?GiB for consumed memory", "max"),
+# (field, pattern): the first group is the number. Of several lines for a field the largest wins,
+# but for the KV cache's figures the smallest (module docstring).
+_SMALLEST_WINS = {"kv_gib", "kv_tokens"}
+_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("weights_gib", rf"Model loading took {_NUM} ?GiB"),
+    ("weights_gib", rf"Loading model weights took {_NUM} ?GB"),
+    ("weights_gib", rf"model weights take {_NUM} ?GiB"),
+    ("weights_gib", rf"Actual usage is {_NUM} ?GiB for weight"),
+    ("kv_gib", rf"Available KV cache memory: {_NUM} ?GiB"),
+    ("kv_gib", rf"reserved for KV Cache is {_NUM} ?GiB"),
+    ("kv_gib", rf"kv_cache_size={_NUM} ?GiB"),
+    ("kv_gib", rf"available_kv_cache_memory\s+{_NUM} ?GiB"),
+    ("kv_tokens", rf"GPU KV cache size: {_NUM} tokens"),
+    ("total_gib", rf"total_gpu_memory[\s=(]*{_NUM} ?GiB"),
+    ("total_gib", rf"Free memory on device \({_NUM}/{_NUM} GiB\)"),
+    ("utilization", rf"gpu_memory_utilization['\"]?[\s:=(]*{_NUM}"),
+    ("utilization", rf"Desired GPU memory utilization is \({_NUM},"),
+    ("activation_gib", rf"{_NUM} ?GiB for peak activation"),
+    ("activation_gib", rf"PyTorch activation peak memory(?: takes)?\s+{_NUM} ?GiB"),
+    ("non_torch_gib", rf"{_NUM} ?GiB for non-torch memory"),
+    ("non_torch_gib", rf"non_torch_memory(?: takes)?[\s=]*{_NUM} ?GiB"),
+    ("graphs_gib", rf"{_NUM} ?GiB for CUDAGraph memory"),
+    ("consumed_gib", rf"Actual usage is {_NUM} ?GiB for consumed memory"),
 )
 
 # (field, pattern, value): settings a log shows by its lines; the first pattern found wins. The V2
@@ -108,7 +110,7 @@ def parse_startup_log(text: str, source: str = "<text>") -> StartupMemory:
     naming ``source``, when it holds neither the weights nor the KV cache lines."""
     text = re.sub(r"[ \t]+", " ", text)
     found: dict[str, Any] = {}  # StartupMemory field -> the figure the log gives
-    for name, pattern, keep in _PATTERNS:
+    for name, pattern in _PATTERNS:
         for match in re.finditer(pattern, text):
             raw = match.group(match.lastindex or 1) if name == "total_gib" else match.group(1)
             value = float(raw.replace(",", ""))
@@ -116,7 +118,7 @@ def parse_startup_log(text: str, source: str = "<text>") -> StartupMemory:
             if old is None:
                 found[name] = value
             else:
-                found[name] = min(old, value) if keep == "min" else max(old, value)
+                found[name] = min(old, value) if name in _SMALLEST_WINS else max(old, value)
     if "weights_gib" not in found and "kv_gib" not in found:
         raise ValueError(
             f"{source}: no vLLM memory lines found (looked for 'Model loading took ... GiB' and "
