@@ -28,21 +28,23 @@ positive_int = whole(1)
 count = whole(0)
 
 
-def positive_float(text: str) -> float:
+def _number(text: str) -> float:
+    """``text`` as a float, or the error saying it is not a number."""
     try:
-        v = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    v = _number(text)
     if not v > 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} must be a positive finite number")
     return v
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    v = _number(text)
     if not v >= 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
     return v
@@ -87,10 +89,7 @@ def output_file(path: str, *, overwrite: bool, inputs: Sequence[str] = ()) -> Pa
 
 def finite_float(text: str) -> float:
     """Any finite number."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    v = _number(text)
     if v != v or v in (float("inf"), float("-inf")):
         raise argparse.ArgumentTypeError(f"{text} must be a finite number")
     return v
