@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import Any
 
 from gpucap.catalog.gpus import load_gpus
@@ -37,16 +38,15 @@ def run_gpus(a: argparse.Namespace) -> int:
         }
         for g in gpus.values()
     ]
-    if a.json:
-        print(json.dumps(rows, indent=1))
-        return 0
-    print(f"{'key':<20}{'GiB':>7}{'bf16 TF':>9}{'fp8 TF':>8}{'fp4 TF':>8}{'TB/s':>6}  link")
-    for r in rows:
-        print(
+    return _show(
+        a,
+        rows,
+        f"{'key':<20}{'GiB':>7}{'bf16 TF':>9}{'fp8 TF':>8}{'fp4 TF':>8}{'TB/s':>6}  link",
+        lambda r: (
             f"{r['key']:<20}{r['memory_GiB']:>7.1f}{r['bf16_TFLOPs']:>9.0f}{r['fp8_TFLOPs'] or 0:>8.0f}"
             f"{r['fp4_TFLOPs'] or 0:>8.0f}{r['hbm_TB_per_s']:>6.2f}  {r['link']} {r['link_GB_per_s']:.0f} GB/s"
-        )
-    return 0
+        ),
+    )
 
 
 def run_models(a: argparse.Namespace) -> int:
@@ -64,12 +64,22 @@ def run_models(a: argparse.Namespace) -> int:
                 "aliases": card.get("aliases", []),
             }
         )
+    return _show(
+        a,
+        rows,
+        f"{'id':<48}{'family':<13}{'total B':>9}{'active B':>9}  attention",
+        lambda r: (
+            f"{r['id']:<48}{r['family']:<13}{r['total_params_B']:>9.1f}{r['active_params_B']:>9.1f}  {r['attention']}"
+        ),
+    )
+
+
+def _show(a: argparse.Namespace, rows: list[dict[str, Any]], header: str, line: Callable[[dict[str, Any]], str]) -> int:
+    """The rows as JSON with ``--json``, else as a table: ``header``, then ``line`` of each row."""
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'id':<48}{'family':<13}{'total B':>9}{'active B':>9}  attention")
+    print(header)
     for r in rows:
-        print(
-            f"{r['id']:<48}{r['family']:<13}{r['total_params_B']:>9.1f}{r['active_params_B']:>9.1f}  {r['attention']}"
-        )
+        print(line(r))
     return 0
