@@ -88,3 +88,30 @@ def test_runs_pool_their_requests() -> None:
     assert own[0] <= got <= own[1]
     with pytest.raises(ValueError, match="runs must be"):
         compare_tails(case, COEF, (u,), num_requests=10, runs=0)
+
+
+def test_the_interval_over_runs_holds_the_runs_own_spread() -> None:
+    """``run_interval`` resamples whole runs: with two runs every resample is run A twice, run B
+    twice, or both, so the interval lies between the percentile of A alone and of B alone, and
+    reaches both ends (200 resamples of two: each one-run draw has probability 1/4). Identical
+    runs give a point. One run: no interval."""
+    from gpucap.planning.tailcheck import run_interval
+
+    a, b = np.arange(100.0), np.arange(100.0) + 50.0
+    lo, hi = run_interval([a, b], 90.0, seed=1)
+    assert lo == pytest.approx(np.percentile(a, 90)) and hi == pytest.approx(np.percentile(b, 90))
+    assert run_interval([a, a], 90.0) == (pytest.approx(89.1), pytest.approx(89.1))
+    assert all(np.isnan(run_interval([a], 90.0)))
+
+
+def test_a_row_outside_25_percent_but_near_the_runs_interval_is_marked() -> None:
+    """Analytic 1.0 s against a pooled 1.5 s (ratio 0.67) fails; with the runs' interval [1.2, 2.0]
+    it lies within 25% of 1.2 (1.0 >= 0.75 x 1.2 = 0.9): ``within_interval``, still not ``ok``."""
+    row = pd.DataFrame(
+        [{"metric": "ttft", "stat": "p99", "analytic_s": 1.0, "simulated_s": 1.5, "ratio": 1.0 / 1.5,
+          "simulated_lo_s": 1.2, "simulated_hi_s": 2.0}]
+    )  # fmt: skip
+    out = judge(row, ttft_slo_s=2.0, tpot_slo_s=0.1).iloc[0]
+    assert out["within_interval"] and not out["ok"]
+    far = judge(row.assign(simulated_lo_s=1.4), ttft_slo_s=2.0, tpot_slo_s=0.1).iloc[0]
+    assert not far["within_interval"]

@@ -30,6 +30,7 @@ TOLERANCE = 0.25
 CEILING = 10.0  # simulated figures above this many SLOs are not judged: the replica is overloaded
 EDGE = (0.5, 2.0)  # simulated / SLO where a plan's verdict turns
 METRICS = {"ttft": "ttft_s", "tpot": "tpot_s"}
+BOOTSTRAP = 200  # resamples of the runs for the simulated figure's interval (``run_interval``)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ def compare_tails(
         for s in stats:
             for metric, key in METRICS.items():
                 a, b = float(ana[f"{metric}_{s}_s"].iloc[k]), float(pooled[key][s])
+                lo, hi = run_interval([getattr(sim, key) for sim in sims], 100.0 * QUANTILES[s], seed=seed + k)
                 rows.append(
                     {
                         "case": case.label,
@@ -145,16 +147,35 @@ def compare_tails(
                         "analytic_s": a,
                         "simulated_s": b,
                         "ratio": a / b if b > 0 else np.nan,
+                        "simulated_lo_s": lo,
+                        "simulated_hi_s": hi,
                     }
                 )
     return pd.DataFrame(rows)
+
+
+def run_interval(runs: Sequence[np.ndarray], percent: float, *, seed: int = 0) -> tuple[float, float]:
+    """How far the pooled percentile of ``runs`` moves with the runs drawn: its 5th and 95th
+    percentiles over ``BOOTSTRAP`` resamples of the runs with replacement (Efron and Tibshirani, An
+    Introduction to the Bootstrap, 1993, ch. 13: the percentile interval; the runs, not the requests,
+    are the independent draws, for requests queue behind each other). NaN with one run."""
+    if len(runs) < 2:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(runs), size=(BOOTSTRAP, len(runs)))
+    values = [np.nanpercentile(np.concatenate([runs[j] for j in pick]), percent) for pick in picks]
+    lo, hi = np.percentile(values, [5.0, 95.0])
+    return float(lo), float(hi)
 
 
 def judge(frame: pd.DataFrame, *, ttft_slo_s: float, tpot_slo_s: float) -> pd.DataFrame:
     """``compare_tails``'s rows with the test of the module docstring: ``slo_s``, ``judged`` (simulated
     below ``CEILING`` SLOs), ``within`` (ratio within ``TOLERANCE`` of 1), ``edge`` (simulated
     within ``EDGE`` of the SLO) and ``optimistic`` (ratio below ``1 - TOLERANCE`` there); ``ok``
-    where a judged row is within and no edge row optimistic."""
+    where a judged row is within and no edge row optimistic. Where the rows carry the simulated
+    figure's interval over runs (``run_interval``), ``within_interval``: the analytic figure within
+    ``TOLERANCE`` of some value in it (a row that fails only there fails by the runs drawn, not
+    for certain); it does not change ``ok``."""
     out = frame.copy()
     out["slo_s"] = np.where(out["metric"] == "ttft", ttft_slo_s, tpot_slo_s)
     load = out["simulated_s"] / out["slo_s"]
@@ -163,4 +184,9 @@ def judge(frame: pd.DataFrame, *, ttft_slo_s: float, tpot_slo_s: float) -> pd.Da
     out["edge"] = (load >= EDGE[0]) & (load <= EDGE[1])
     out["optimistic"] = out["edge"] & (out["ratio"] < 1.0 - TOLERANCE)
     out["ok"] = (~out["judged"] | out["within"]) & ~out["optimistic"]
+    if "simulated_lo_s" in out:
+        a = out["analytic_s"]
+        out["within_interval"] = (a >= (1.0 - TOLERANCE) * out["simulated_lo_s"]) & (
+            a <= (1.0 + TOLERANCE) * out["simulated_hi_s"]
+        )
     return out
