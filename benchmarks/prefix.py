@@ -21,6 +21,7 @@ from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit
+from gpucap.physics.requests import Requests
 from gpucap.queueing.simulate import kv_capacity_tokens, simulate
 
 MODEL, GPU = "meta-llama/Llama-3.1-8B", "H100-SXM-80GB"
@@ -38,11 +39,7 @@ def main() -> None:
     cap = batch_slots(hw, plain_mem)
     cache = {"without": 0.0, "with": float(SYSTEM)}
     service = {
-        k: float(
-            closed_loop(
-                hw, coef, concurrency=cap, input_len=INPUT, output_len=OUTPUT, cached_tokens=h
-            ).output_tokens_per_s
-        )
+        k: float(closed_loop(hw, coef, Requests(INPUT, OUTPUT, cached_tokens=h), concurrency=cap).output_tokens_per_s)
         for k, h in cache.items()
     }
     print(f"{MODEL} on {GPU}: {INPUT} in ({SYSTEM} shared system prompt) / {OUTPUT} out")
@@ -56,9 +53,7 @@ def main() -> None:
     for load in (0.3, 0.6, 0.85):
         rate = load * base_rate
         for name, h in cache.items():
-            a = open_loop(
-                hw, coef, request_rate=rate, input_len=INPUT, output_len=OUTPUT, max_running=cap, cached_tokens=h
-            )
+            a = open_loop(hw, coef, Requests(INPUT, OUTPUT, max_running=cap, cached_tokens=h), request_rate=rate)
             sim = simulate(
                 hw,
                 coef,

@@ -25,7 +25,9 @@ from gpucap.config import EngineConfig, Hardware, hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
+from gpucap.physics.requests import Requests
 from gpucap.queueing.analytic import max_request_rate, open_loop_latency
+from gpucap.queueing.servicecurve import service_curve
 from gpucap.queueing.simulate import Simulation, simulate
 from gpucap.types import STATISTICS
 
@@ -102,10 +104,11 @@ def compare(
     """Print the table of one case and arrival pattern; return the disagreements."""
     slots = case.slots
     kw = dict(input_len=case.input_len, output_len=case.output_len, max_running=slots)
-    mu = open_loop_latency(case.hw, coef, request_rate=1.0, **kw).service_rate
+    curve = service_curve(case.hw, coef, **kw)
+    mu = curve.service_rate
     print(f"\n{case.label}, burstiness {burstiness:g}: {slots:.0f} slots, service rate {mu:.2f} requests/s")
     print(f"{'util':>5} {'':5} " + " ".join(f"{s + ' analytic / sim':>30}" for s in STATISTICS))
-    lat = open_loop_latency(case.hw, coef, request_rate=np.array(utilizations) * mu, burstiness=burstiness, **kw)
+    lat = open_loop_latency(curve, request_rate=np.array(utilizations) * mu, burstiness=burstiness)
     disagree = []
     for k, u in enumerate(utilizations):
         t0 = time.perf_counter()
@@ -130,7 +133,7 @@ def compare(
                         f"{case.label}, b={burstiness:g}, u={u}: {label} {s} analytic {fmt_s(a)}, sim {fmt_s(b)} ({b / a - 1:+.0%})"
                     )
             print(f"{u:>5} {label:5} " + " ".join(row))
-        at_batch = closed_loop(case.hw, coef, concurrency=max(sim.mean_running, 1.0), **kw)
+        at_batch = closed_loop(case.hw, coef, Requests(**kw), concurrency=max(sim.mean_running, 1.0))
         print(
             f"{'':>5} sim: {sim.steps} steps in {sim_s:.1f} s, mean batch {sim.mean_running:.1f}, "
             f"P(wait) analytic {float(lat.wait_probability[k]):.3f}; closed-loop TPOT at the simulated batch "
@@ -142,8 +145,9 @@ def compare(
 def planner_check(case: Case, coef: Coefficients, burstiness: float, requests: int) -> None:
     """The rate max_request_rate gives for the SLOs, and the simulated P99s at it."""
     kw = dict(input_len=case.input_len, output_len=case.output_len, max_running=case.slots)
-    rate = max_request_rate(case.hw, coef, ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S, burstiness=burstiness, **kw)
-    mu = open_loop_latency(case.hw, coef, request_rate=1.0, **kw).service_rate
+    curve = service_curve(case.hw, coef, **kw)
+    rate = max_request_rate(curve, ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S, burstiness=burstiness)
+    mu = curve.service_rate
     out = [f"{case.label}, b={burstiness:g}: max rate {rate:.2f}/s ({rate / mu:.1%} of {mu:.2f}/s)"]
     for f in (0.9, 1.0):
         sim: Simulation = simulate(
@@ -168,18 +172,18 @@ def speed(all_cases: list[Case], coef: Coefficients) -> None:
     reps = 20
     for case in all_cases:
         kw = dict(input_len=case.input_len, output_len=case.output_len, max_running=case.slots)
-        mu = open_loop_latency(case.hw, coef, request_rate=1.0, **kw).service_rate
+        mu = service_curve(case.hw, coef, **kw).service_rate
         t0 = time.perf_counter()
         for _ in range(reps):
-            open_loop_latency(case.hw, coef, request_rate=0.9 * mu, **kw)
+            open_loop_latency(service_curve(case.hw, coef, **kw), request_rate=0.9 * mu)
         one = (time.perf_counter() - t0) / reps
         t0 = time.perf_counter()
         for _ in range(reps):
-            open_loop_latency(case.hw, coef, request_rate=np.linspace(0.02, 0.98, 40) * mu, **kw)
+            open_loop_latency(service_curve(case.hw, coef, **kw), request_rate=np.linspace(0.02, 0.98, 40) * mu)
         forty = (time.perf_counter() - t0) / reps
         t0 = time.perf_counter()
         for _ in range(reps):
-            max_request_rate(case.hw, coef, ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S, **kw)
+            max_request_rate(service_curve(case.hw, coef, **kw), ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S)
         search = (time.perf_counter() - t0) / reps
         print(
             f"  {case.label} ({case.slots:.0f} slots): open_loop_latency {one * 1e3:.1f} ms for one rate, "

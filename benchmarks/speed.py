@@ -34,6 +34,7 @@ from gpucap.config import hardware
 from gpucap.estimate import estimate
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.requests import Requests
 from gpucap.planning.search import plan
 
 TRUTH = Coefficients(u_compute=0.62, u_hbm=0.71, overlap=0.3, t_overhead_s=3e-3, t_seq_s=10e-6, t_request_s=0.01)
@@ -54,11 +55,11 @@ def configurations_per_second(model: str, tp: int, n: int, loop: int) -> tuple[f
     coef = Coefficients.for_engine("vllm")
     rng = np.random.default_rng(0)
     c, i, o = rng.uniform(1, 512, n), rng.uniform(100, 8000, n), rng.uniform(50, 2000, n)
-    vec_s = best_of(lambda: closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, max_running=1024.0))
+    vec_s = best_of(lambda: closed_loop(hw, coef, Requests(i, o, max_running=1024.0), concurrency=c))
 
     def plain() -> None:
         for k in range(loop):
-            closed_loop(hw, coef, concurrency=c[k], input_len=i[k], output_len=o[k], max_running=1024.0)
+            closed_loop(hw, coef, Requests(i[k], o[k], max_running=1024.0), concurrency=c[k])
 
     loop_s = best_of(plain, 1)
     return n / vec_s, loop / loop_s

@@ -49,6 +49,7 @@ from gpucap.physics.memory import (
     batch_slots,
     memory_limit,
 )
+from gpucap.physics.requests import Requests
 from gpucap.physics.runs import saturation_run
 from gpucap.report.notes import estimate_notes
 
@@ -345,12 +346,8 @@ def _speed_at(
         at = open_loop(
             hw,
             coef,
+            Requests(wl.prompt_len, wl.output_len, max_running=cap, cached_tokens=wl.cached_tokens, extras=extras),
             request_rate=op.request_rate / replicas,
-            input_len=wl.prompt_len,
-            cached_tokens=wl.cached_tokens,
-            output_len=wl.output_len,
-            max_running=cap,
-            extras=extras,
         )
         c_total = float(at.concurrency) * replicas
         if not np.isfinite(c_total):
@@ -405,10 +402,7 @@ def estimate_for(
     notes = [convention] if convention else []
     notes += estimate_notes(hw, wl, deployment, found.mem, extras, image_tokens, why)
     point, c_total, speed_notes = _speed_at(hw, coef, wl, at, found, replicas, extras, closed)
-    sat = saturation_run(
-        hw, coef, num_prompts=np.inf, input_len=wl.prompt_len, output_len=wl.output_len,
-        max_running=batch_slots(hw, found.mem_limit), extras=extras,
-    )  # fmt: skip
+    sat = saturation_run(hw, coef, Requests(wl.prompt_len, wl.output_len, max_running=batch_slots(hw, found.mem_limit), extras=extras), num_prompts=np.inf)  # fmt: skip
     notes += speed_notes
     limits: dict[str, float | None] = {"memory": found.mem_limit * replicas}
     limits.update({k: None if v is None else v * replicas for k, v in found.limits.items()})

@@ -17,6 +17,7 @@ from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots
+from gpucap.physics.requests import Requests
 from gpucap.physics.waves import wave_loop
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.loads import Load
@@ -36,7 +37,7 @@ SHAPES = [(128, 128), (1000, 256), (4000, 256), (1000, 1000)]
 def test_steady_state_matches_the_simulation(setup: str, input_len: int, output_len: int, concurrency: int) -> None:
     hw = SETUPS[setup]
     slots = batch_slots(hw, context_tokens=input_len + output_len)
-    cf = closed_loop(hw, COEF, concurrency=concurrency, input_len=input_len, output_len=output_len, max_running=slots)
+    cf = closed_loop(hw, COEF, Requests(input_len, output_len, max_running=slots), concurrency=concurrency)
     load = Load.closed_loop(concurrency, 24 * concurrency + 16)
     sim = run_benchmark(
         hw,
@@ -62,7 +63,7 @@ def test_waves_match_the_simulation(setup: str, input_len: int, output_len: int,
     slots = batch_slots(hw, context_tokens=input_len + output_len)
     if concurrency > slots or concurrency * input_len > 4 * (hw.engine.max_num_batched_tokens or 8192):
         pytest.skip("waves of more than four budget-full prefill steps break up (module docstring)")
-    wf = wave_loop(hw, COEF, concurrency=concurrency, input_len=input_len, output_len=output_len, max_running=slots)
+    wf = wave_loop(hw, COEF, Requests(input_len, output_len, max_running=slots), concurrency=concurrency)
     sim = run_benchmark(
         hw, COEF, Load.closed_loop(concurrency, 8 * concurrency), input_len=input_len, output_len=output_len
     )

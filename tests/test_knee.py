@@ -8,6 +8,7 @@ from gpucap import estimate
 from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.requests import Requests
 from gpucap.physics.waves import wave_loop
 from gpucap.report.knee import ttft_knee
 
@@ -19,7 +20,7 @@ GRID = np.geomspace(1, 4096, 60)
 def test_fixed_lengths_bend_at_the_waves() -> None:
     """2,000-token prompts in waves: a wave of two prompts prefills 4,000 tokens in one step that
     takes about twice a lone prompt's (prefill is compute-bound), so TTFT doubles by 2-3 requests."""
-    point = wave_loop(HW, COEF, concurrency=GRID, input_len=2000, output_len=200, max_running=1024)
+    point = wave_loop(HW, COEF, Requests(2000, 200, max_running=1024), concurrency=GRID)
     knee = ttft_knee(HW, COEF, point, input_len=2000, max_running=1024, lengths="fixed")
     assert knee is not None and knee.cause == "waves"
     assert 2 <= knee.concurrency <= 3
@@ -29,7 +30,7 @@ def test_fixed_lengths_bend_at_the_waves() -> None:
 def test_varied_lengths_bend_then_hit_the_token_budget() -> None:
     """2,000 / 200 tokens: TTFT doubles (waits behind other prompts' steps) well before the prompts
     fill the 8,192-token budget, X I TPOT = M - B, beyond which they queue: the text names both."""
-    point = closed_loop(HW, COEF, concurrency=GRID, input_len=2000, output_len=200, max_running=1024)
+    point = closed_loop(HW, COEF, Requests(2000, 200, max_running=1024), concurrency=GRID)
     knee = ttft_knee(HW, COEF, point, input_len=2000, max_running=1024)
     assert knee is not None and knee.cause == "prefill steps"
     assert "prompts queue for the token budget" in knee.text
@@ -37,13 +38,13 @@ def test_varied_lengths_bend_then_hit_the_token_budget() -> None:
     full = GRID[np.flatnonzero(prompts >= 0.9 * (8192 - point.decode_batch))[0]]
     assert knee.concurrency < full and f"from {full:,.0f} on" in knee.text
     # beyond max_running requests wait for a slot: a curve with few slots bends there
-    few = closed_loop(HW, COEF, concurrency=GRID, input_len=200, output_len=200, max_running=8)
+    few = closed_loop(HW, COEF, Requests(200, 200, max_running=8), concurrency=GRID)
     knee_few = ttft_knee(HW, COEF, few, input_len=200, max_running=8)
     assert knee_few is not None and knee_few.cause == "batch slots" and 8 < knee_few.concurrency <= 32
 
 
 def test_a_flat_curve_has_no_knee() -> None:
-    point = closed_loop(HW, COEF, concurrency=np.array([1.0, 2.0]), input_len=100, output_len=100)
+    point = closed_loop(HW, COEF, Requests(100, 100), concurrency=np.array([1.0, 2.0]))
     assert ttft_knee(HW, COEF, point, input_len=100) is None
 
 

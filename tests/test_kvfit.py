@@ -8,6 +8,7 @@ from scipy.stats import norm
 from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.requests import Requests
 from gpucap.queueing.kvfit import held_moments, slot_shares
 from gpucap.queueing.lengths import Lengths
 
@@ -44,14 +45,14 @@ def test_decode_context_reaches_the_step() -> None:
     step read more KV and lowers throughput; an impossible one is refused."""
     hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
     coef = Coefficients.for_engine("vllm")
-    kw = dict(concurrency=256.0, input_len=500.0, output_len=300.0, max_running=256.0)
-    base = closed_loop(hw, coef, **kw)
-    same = closed_loop(hw, coef, context_tokens=650.0, **kw)
-    longer = closed_loop(hw, coef, context_tokens=1300.0, **kw)
+    served = Requests(500.0, 300.0, max_running=256.0)
+    base = closed_loop(hw, coef, served, concurrency=256.0)
+    same = closed_loop(hw, coef, served, concurrency=256.0, context_tokens=650.0)
+    longer = closed_loop(hw, coef, served, concurrency=256.0, context_tokens=1300.0)
     assert float(same.requests_per_s) == pytest.approx(float(base.requests_per_s), rel=1e-12)
     assert float(longer.requests_per_s) < float(base.requests_per_s)
     with pytest.raises(ValueError, match="context_tokens"):
-        closed_loop(hw, coef, context_tokens=0.0, **kw)
+        closed_loop(hw, coef, served, concurrency=256.0, context_tokens=0.0)
 
 
 def test_a_long_prompt_waits_for_the_room_it_needs() -> None:

@@ -20,6 +20,7 @@ from gpucap.planning.capacity import Headroom, replicas_needed
 from gpucap.planning.search import LOW_UTILIZATION, plan
 from gpucap.queueing.analytic import max_request_rate
 from gpucap.queueing.lengths import Lengths
+from gpucap.queueing.servicecurve import service_curve
 
 MODEL = "meta-llama/Llama-3.1-8B"
 ONE = dict(gpus=["H100-SXM-80GB"], gpu_counts=[1], weight_dtypes=["fp8"], kv_dtypes=["auto"])
@@ -50,11 +51,7 @@ def test_load_exactly_at_capacity_needs_whole_replicas_plus_headroom(prices) -> 
     coef = Coefficients.for_engine("vllm")
     _, slots = memory_limit(hw, 2300.0)
     mu = max_request_rate(
-        hw,
-        coef,
-        input_len=2000.0,
-        output_len=300.0,
-        max_running=min(1024.0, slots),
+        service_curve(hw, coef, input_len=2000.0, output_len=300.0, max_running=min(1024.0, slots)),
         ttft_slo_s=2.0,
         tpot_slo_s=0.1,
         stat="p99",

@@ -14,6 +14,7 @@ from gpucap.estimate import estimate
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
+from gpucap.physics.requests import Requests
 from gpucap.units import GiB
 
 MODELS = st.sampled_from(
@@ -90,9 +91,7 @@ def test_recommendation_never_exceeds_the_memory_limit(
 def test_tpot_never_falls_as_concurrency_rises(model: str, isl: int, osl: int, engine: str) -> None:
     hw = hardware(model, "H100-SXM-80GB", engine=engine)
     c = np.geomspace(1, 2048, 40)
-    p = closed_loop(
-        hw, Coefficients.for_engine(engine), concurrency=c, input_len=isl, output_len=osl, max_running=1024.0
-    )
+    p = closed_loop(hw, Coefficients.for_engine(engine), Requests(isl, osl, max_running=1024.0), concurrency=c)
     # equal within the fixed point's own tolerance (1e-7 relative)
     assert np.all(np.diff(p.tpot_s) >= -1e-6 * p.tpot_s[1:])
 
@@ -211,5 +210,5 @@ def test_ttft_does_not_drop_where_a_prompt_starts_to_take_two_chunks(engine: str
     coef = Coefficients.for_engine(engine)
     prompts = np.arange(7800.0, 8600.0, 4.0)
     for c in (1.0, 4.0, 8.0, 16.0):
-        p = closed_loop(hw, coef, concurrency=c, input_len=prompts, output_len=37.0, max_running=2048.0)
+        p = closed_loop(hw, coef, Requests(prompts, 37.0, max_running=2048.0), concurrency=c)
         assert np.all(np.diff(p.ttft_s) >= -1e-9 * p.ttft_s[1:]), c

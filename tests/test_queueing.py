@@ -8,6 +8,7 @@ weights stream in ~2.4 ms, so every step takes ~52.4 ms whatever the batch (with
 X(m) = m X(1), the constant-rate servers of M/M/1, M/D/1 and M/M/c.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -19,6 +20,7 @@ from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
+from gpucap.physics.requests import Requests
 from gpucap.queueing.analytic import max_request_rate, open_loop_latency
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.servicecurve import service_curve
@@ -35,8 +37,19 @@ LEN = dict(input_len=1000.0, output_len=200.0)
 SLOTS = min(memory_limit(HW, 1200.0)[1], 1024.0)  # what the KV cache holds at input + output
 
 
+def toy_curve(slots: float):
+    return service_curve(TOY, TOY_COEF, max_running=slots, **TOY_LEN)
+
+
+@functools.cache
+def hw_curve(slots: float = SLOTS):
+    return service_curve(HW, COEF, max_running=slots, **LEN)
+
+
 def toy_point(concurrency: float):
-    return closed_loop(TOY, TOY_COEF, concurrency=concurrency, max_running=concurrency, waits=False, **TOY_LEN)
+    return closed_loop(
+        TOY, TOY_COEF, Requests(**TOY_LEN, max_running=concurrency), concurrency=concurrency, waits=False
+    )
 
 
 def test_toy_is_a_constant_rate_server() -> None:
@@ -54,7 +67,7 @@ def test_mm1_wait() -> None:
     one = toy_point(1.0)
     ttft_1 = float(one.ttft_s)
     lam = np.array([0.3, 0.8, 0.95]) * float(one.requests_per_s)
-    lat = open_loop_latency(TOY, TOY_COEF, request_rate=lam, max_running=1.0, service_scv=1.0, **TOY_LEN)
+    lat = open_loop_latency(toy_curve(1.0), request_rate=lam, service_scv=1.0)
     # mu: the closed loop's throughput at one slot (the model builds it from the decode step
     # itself: no prompt costs anything here; the two agree to ~1e-9); the formulas at the model's mu
     mu = lat.service_rate
@@ -77,7 +90,7 @@ def test_md1_pollaczek_khinchine() -> None:
     one = toy_point(1.0)
     ttft_1 = float(one.ttft_s)
     lam = np.array([0.3, 0.5, 0.7, 0.9, 0.99]) * float(one.requests_per_s)
-    lat = open_loop_latency(TOY, TOY_COEF, request_rate=lam, max_running=1.0, **TOY_LEN)
+    lat = open_loop_latency(toy_curve(1.0), request_rate=lam)
     mu = lat.service_rate  # the closed loop's to ~1e-9 (test_mm1_wait)
     rho = lam / mu
     assert lat.ttft_s["mean"] - ttft_1 == pytest.approx(rho / (2 * (mu - lam)), rel=1e-9)
@@ -89,9 +102,9 @@ def test_mdc_cosmetatos() -> None:
     = 0.75 x 2.89898 / 48 = 0.045296; so the fixed-length mean wait is 0.522648 of the
     exponential-service one, and P99 above the no-wait TTFTs shifts the same way (the toy's rho
     is 0.75 within 0.05%)."""
-    kw = dict(request_rate=3.0 * float(toy_point(1.0).requests_per_s), max_running=4.0, **TOY_LEN)
-    expo = open_loop_latency(TOY, TOY_COEF, service_scv=1.0, **kw)
-    fixed = open_loop_latency(TOY, TOY_COEF, service_scv=0.0, **kw)
+    curve, rate = toy_curve(4.0), 3.0 * float(toy_point(1.0).requests_per_s)
+    expo = open_loop_latency(curve, request_rate=rate, service_scv=1.0)
+    fixed = open_loop_latency(curve, request_rate=rate, service_scv=0.0)
     ttft_c = float(
         toy_point(4.0).ttft_s - toy_point(4.0).step_wait_s
     )  # the queue model adds the step in progress itself
@@ -115,7 +128,7 @@ def test_mmc_erlang_c() -> None:
     mu = float(toy_point(1.0).requests_per_s)
     ttft_c = float(toy_point(float(c)).ttft_s)
     a = np.array([2.0, 3.0, 3.6])  # rho = 0.5, 0.75, 0.9
-    lat = open_loop_latency(TOY, TOY_COEF, request_rate=a * mu, max_running=float(c), service_scv=1.0, **TOY_LEN)
+    lat = open_loop_latency(toy_curve(float(c)), request_rate=a * mu, service_scv=1.0)
     expect_c = np.array([erlang_c(c, x) for x in a])
     assert lat.wait_probability == pytest.approx(expect_c, rel=2e-3)
     assert lat.ttft_s["p99"] == pytest.approx(ttft_c + np.log(100 * expect_c) / (c * mu - a * mu), rel=2e-3)
@@ -134,43 +147,43 @@ def test_kingman_heavy_traffic() -> None:
     Burstiness 0.5 -> c_a^2 = 2; exponential service c_s^2 = 1: 99 x 1.5 / mu = 148.5 / mu."""
     one = toy_point(1.0)
     mu, ttft_1 = float(one.requests_per_s), float(one.ttft_s)
-    lat = open_loop_latency(
-        TOY, TOY_COEF, request_rate=0.99 * mu, max_running=1.0, burstiness=0.5, service_scv=1.0, **TOY_LEN
-    )
+    lat = open_loop_latency(toy_curve(1.0), request_rate=0.99 * mu, burstiness=0.5, service_scv=1.0)
     assert float(lat.ttft_s["mean"]) - ttft_1 == pytest.approx(148.5 / mu, rel=0.01)
-    fixed = open_loop_latency(TOY, TOY_COEF, request_rate=0.99 * mu, max_running=1.0, burstiness=0.5, **TOY_LEN)
+    fixed = open_loop_latency(toy_curve(1.0), request_rate=0.99 * mu, burstiness=0.5)
     # fixed lengths: (2 + 0) / 2 x 99 = 99 / mu
     assert float(fixed.ttft_s["mean"]) - ttft_1 == pytest.approx(99 / mu, rel=0.01)
 
 
 def test_burstiness_one_is_poisson() -> None:
     lam = np.array([5.0, 15.0, 20.0])
-    base = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
-    near = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, burstiness=1.0 + 1e-7, **LEN)
+    base = open_loop_latency(hw_curve(), request_rate=lam)
+    near = open_loop_latency(hw_curve(), request_rate=lam, burstiness=1.0 + 1e-7)
     for s in STATS:
         assert near.ttft_s[s] == pytest.approx(base.ttft_s[s], rel=1e-5)
         assert near.tpot_s[s] == pytest.approx(base.tpot_s[s], rel=1e-5)
-    bursty = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, burstiness=0.5, **LEN)
+    bursty = open_loop_latency(hw_curve(), request_rate=lam, burstiness=0.5)
     assert np.all(bursty.ttft_s["p99"] >= base.ttft_s["p99"])
     assert np.all(bursty.tpot_s["p99"] >= base.tpot_s["p99"])
 
 
 def test_tails_grow_toward_saturation_and_blow_up_past_it() -> None:
-    mu = open_loop_latency(HW, COEF, request_rate=1.0, max_running=SLOTS, **LEN).service_rate
-    full = closed_loop(HW, COEF, concurrency=SLOTS, max_running=SLOTS, waits=False, **LEN)  # as the queue model sees it
+    mu = open_loop_latency(hw_curve(), request_rate=1.0).service_rate
+    full = closed_loop(
+        HW, COEF, Requests(**LEN, max_running=SLOTS), concurrency=SLOTS, waits=False
+    )  # as the queue model sees it
     # every slot busy, completions balance arrivals (c(R, mu) = mu); where a step's cost grows
     # linearly with its prompts (1,000-token prompts on the 8B: compute-bound steps), it does not
     # matter how many share a step and mu is the closed loop's throughput at R
     assert mu == pytest.approx(float(full.requests_per_s), rel=1e-4)
     rho = np.array([0.3, 0.6, 0.85, 0.95, 0.99, 0.999])
-    lat = open_loop_latency(HW, COEF, request_rate=rho * mu, max_running=SLOTS, **LEN)
+    lat = open_loop_latency(hw_curve(), request_rate=rho * mu)
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         d = getattr(lat, name)
         assert np.all(np.diff(d["p99"]) > 0), name
         assert np.all(d["median"] <= d["p95"]) and np.all(d["p95"] <= d["p99"]), name
     assert lat.ttft_s["p99"][-1] > 10 * lat.ttft_s["p99"][0]
     assert np.all(lat.stable)
-    over = open_loop_latency(HW, COEF, request_rate=np.array([mu, 1.5 * mu]), max_running=SLOTS, **LEN)
+    over = open_loop_latency(hw_curve(), request_rate=np.array([mu, 1.5 * mu]))
     assert not over.stable.any()
     for s in STATS:
         assert np.all(np.isinf(over.ttft_s[s])) and np.all(np.isinf(over.e2e_s[s]))
@@ -179,21 +192,21 @@ def test_tails_grow_toward_saturation_and_blow_up_past_it() -> None:
 
 def test_vectorized_over_rate_shape() -> None:
     lam = np.array([[1.0, 5.0], [10.0, 15.0]])
-    lat = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
+    lat = open_loop_latency(hw_curve(), request_rate=lam)
     assert lat.ttft_s["p99"].shape == (2, 2)
-    one = open_loop_latency(HW, COEF, request_rate=10.0, max_running=SLOTS, **LEN)
+    one = open_loop_latency(hw_curve(), request_rate=10.0)
     assert float(one.ttft_s["p99"]) == pytest.approx(lat.ttft_s["p99"][1, 0], rel=1e-9)
 
 
 def test_state_bins_match_single_states(monkeypatch: pytest.MonkeyPatch) -> None:
     lam = np.array([10.0, 19.0, 20.5])
-    binned = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
+    binned = open_loop_latency(hw_curve(), request_rate=lam)
     assert len(states._bins(int(SLOTS))) < SLOTS  # the default merges states into bins
     monkeypatch.setattr(states, "EXACT_STATES", 4096)
     monkeypatch.setattr(arrivals, "EXACT_STATES", 4096)
     states._bins.cache_clear()  # bins are cached per slot count
     assert len(states._bins(int(SLOTS))) == int(SLOTS)
-    exact = open_loop_latency(HW, COEF, request_rate=lam, max_running=SLOTS, **LEN)
+    exact = open_loop_latency(hw_curve(), request_rate=lam)
     states._bins.cache_clear()
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         for s in STATS:
@@ -201,39 +214,38 @@ def test_state_bins_match_single_states(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_max_request_rate_meets_the_slo_and_is_monotone() -> None:
-    kw = dict(max_running=SLOTS, **LEN)
-    mu = open_loop_latency(HW, COEF, request_rate=1.0, **kw).service_rate
-    rates = [max_request_rate(HW, COEF, ttft_slo_s=slo, **kw) for slo in (0.06, 0.1, 0.5, 2.0, 8.0)]
+    curve = hw_curve()
+    mu = open_loop_latency(curve, request_rate=1.0).service_rate
+    rates = [max_request_rate(curve, ttft_slo_s=slo) for slo in (0.06, 0.1, 0.5, 2.0, 8.0)]
     assert all(b >= a for a, b in zip(rates, rates[1:], strict=False))
     assert 0 < rates[0] < rates[-1] < mu
     for slo, rate in zip((0.06, 0.1, 0.5, 2.0, 8.0), rates, strict=True):
-        at = open_loop_latency(HW, COEF, request_rate=rate, **kw)
+        at = open_loop_latency(curve, request_rate=rate)
         assert float(at.ttft_s["p99"]) <= slo * (1 + 1e-9)
-        above = open_loop_latency(HW, COEF, request_rate=min(1.01 * rate, mu), **kw)
+        above = open_loop_latency(curve, request_rate=min(1.01 * rate, mu))
         assert float(above.ttft_s["p99"]) > slo  # within 1% of the limit
-    tpot_rates = [max_request_rate(HW, COEF, tpot_slo_s=slo, **kw) for slo in (0.01, 0.02, 0.05)]
+    tpot_rates = [max_request_rate(curve, tpot_slo_s=slo) for slo in (0.01, 0.02, 0.05)]
     assert tpot_rates == sorted(tpot_rates)
-    at = open_loop_latency(HW, COEF, request_rate=tpot_rates[1], **kw)
+    at = open_loop_latency(curve, request_rate=tpot_rates[1])
     assert float(at.tpot_s["p99"]) <= 0.02 * (1 + 1e-9)
-    both = max_request_rate(HW, COEF, ttft_slo_s=0.1, tpot_slo_s=0.02, **kw)
+    both = max_request_rate(curve, ttft_slo_s=0.1, tpot_slo_s=0.02)
     assert both <= min(rates[1], tpot_rates[1]) * (1 + 1e-9)
-    looser_stat = max_request_rate(HW, COEF, ttft_slo_s=0.1, stat="median", **kw)
+    looser_stat = max_request_rate(curve, ttft_slo_s=0.1, stat="median")
     assert looser_stat >= rates[1]
-    mean = max_request_rate(HW, COEF, ttft_slo_s=0.1, stat="mean", **kw)
-    assert float(open_loop_latency(HW, COEF, request_rate=mean, **kw).ttft_s["mean"]) <= 0.1 * (1 + 1e-9)
+    mean = max_request_rate(curve, ttft_slo_s=0.1, stat="mean")
+    assert float(open_loop_latency(curve, request_rate=mean).ttft_s["mean"]) <= 0.1 * (1 + 1e-9)
 
 
 def test_max_request_rate_is_zero_when_a_trickle_misses() -> None:
-    one = closed_loop(HW, COEF, concurrency=1.0, max_running=SLOTS, **LEN)
-    kw = dict(max_running=SLOTS, **LEN)
-    assert max_request_rate(HW, COEF, tpot_slo_s=0.5 * float(one.tpot_s), **kw) == 0.0
-    assert max_request_rate(HW, COEF, ttft_slo_s=0.5 * float(one.ttft_s), **kw) == 0.0
+    one = closed_loop(HW, COEF, Requests(**LEN, max_running=SLOTS), concurrency=1.0)
+    assert max_request_rate(hw_curve(), tpot_slo_s=0.5 * float(one.tpot_s)) == 0.0
+    assert max_request_rate(hw_curve(), ttft_slo_s=0.5 * float(one.ttft_s)) == 0.0
 
 
 def test_bursty_arrivals_lower_the_rate() -> None:
-    kw = dict(max_running=64.0, ttft_slo_s=2.0, tpot_slo_s=0.1, **LEN)
-    poisson = max_request_rate(HW, COEF, **kw)
-    bursty = max_request_rate(HW, COEF, burstiness=0.5, **kw)
+    kw = dict(ttft_slo_s=2.0, tpot_slo_s=0.1)
+    poisson = max_request_rate(hw_curve(64.0), **kw)
+    bursty = max_request_rate(hw_curve(64.0), burstiness=0.5, **kw)
     assert bursty < poisson
 
 
@@ -251,9 +263,9 @@ def test_bursty_arrivals_lower_the_rate() -> None:
     ],
 )
 def test_open_loop_latency_rejects_bad_input(kwargs: dict, word: str) -> None:
-    args = dict(max_running=SLOTS, **LEN) | kwargs
+    curve_args = {k: kwargs.pop(k) for k in ("max_running", "input_len") if k in kwargs}
     with pytest.raises(ValueError, match=word):
-        open_loop_latency(HW, COEF, **args)
+        open_loop_latency(service_curve(HW, COEF, **(dict(max_running=SLOTS, **LEN) | curve_args)), **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -268,7 +280,7 @@ def test_open_loop_latency_rejects_bad_input(kwargs: dict, word: str) -> None:
 )
 def test_max_request_rate_rejects_bad_input(kwargs: dict, word: str) -> None:
     with pytest.raises(ValueError, match=word):
-        max_request_rate(HW, COEF, max_running=SLOTS, **LEN, **kwargs)
+        max_request_rate(hw_curve(), **kwargs)
 
 
 def test_the_service_time_spread_comes_from_the_lengths() -> None:
@@ -283,9 +295,9 @@ def test_the_service_time_spread_comes_from_the_lengths() -> None:
     expo = service_curve(TOY, TOY_COEF, output_lengths=Lengths.exponential(400.0), **kw)
     assert 0.8 < expo.service_scv <= 1.05
     rate = [0.9 * expo.service_rate]
-    default = open_loop_latency(TOY, TOY_COEF, request_rate=rate, curve=expo, **kw)
-    given = open_loop_latency(TOY, TOY_COEF, request_rate=rate, curve=expo, service_scv=expo.service_scv, **kw)
-    constant = open_loop_latency(TOY, TOY_COEF, request_rate=rate, curve=expo, service_scv=0.0, **kw)
+    default = open_loop_latency(expo, request_rate=rate)
+    given = open_loop_latency(expo, request_rate=rate, service_scv=expo.service_scv)
+    constant = open_loop_latency(expo, request_rate=rate, service_scv=0.0)
     assert default.ttft_s["p99"] == pytest.approx(given.ttft_s["p99"])
     assert default.ttft_s["p99"] > constant.ttft_s["p99"]
 
@@ -488,16 +500,10 @@ def test_no_tpot_outlasts_the_longest_step() -> None:
     assert curve.room_share[:, 0] == pytest.approx(20000.0 / (8192.0 - curve.decode_batch), rel=1e-4)
     by_hand = curve.decode_step_s + curve.stall_s[:, 0, 0] / curve.room_share[:, 0]
     assert curve.longest_step_s == pytest.approx(by_hand, rel=1e-9)
-    lat = open_loop_latency(
-        hw, coef, request_rate=0.97 * curve.service_rate, input_len=inp.mean, output_len=out.mean,
-        max_running=cap, curve=curve, stats=("p99",),
-    )  # fmt: skip
+    lat = open_loop_latency(curve, request_rate=0.97 * curve.service_rate, stats=("p99",))  # fmt: skip
     assert float(lat.tpot_s["p99"]) <= curve.longest_step_s.max() * (1 + 1e-9)
     uncapped = dataclasses.replace(curve, decodes_every_step=False)
-    free = open_loop_latency(
-        hw, coef, request_rate=0.97 * curve.service_rate, input_len=inp.mean, output_len=out.mean,
-        max_running=cap, curve=uncapped, stats=("p99",),
-    )  # fmt: skip
+    free = open_loop_latency(uncapped, request_rate=0.97 * curve.service_rate, stats=("p99",))  # fmt: skip
     assert float(free.tpot_s["p99"]) > curve.longest_step_s.max()
     assert np.isinf(uncapped.longest_step_s).all()
     sglang = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", engine="sglang")

@@ -10,6 +10,7 @@ from gpucap.physics.memory import memory_limit
 from gpucap.physics.step import prefill_pairs_per_layer, step_work
 from gpucap.physics.steptime import step_time
 from gpucap.queueing.analytic import open_loop_latency
+from gpucap.queueing.servicecurve import service_curve
 from gpucap.queueing.simulate import arrival_times, simulate
 
 HW = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
@@ -142,9 +143,9 @@ TOLERANCE = {"ttft_s": {"mean": 0.12, "p95": 0.2, "p99": 0.3}, "tpot_s": {"mean"
 
 @pytest.mark.parametrize("utilization", [0.3, 0.6, 0.85])
 def test_simulation_matches_analytic_tails(utilization: float) -> None:
-    mu = open_loop_latency(HW, COEF, request_rate=1.0, max_running=CHAT_SLOTS, **CHAT).service_rate
-    rate = utilization * mu
-    lat = open_loop_latency(HW, COEF, request_rate=rate, max_running=CHAT_SLOTS, **CHAT)
+    curve = service_curve(HW, COEF, max_running=CHAT_SLOTS, **CHAT)
+    rate = utilization * curve.service_rate
+    lat = open_loop_latency(curve, request_rate=rate)
     sim = simulate(HW, COEF, request_rate=rate, num_requests=3000, max_running=CHAT_SLOTS, seed=0, **CHAT)
     for name, stats in TOLERANCE.items():
         for stat, tol in stats.items():
@@ -157,8 +158,9 @@ def test_waiting_for_slots_matches_analytic() -> None:
     (Erlang C; constant service waits less often), simulated/analytic TTFT mean 0.95-1.23, P95
     1.05-1.33, P99 0.90-1.13."""
     kw = dict(input_len=100.0, output_len=300.0, max_running=32.0)
-    mu = open_loop_latency(HW, COEF, request_rate=1.0, **kw).service_rate
-    lat = open_loop_latency(HW, COEF, request_rate=0.85 * mu, **kw)
+    curve = service_curve(HW, COEF, **kw)
+    mu = curve.service_rate
+    lat = open_loop_latency(curve, request_rate=0.85 * mu)
     sim = simulate(HW, COEF, request_rate=0.85 * mu, num_requests=6000, seed=0, **kw)
     no_wait = float(lat.ttft_s["median"])  # fewer than half wait
     assert np.mean(sim.ttft_s > 2 * no_wait) == pytest.approx(float(lat.wait_probability), abs=0.08)

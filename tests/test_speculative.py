@@ -12,6 +12,7 @@ from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.extras import Extras
 from gpucap.physics.memory import hardware_memory
+from gpucap.physics.requests import Requests
 from gpucap.physics.runs import static_batch
 from gpucap.physics.speculative import acceptance_length
 from gpucap.physics.step import step_work
@@ -95,8 +96,8 @@ def test_memory_bound_decode_tpot_falls_by_tau() -> None:
     # 1.332 ms (its KV, activations and compute add < 0.5%) on a plain step of 15.01 GB weights
     # ((BODY + LM_HEAD) x 2) + 1000.5 x 131,072 B of KV = 15.14 GB / 3.35 TB/s = 4.52 ms:
     # TPOT = (4.52 + 1.332) / 2.5 = 2.341 ms, 1.93x lower.
-    spec = static_batch(hw, IDEAL, batch=1.0, input_len=999.0, output_len=3.0, extras=Extras(speculative=EAGLE))
-    base = static_batch(hw, IDEAL, batch=1.0, input_len=999.0, output_len=3.0)
+    spec = static_batch(hw, IDEAL, Requests(999.0, 3.0, extras=Extras(speculative=EAGLE)), batch=1.0)
+    base = static_batch(hw, IDEAL, Requests(999.0, 3.0), batch=1.0)
     assert float(base.tpot_s) == pytest.approx(((BODY + LM_HEAD) * 2 + 1000.5 * KV_TOKEN) / 3.35e12, rel=1e-3)
     assert float(base.tpot_s / spec.tpot_s) == pytest.approx(1.93, rel=0.005)
     assert float(spec.tpot_s) == pytest.approx(float(spec.decode_step.total_s) / 2.5, rel=1e-12)
@@ -108,7 +109,7 @@ def test_closed_loop_decodes_in_o_minus_1_over_tau_steps() -> None:
     hw = hardware(LLAMA8B, "H100-SXM-80GB")
     coef = Coefficients(t_request_s=0.0)
     c = np.array([1.0, 8.0, 64.0])
-    p = closed_loop(hw, coef, concurrency=c, input_len=1000.0, output_len=301.0, extras=Extras(speculative=EAGLE))
+    p = closed_loop(hw, coef, Requests(1000.0, 301.0, extras=Extras(speculative=EAGLE)), concurrency=c)
     t_step = p.decode_step.total_s
     np.testing.assert_allclose(p.tpot_s, t_step / 2.5, rtol=1e-12)
     np.testing.assert_allclose(p.decode_batch, p.requests_per_s * (300 / 2.5) * t_step, rtol=1e-9)

@@ -8,6 +8,7 @@ from gpucap.config import Images, Speculative, hardware
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.extras import Extras
+from gpucap.physics.requests import Requests
 from gpucap.physics.steady import closed_loop_root, rate_cap_root, step_seconds
 from gpucap.physics.step import prefill_pairs_per_layer, step_work
 from gpucap.physics.steptime import ATTN_COMPUTE, GEMM_COMPUTE, GEMM_MEMORY, OVERHEAD, step_time
@@ -70,7 +71,7 @@ def test_solution_satisfies_the_fixed_point(model: str, tp: int) -> None:
     coef = Coefficients(t_request_s=0.0)
     c = np.array([1.0, 4.0, 32.0, 128.0, 512.0])
     i, o = 2000.0, 300.0
-    p = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, prompt_steps="spread")
+    p = closed_loop(hw, coef, Requests(i, o), concurrency=c, prompt_steps="spread")
     b = p.decode_batch
     prompt = p.requests_per_s * i * p.tpot_s
     pairs = prefill_pairs_per_layer(hw.spec, i)
@@ -110,13 +111,7 @@ def test_fixed_point_with_images_and_speculation(
     c = np.array([1.0, 4.0, 32.0, 128.0])
     text_i, o = 500.0, 301.0
     p = closed_loop(
-        hw,
-        coef,
-        concurrency=c,
-        input_len=text_i,
-        output_len=o,
-        extras=Extras(images, speculative),
-        prompt_steps="spread",
+        hw, coef, Requests(text_i, o, extras=Extras(images, speculative)), concurrency=c, prompt_steps="spread"
     )
     n = images.per_request if images else 0.0
     i = text_i + (n * image_work(hw.spec.vision, images).tokens if images else 0.0)
@@ -154,7 +149,7 @@ def test_pipeline_stages_do_not_shorten_a_lone_prompt() -> None:
     coef = Coefficients(t_request_s=0.0)
     one = hardware("meta-llama/Llama-3.3-70B-Instruct", "H200-SXM-141GB", weight_dtype="fp8")
     four = hardware("meta-llama/Llama-3.3-70B-Instruct", "H200-SXM-141GB", pp=4, weight_dtype="fp8")
-    alone = [float(closed_loop(hw, coef, concurrency=1.0, input_len=4000, output_len=200).ttft_s) for hw in (one, four)]
+    alone = [float(closed_loop(hw, coef, Requests(4000, 200), concurrency=1.0).ttft_s) for hw in (one, four)]
     assert alone[1] >= alone[0]
     assert alone[1] <= 1.05 * alone[0]  # the sends add little
 
@@ -177,8 +172,8 @@ def test_prompt_steps_apart_satisfy_their_fixed_point() -> None:
     hw = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB")
     coef = Coefficients(t_request_s=0.0)
     c, i, o = np.array([1.0, 4.0, 16.0, 64.0]), 2000.0, 200.0
-    spread = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, prompt_steps="spread")
-    apart = closed_loop(hw, coef, concurrency=c, input_len=i, output_len=o, prompt_steps="apart")
+    spread = closed_loop(hw, coef, Requests(i, o), concurrency=c, prompt_steps="spread")
+    apart = closed_loop(hw, coef, Requests(i, o), concurrency=c, prompt_steps="apart")
     b, x = apart.decode_batch, apart.requests_per_s
     ctx, pairs = i + o / 2, prefill_pairs_per_layer(hw.spec, i)
     only = step_time(hw, step_work(hw, decode_tokens=b, decode_context=ctx), coef).total_s
@@ -191,10 +186,10 @@ def test_prompt_steps_apart_satisfy_their_fixed_point() -> None:
     # the step time is convex in the tokens, so concentrating the prompts never shortens TPOT
     assert np.all(apart.tpot_s >= spread.tpot_s * (1 - 1e-9))
     with pytest.raises(ValueError, match="prompt_steps must be one of"):
-        closed_loop(hw, coef, concurrency=1.0, input_len=i, output_len=o, prompt_steps="mixed")
+        closed_loop(hw, coef, Requests(i, o), concurrency=1.0, prompt_steps="mixed")
     two_stages = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", pp=2)
     with pytest.raises(ValueError, match="not modelled with pipeline parallelism"):
-        closed_loop(two_stages, coef, concurrency=1.0, input_len=i, output_len=o, prompt_steps="apart")
+        closed_loop(two_stages, coef, Requests(i, o), concurrency=1.0, prompt_steps="apart")
 
 
 @pytest.mark.parametrize(("pp", "overlap"), [(1, False), (2, False), (1, True), (2, True)])

@@ -13,6 +13,7 @@ from gpucap.config import hardware
 from gpucap.physics.batching import closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import hardware_memory, kv_bytes_per_token
+from gpucap.physics.requests import Requests
 from gpucap.physics.step import StepTime, prefill_pairs_per_layer, step_work
 from gpucap.physics.steptime import step_time
 from gpucap.teaching import seeds
@@ -198,7 +199,7 @@ def test_work_and_flop_tables(hw8) -> None:
 
 def test_little_law_table(hw8) -> None:
     c = np.array([1.0, 16.0, 500.0])
-    pt = closed_loop(hw8, COEF, concurrency=c, input_len=3840, output_len=256, max_running=336)
+    pt = closed_loop(hw8, COEF, Requests(3840, 256, max_running=336), concurrency=c)
     table = teach.little_law_table(pt, 256)
     np.testing.assert_allclose(table["X x (TTFT + (O-1) TPOT)"], c, rtol=1e-6)
 
@@ -276,15 +277,13 @@ def test_step_split_and_comm_share_figures(hw8) -> None:
 
 def test_latency_and_open_loop_figures(hw8) -> None:
     c = np.array([1.0, 16.0, 128.0])
-    pt = closed_loop(hw8, COEF, concurrency=c, input_len=3840, output_len=256, max_running=336)
+    pt = closed_loop(hw8, COEF, Requests(3840, 256, max_running=336), concurrency=c)
     fig = teach.latency_figure(pt, ttft_slo_s=2.0, tpot_slo_s=0.1, marks={"rec": 115.0})
     assert isinstance(fig, Figure) and len(fig.axes) == 3
     assert _lines(fig, 0) == 3 and _lines(fig, 2) == 2  # curve + SLO + mark; no SLO on tokens/s
-    service = float(
-        closed_loop(hw8, COEF, concurrency=336, input_len=3840, output_len=256, max_running=336).requests_per_s
-    )
+    service = float(closed_loop(hw8, COEF, Requests(3840, 256, max_running=336), concurrency=336).requests_per_s)
     rates = np.array([0.5, 0.9, 1.2]) * service
-    ol = open_loop(hw8, COEF, request_rate=rates, input_len=3840, output_len=256, max_running=336)
+    ol = open_loop(hw8, COEF, Requests(3840, 256, max_running=336), request_rate=rates)
     assert np.isinf(ol.ttft_s[-1])
     fig = teach.open_loop_figure(rates, ol, service)
     assert isinstance(fig, Figure) and len(fig.axes) == 3

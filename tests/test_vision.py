@@ -10,6 +10,7 @@ from gpucap.estimate import estimate
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.extras import Extras
 from gpucap.physics.memory import hardware_memory
+from gpucap.physics.requests import Requests
 from gpucap.physics.runs import static_batch
 from gpucap.physics.step import step_work
 from gpucap.physics.steptime import step_time
@@ -129,8 +130,8 @@ def test_encoder_time_adds_to_the_prefill() -> None:
     #   memory  (1,353,100,288 weights + 9216 x 32 x 10 x 1280 x 2 activations) / 3.35e12 = 2.66 ms
     # so it adds 13.823 ms.
     hw = hardware(QWEN_VL, "H100-SXM-80GB")
-    img = static_batch(hw, IDEAL, batch=1.0, input_len=200.0, output_len=1.0, extras=Extras(Images(size_px=1344)))
-    text = static_batch(hw, IDEAL, batch=1.0, input_len=2504.0, output_len=1.0)
+    img = static_batch(hw, IDEAL, Requests(200.0, 1.0, extras=Extras(Images(size_px=1344))), batch=1.0)
+    text = static_batch(hw, IDEAL, Requests(2504.0, 1.0), batch=1.0)
     encoder_s = (11_853_974_863_872 + 1_824_018_923_520) / 989.5e12
     assert float(img.ttft_s - text.ttft_s) == pytest.approx(encoder_s, rel=1e-9)
     assert encoder_s == pytest.approx(13.823e-3, rel=1e-3)

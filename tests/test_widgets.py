@@ -21,6 +21,7 @@ import gpucap  # noqa: E402
 import gpucap.app.widgets as gw  # noqa: E402
 from gpucap.app.controls import ALLOWED_ENV
 from gpucap.app.widgets import EstimatorApp
+from gpucap.physics.requests import Requests
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
 SEED = dict(input_len=3840, output_len=256, ttft_slo_s=2.0, tpot_slo_s=0.1)  # the app's defaults
@@ -229,7 +230,7 @@ def test_figures_take_package_results() -> None:
     assert not mem.fits
     assert any(t.startswith("short by") for t in texts(memory_svg(mem, title="")))
 
-    point = closed_loop(est.hw, est.coefficients, concurrency=[1.0, 10.0, 100.0], input_len=1000.0, output_len=256.0)
+    point = closed_loop(est.hw, est.coefficients, Requests(1000.0, 256.0), concurrency=[1.0, 10.0, 100.0])
     bare = curves_svg(point)  # no marks
     assert len(elements(bare, "curve")) == 3
     assert not any(elements(bare, k) for k in ("slo", "recommended", "memory-limit"))

@@ -45,6 +45,7 @@ from gpucap.parallel import Runner, as_runner
 from gpucap.physics.batching import LoadPoint, closed_loop, open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit
+from gpucap.physics.requests import Requests
 from gpucap.physics.runs import saturation_run, static_batch
 from gpucap.physics.waves import wave_loop
 from gpucap.queueing.simulate import run_benchmark
@@ -253,15 +254,15 @@ def _closed_form(group: list[PreparedCase], co: Coefficients) -> np.ndarray:
     point: LoadPoint
     if mode == "saturation":
         shape = "fixed" if first.lengths == "range" else first.lengths  # the drain's shape
-        point = saturation_run(hw, co, num_prompts=load, input_len=isl, output_len=osl, max_running=cap, lengths=shape)
+        point = saturation_run(hw, co, Requests(isl, osl, max_running=cap), num_prompts=load, lengths=shape)
     elif mode in ("fixed-concurrency", "single-request") and first.lengths == "fixed":
-        point = wave_loop(hw, co, concurrency=load, input_len=isl, output_len=osl, max_running=cap)
+        point = wave_loop(hw, co, Requests(isl, osl, max_running=cap), concurrency=load)
     elif mode in ("fixed-concurrency", "single-request"):
-        point = closed_loop(hw, co, concurrency=load, input_len=isl, output_len=osl, max_running=cap)
+        point = closed_loop(hw, co, Requests(isl, osl, max_running=cap), concurrency=load)
     elif mode == "static-batch":
-        point = static_batch(hw, co, batch=load, input_len=isl, output_len=osl)
+        point = static_batch(hw, co, Requests(isl, osl), batch=load)
     else:
-        point = open_loop(hw, co, request_rate=load, input_len=isl, output_len=osl, max_running=cap)
+        point = open_loop(hw, co, Requests(isl, osl, max_running=cap), request_rate=load)
     ttft = np.where(np.isfinite(point.ttft_s), point.ttft_s * 1e3, np.nan)
     only = np.array([c.ttft_only for c in group])
     out = np.full((len(group), len(ALL_METRICS)), np.nan)

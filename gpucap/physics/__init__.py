@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from gpucap.physics.memory import kv_bytes_per_token_per_gpu as kv_bytes_per_token_per_gpu
     from gpucap.physics.memory import memory_limit as memory_limit
     from gpucap.physics.memory import weight_bytes_per_gpu as weight_bytes_per_gpu
+    from gpucap.physics.requests import Requests as Requests
     from gpucap.physics.speculative import acceptance_length as acceptance_length
     from gpucap.physics.step import StepTime as StepTime
     from gpucap.physics.step import StepWork as StepWork

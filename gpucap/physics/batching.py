@@ -2,10 +2,12 @@
 replica as functions of concurrency (closed loop), of request rate (open loop), and for the
 finite "send N prompts at once" runs that publish maximum throughput.
 
-Every function takes numpy arrays for the load and solves all of them in one vectorized call.
+Every function takes what the replica serves as one ``Requests`` (``gpucap.physics.requests``:
+lengths, prefix-cached tokens, batch slots, extras) and numpy arrays for the load, and solves all
+of them in one vectorized call.
 
-Two optional inputs, ``extras`` (``gpucap.physics.extras.Extras``), change every function the same
-way, and leave all results unchanged when absent (``NO_EXTRAS``):
+The requests' ``extras`` (``gpucap.physics.extras.Extras``) change every function the same way, and
+leave all results unchanged when absent (``NO_EXTRAS``):
 
 - ``images`` (``gpucap.config.Images``): each request's images add their tokens to the prompt
   (``I = text tokens + images x tokens per image``) and their encoder work to the step that
@@ -30,6 +32,7 @@ from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.extras import NO_EXTRAS, Extras
 from gpucap.physics.memory import ArrayLike
+from gpucap.physics.requests import Requests
 from gpucap.physics.solvers import ClosedLoad, Solution, closed_load, front_end_s, solve, step_times, terms
 from gpucap.physics.step import Array, StepTime
 from gpucap.physics.steptime import combine
@@ -97,15 +100,11 @@ def frontend_latency_s(hw: Hardware, coef: Coefficients) -> float:
 def closed_loop(
     hw: Hardware,
     coef: Coefficients,
+    requests: Requests,
     *,
     concurrency: ArrayLike,
-    input_len: ArrayLike,
-    output_len: ArrayLike,
-    max_running: ArrayLike = np.inf,
-    extras: Extras = NO_EXTRAS,
     prompt_steps: str = "auto",
     waits: bool = True,
-    cached_tokens: ArrayLike = 0.0,
     context_tokens: ArrayLike | None = None,
 ) -> LoadPoint:
     """Steady state with ``concurrency`` requests always in the system (each finished request is
@@ -155,18 +154,7 @@ def closed_loop(
     ones more often: ``E[I] + E[O^2] / (2 E[O])`` (``gpucap.queueing.kvfit.held_moments``).
     """
     apart = _prompt_steps_apart(hw, prompt_steps)
-    ex = extras
-    load = closed_load(
-        hw,
-        coef,
-        ex,
-        concurrency=concurrency,
-        input_len=input_len,
-        output_len=output_len,
-        max_running=max_running,
-        cached_tokens=cached_tokens,
-        context_tokens=context_tokens,
-    )
+    load = closed_load(hw, coef, requests, concurrency=concurrency, context_tokens=context_tokens)
     lead_s = frontend_latency_s(hw, coef)
     r = load.running
     # a request that arrives while others run (probability 1 - 1/R) waits for the step in progress
@@ -237,17 +225,7 @@ def _load_point(
     )
 
 
-def open_loop(
-    hw: Hardware,
-    coef: Coefficients,
-    *,
-    request_rate: ArrayLike,
-    input_len: ArrayLike,
-    output_len: ArrayLike,
-    max_running: ArrayLike,
-    extras: Extras = NO_EXTRAS,
-    cached_tokens: ArrayLike = 0.0,
-) -> LoadPoint:
+def open_loop(hw: Hardware, coef: Coefficients, requests: Requests, *, request_rate: ArrayLike) -> LoadPoint:
     """Mean steady state under arrivals at ``request_rate`` requests/s (Poisson in the benchmark).
 
     By Little's law the mean number in the system C satisfies X(C) = lambda; X rises with C, so
@@ -256,15 +234,21 @@ def open_loop(
     TTFT is infinite and throughput is the service rate. (Means only; the tail under Poisson
     arrivals needs a queueing model.) ``cached_tokens``: as in ``closed_loop``.
     """
-    lam, i, o, cap, h = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (request_rate, input_len, output_len, max_running, cached_tokens))
-    )
-    loop = partial(closed_loop, hw, coef, extras=extras)
-    full = loop(concurrency=cap, input_len=i, output_len=o, cached_tokens=h)
+    lam, i, o, cap, h = requests.arrays(request_rate)
+    if not np.all(np.isfinite(cap)):
+        raise ValueError(
+            f"open_loop needs a finite Requests.max_running (the batch slots; got {requests.max_running!r}): "
+            "the service rate is the throughput with every slot full"
+        )
+    loop = partial(closed_loop, hw, coef)
+    # every rate's own lengths, and no cap: the concurrencies below stay within max_running
+    flat = dataclasses.replace(requests, input_len=i, output_len=o, max_running=np.inf, cached_tokens=h)
+    full = loop(flat, concurrency=cap)
     # X(C) on a log grid of concurrencies for every rate at once, then interpolate C(lambda)
     frac = np.geomspace(OPEN_LOOP_LOWEST / OPEN_LOOP_GRID, 1.0, OPEN_LOOP_GRID)
     grid_c = np.maximum(cap[..., None] * frac, OPEN_LOOP_LOWEST)
-    grid = loop(concurrency=grid_c, input_len=i[..., None], output_len=o[..., None], cached_tokens=h[..., None])
+    on_grid = dataclasses.replace(flat, input_len=i[..., None], output_len=o[..., None], cached_tokens=h[..., None])
+    grid = loop(on_grid, concurrency=grid_c)
     grid_x = grid.requests_per_s
     # X(C) can dip where the prompt-token budget starts to bind; a rate is carried by the smallest
     # concurrency that reaches it, so use the running maximum
@@ -272,7 +256,7 @@ def open_loop(
     flat_x, flat_c = grid_x.reshape(-1, OPEN_LOOP_GRID), np.log(grid_c).reshape(-1, OPEN_LOOP_GRID)
     flat_lam = lam.reshape(-1)
     log_c = np.array([np.interp(flat_lam[k], flat_x[k], flat_c[k]) for k in range(flat_lam.size)])
-    point = loop(concurrency=np.exp(log_c).reshape(lam.shape), input_len=i, output_len=o, cached_tokens=h)
+    point = loop(flat, concurrency=np.exp(log_c).reshape(lam.shape))
     service = np.maximum(grid_x[..., -1], full.requests_per_s)
     overloaded = lam >= service
     x = np.where(overloaded, service, lam)

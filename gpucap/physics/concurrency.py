@@ -12,6 +12,7 @@ from gpucap.physics.batching import LoadPoint, closed_loop
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.extras import NO_EXTRAS, Extras
 from gpucap.physics.memory import ArrayLike
+from gpucap.physics.requests import Requests
 from gpucap.physics.step import StepTime
 from gpucap.physics.waves import wave_loop
 
@@ -46,17 +47,13 @@ def loop_point(
     steady state only."""
     if wl.lengths == "fixed" and extras.images is None and extras.speculative is None:
         return wave_loop(
-            hw, coef, concurrency=concurrency, input_len=wl.input_len, output_len=wl.output_len, max_running=max_running
+            hw, coef, Requests(wl.input_len, wl.output_len, max_running=max_running), concurrency=concurrency
         )
     return closed_loop(
         hw,
         coef,
+        Requests(wl.prompt_len, wl.output_len, max_running=max_running, cached_tokens=wl.cached_tokens, extras=extras),
         concurrency=concurrency,
-        cached_tokens=wl.cached_tokens,
-        input_len=wl.prompt_len,
-        output_len=wl.output_len,
-        max_running=max_running,
-        extras=extras,
     )
 
 

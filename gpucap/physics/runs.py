@@ -5,6 +5,8 @@ drain of a batch when no request arrives, and "send N prompts at once" saturatio
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gpucap.config import Hardware
@@ -12,6 +14,7 @@ from gpucap.physics.batching import LoadPoint, closed_loop, step_at
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.extras import NO_EXTRAS, Extras
 from gpucap.physics.memory import ArrayLike
+from gpucap.physics.requests import Requests
 from gpucap.physics.solvers import frontend_rate
 from gpucap.physics.step import Array, prefill_pairs_per_layer
 
@@ -19,26 +22,20 @@ DRAIN_NODES = 16
 LENGTH_DISTRIBUTIONS = ("fixed", "uniform", "dataset")
 
 
-def static_batch(
-    hw: Hardware,
-    coef: Coefficients,
-    *,
-    batch: ArrayLike,
-    input_len: ArrayLike,
-    output_len: ArrayLike,
-    extras: Extras = NO_EXTRAS,
-) -> LoadPoint:
+def static_batch(hw: Hardware, coef: Coefficients, requests: Requests, *, batch: ArrayLike) -> LoadPoint:
     """One batch of B requests run to the end together (static batching, e.g. trtllm-bench
     ``--concurrency`` runs reported per batch): the whole prefill in chunks of M tokens, then
     O - 1 decode steps at batch B with mean context I + O / 2.
 
     TTFT = ceil(B I / M) x t_step(M prefill tokens); TPOT = t_step(B decode);
+    (``requests.max_running`` plays no part: the batch is B.)
     throughput = B O / (TTFT + (O - 1) TPOT). With images, I includes their tokens and the
     prefill steps encode the batch's images; with speculation, ``(O - 1) / tau`` decode steps
     and TPOT = t_step / tau.
     """
-    ex = extras
-    bb, i, o = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (batch, input_len, output_len)))
+    requests.refuse("static_batch", extras=False)
+    ex = requests.extras
+    bb, i, o, _, _ = requests.arrays(batch)
     i = i + ex.image_tokens(hw)
     m = float(hw.engine.max_num_batched_tokens or 8192)
     total_prefill = bb * i
@@ -120,15 +117,7 @@ def drain_time(
 
 
 def saturation_run(
-    hw: Hardware,
-    coef: Coefficients,
-    *,
-    num_prompts: ArrayLike,
-    input_len: ArrayLike,
-    output_len: ArrayLike,
-    max_running: ArrayLike,
-    lengths: str = "fixed",
-    extras: Extras = NO_EXTRAS,
+    hw: Hardware, coef: Coefficients, requests: Requests, *, num_prompts: ArrayLike, lengths: str = "fixed"
 ) -> LoadPoint:
     """N prompts sent at once to one replica ("max throughput" runs), throughput = N O / duration.
 
@@ -147,17 +136,17 @@ def saturation_run(
     """
     if lengths not in LENGTH_DISTRIBUTIONS:
         raise ValueError(f"lengths must be one of {', '.join(LENGTH_DISTRIBUTIONS)}, got {lengths!r}")
-    n, i, o, cap = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (num_prompts, input_len, output_len, max_running))
-    )
+    requests.refuse("saturation_run", extras=False)
+    extras = requests.extras
+    n, i, o, cap, _ = requests.arrays(num_prompts)
     running = np.maximum(np.minimum(n, cap), 1.0)
-    steady = closed_loop(hw, coef, concurrency=running, input_len=i, output_len=o, extras=extras)
-    burst = static_batch(hw, coef, batch=running, input_len=i, output_len=1.0 + 0.0 * o, extras=extras)
+    steady = closed_loop(hw, coef, Requests(i, o, extras=extras), concurrency=running)
+    burst = static_batch(hw, coef, Requests(i, 1.0 + 0.0 * o, extras=extras), batch=running)
     waiting = np.maximum(n - running, 0.0)
     with np.errstate(invalid="ignore"):
         admit = np.where(waiting > 0, waiting / steady.requests_per_s, 0.0)
     prompt = i + extras.image_tokens(hw)
-    kw = dict(batch=running, input_len=prompt, output_len=o, lengths=lengths, extras=extras)
+    kw: dict[str, Any] = dict(batch=running, input_len=prompt, output_len=o, lengths=lengths, extras=extras)
     drain = np.where(
         waiting > 0, drain_time(hw, coef, staggered=True, **kw), drain_time(hw, coef, staggered=False, **kw)
     )

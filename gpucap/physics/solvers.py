@@ -17,7 +17,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +26,8 @@ from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.extras import Extras
 from gpucap.physics.memory import ArrayLike
-from gpucap.physics.steady import Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
+from gpucap.physics.requests import Requests
+from gpucap.physics.steady import ApartLoop, Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
 from gpucap.physics.step import (
     Array,
     StepTime,
@@ -142,11 +143,11 @@ def _arrivals_per_step(
     return np.minimum(np.minimum(root, a_budget), cap)
 
 
-def _apart_args(
+def _apart_loop(
     hw: Hardware, coef: Coefficients, *, r: Array, chunks: Array, decoding: Array, a_budget: Array, latency: Array
-) -> dict[str, Any]:
-    """The keyword arguments of ``separated_root`` (prompt chunks in steps of their own)."""
-    return dict(
+) -> ApartLoop:
+    """The loop ``separated_root`` solves (prompt chunks in steps of their own)."""
+    return ApartLoop(
         pp=hw.layout.pp,
         running=r,
         chunks=chunks,
@@ -241,22 +242,17 @@ class ClosedLoad:
 def closed_load(
     hw: Hardware,
     coef: Coefficients,
-    ex: Extras,
+    requests: Requests,
     *,
     concurrency: ArrayLike,
-    input_len: ArrayLike,
-    output_len: ArrayLike,
-    max_running: ArrayLike,
-    cached_tokens: ArrayLike,
     context_tokens: ArrayLike | None = None,
 ) -> ClosedLoad:
     """The load of ``closed_loop``: inputs broadcast and flattened, the prompt after the prefix
     cache (``I - h`` tokens computed, at least one, and ``P(I) - P(h)`` pairs), image tokens
     added, ``D = (O - 1) / tau`` decode steps and the budget's ``a = M / (I + (k + 1) D)``."""
+    ex = requests.extras
     context = np.nan if context_tokens is None else context_tokens
-    c, i, o, cap, h, held = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running, cached_tokens, context))
-    )
+    c, held, i, o, cap, h = requests.arrays(concurrency, context)
     shape = c.shape
     c, i, o, cap, h, held = (np.ravel(v) for v in (c, i, o, cap, h, held))
     if np.any(h < 0) or np.any(h > i):
@@ -381,15 +377,8 @@ def solve_moe(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
             full = load.full_steps(a, chunks)
             full_lines = pre if np.array_equal(full, chunks) else lines_through(prompt_step(full), a)
             decode_only = lines_through(decode_only_step, a)
-            a = separated_root(
-                decode_only,
-                pre,
-                dec,
-                start=a,
-                full=full_lines,
-                share=full,
-                **_apart_args(hw, coef, chunks=chunks, **kw),
-            )
+            loop = _apart_loop(hw, coef, chunks=chunks, **kw)
+            a = separated_root(decode_only, pre, dec, loop, start=a, full=full_lines, share=full)
 
     dec_terms, only_terms = exact_average(a), exact_decode_only(a)  # the steps' own terms at the solution
     pre_terms = exact_prompt(chunks)(a)
@@ -435,7 +424,7 @@ def solve_dense(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
     full_lines = pre_at(full)
     if apart:
         a = separated_root(
-            decode_only, pre, dec, start=a, full=full_lines, share=full, **_apart_args(hw, coef, chunks=chunks, **kw)
+            decode_only, pre, dec, _apart_loop(hw, coef, chunks=chunks, **kw), start=a, full=full_lines, share=full
         )
     dec_terms, pre_terms = dec[0] + dec[1] * a, pre[0] + pre[1] * a
     only_terms = decode_only[0] + decode_only[1] * a  # decode-only steps

@@ -24,7 +24,7 @@ the concave term), which converges in a few passes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -259,20 +259,29 @@ NEWTON_ITERATIONS = 40
 ROOT_TOLERANCE = 1e-9  # relative change of a step at which the root counts as found
 
 
+class ApartLoop(NamedTuple):
+    """The closed loop ``separated_root`` solves, per element: ``running`` requests R, ``chunks``
+    s per prompt, ``decoding`` O - 1 decode steps a request takes, the front end's time per
+    request ``t_request_s`` and its rate, the budget's cap on ``a``; ``pp`` stages, and whether
+    the host's work overlaps the device's (``overlap``)."""
+
+    pp: int
+    running: Array
+    chunks: Array
+    decoding: Array
+    t_request_s: Array
+    rate_per_s: float
+    a_budget: Array
+    overlap: bool = False
+
+
 def separated_root(
     decode_only: Lines,
     pre: Lines,
     mixed: Lines,
+    loop: ApartLoop,
     *,
-    pp: int,
-    running: Array,
-    chunks: Array,
-    decoding: Array,
-    t_request_s: float,
-    rate_per_s: float,
-    a_budget: Array,
     start: Array,
-    overlap: bool = False,
     full: Lines | None = None,
     share: Array | None = None,
 ) -> Array:
@@ -284,6 +293,7 @@ def separated_root(
     ``start``: the averaged-step solution, close to the root. ``full``, ``share``: the prompt step
     and the steps per prompt as the decodes see them (full-room chunks, ``s' = I / m``; see above),
     ``pre`` and ``chunks`` when not given."""
+    pp, running, chunks, decoding, t_request_s, rate_per_s, a_budget, overlap = loop
     full = pre if full is None else full
     share = chunks if share is None else share
 

@@ -31,23 +31,16 @@ from gpucap.config import Hardware
 from gpucap.physics.batching import LoadPoint, frontend_latency_s, step_at
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import ArrayLike
+from gpucap.physics.requests import Requests
 from gpucap.physics.step import prefill_pairs_per_layer
 
 
-def wave_loop(
-    hw: Hardware,
-    coef: Coefficients,
-    *,
-    concurrency: ArrayLike,
-    input_len: ArrayLike,
-    output_len: ArrayLike,
-    max_running: ArrayLike = np.inf,
-) -> LoadPoint:
+def wave_loop(hw: Hardware, coef: Coefficients, requests: Requests, *, concurrency: ArrayLike) -> LoadPoint:
     """TTFT, TPOT and throughput of a fixed-length closed loop that runs in waves (module
-    docstring); every argument may be an array."""
-    c, i, o, cap = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (concurrency, input_len, output_len, max_running))
-    )
+    docstring); the load and every length may be an array. Text only, nothing cached: the
+    requests' extras and cached tokens are refused."""
+    requests.refuse("wave_loop", extras=True)
+    c, i, o, cap, _ = requests.arrays(concurrency)
     r = np.maximum(np.minimum(c, cap), 1.0)
     m = float(hw.engine.max_num_batched_tokens or 8192)
     wave = r * i

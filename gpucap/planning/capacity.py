@@ -19,6 +19,7 @@ from gpucap.options import option
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import charged_tokens_per_layer
+from gpucap.physics.requests import Requests
 from gpucap.queueing.analytic import max_request_rate, open_loop_latency
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.servicecurve import ServiceCurve, service_curve
@@ -86,7 +87,7 @@ def ttft_extra_s(hw: Hardware, coef: Coefficients, inp: Lengths, out: Lengths, s
         return 0.0
     q = QUANTILES[stat]
     i_q = inp.quantile(q)
-    pts = closed_loop(hw, coef, concurrency=1.0, input_len=np.array([i_q, inp.mean]), output_len=out.mean)
+    pts = closed_loop(hw, coef, Requests(np.array([i_q, inp.mean]), out.mean), concurrency=1.0)
     return float(max(pts.ttft_s[0] - pts.ttft_s[1], 0.0))
 
 
@@ -106,24 +107,25 @@ def rate_load(
     curve: ServiceCurve,
 ) -> Load | str:
     extra = ttft_extra_s(hw, coef, inp, out, stat)
-    kw: dict[str, Any] = dict(input_len=inp.mean, output_len=out.mean, max_running=cap, burstiness=burstiness)
     if extra >= ttft_slo_s:
         q = QUANTILES[stat]
         return f"misses TTFT: the {stat} prompt ({inp.quantile(q):.0f} tokens) alone takes {extra:.2f} s more than the mean one"
-    kw["curve"] = curve  # replica_curve's, with the KV cache's slots counted
     # one output token has no TPOT: only the TTFT SLO applies
     tpot_slo = tpot_slo_s if out.mean > 1 else None
     # the queueing model carries the lengths' spread (each request's own prompt, the queue for the
     # token budget, the stalls): ``extra`` above only rules out a prompt that alone misses the SLO
-    mu = max_request_rate(hw, coef, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo, stat=stat, **kw)
+    # ``curve``: replica_curve's, with the KV cache's slots counted
+    mu = max_request_rate(curve, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo, stat=stat, burstiness=burstiness)
     if mu <= 0:
-        trickle = open_loop_latency(hw, coef, request_rate=np.array([1e-6]), stats=(stat,), **kw)
+        trickle = open_loop_latency(curve, request_rate=np.array([1e-6]), stats=(stat,), burstiness=burstiness)
         ttft, tpot = float(trickle.ttft_s[stat][0]), float(trickle.tpot_s[stat][0])
         if ttft > ttft_slo_s:
             return f"misses TTFT: {stat} TTFT {ttft:.3g} s > {ttft_slo_s:g} s even with one request at a time"
         return f"misses TPOT: {stat} TPOT {tpot * 1e3:.3g} ms > {tpot_slo_s * 1e3:g} ms even with one request at a time"
     serving, _ = replicas_needed(rate, mu, headroom)
-    lat = open_loop_latency(hw, coef, request_rate=np.array([rate / serving]), stats=tuple({stat, "mean"}), **kw)
+    lat = open_loop_latency(
+        curve, request_rate=np.array([rate / serving]), stats=tuple({stat, "mean"}), burstiness=burstiness
+    )
     in_system = np.clip(mean_in_system(rate / serving, lat), 1.0, curve.slots)  # the link share beyond R is R's
     return Load(
         capacity=mu,
@@ -168,7 +170,7 @@ def concurrency_load(
     """Closed loop (requests kept in flight): the largest concurrency per replica whose mean
     TTFT and TPOT meet the SLOs, on a grid up to the batch slots."""
     grid = np.unique(np.round(np.geomspace(1, max(cap, 1.0), 400)))
-    pts = closed_loop(hw, coef, concurrency=grid, input_len=inp.mean, output_len=out.mean, max_running=cap)
+    pts = closed_loop(hw, coef, Requests(inp.mean, out.mean, max_running=cap), concurrency=grid)
     ok = (pts.ttft_s <= ttft_slo_s) & (pts.tpot_s <= tpot_slo_s)
     if not ok[0]:
         if pts.ttft_s[0] > ttft_slo_s:
@@ -177,10 +179,8 @@ def concurrency_load(
     bad = np.flatnonzero(~ok)
     c_max = float(grid[-1] if bad.size == 0 else grid[bad[0] - 1])
     serving, _ = replicas_needed(concurrency, c_max, headroom)
-    at = closed_loop(
-        hw, coef, concurrency=concurrency / serving, input_len=inp.mean, output_len=out.mean, max_running=cap
-    )
-    top = closed_loop(hw, coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
+    at = closed_loop(hw, coef, Requests(inp.mean, out.mean, max_running=cap), concurrency=concurrency / serving)
+    top = closed_loop(hw, coef, Requests(inp.mean, out.mean, max_running=cap), concurrency=cap)
     return Load(
         capacity=c_max,
         ttft_s=float(at.ttft_s),

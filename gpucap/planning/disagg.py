@@ -41,6 +41,7 @@ from gpucap.errors import DoesNotFit
 from gpucap.physics.batching import open_loop
 from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.memory import batch_slots, kv_bytes_per_token_per_gpu, memory_limit, state_bytes_per_request_per_gpu
+from gpucap.physics.requests import Requests
 from gpucap.physics.step import prefill_pairs_per_layer, step_work
 from gpucap.physics.steptime import step_time
 from gpucap.textfiles import read_text
@@ -175,16 +176,14 @@ def aggregated_pool(
     cap = batch_slots(hw, holds)
     counts = np.unique(np.round(np.geomspace(1, MAX_REPLICAS, 400))).astype(int)
     with np.errstate(invalid="ignore", divide="ignore"):  # the lightest loads of the grid
-        pt = open_loop(
-            hw, coef, request_rate=rate / counts, input_len=input_len, output_len=output_len, max_running=cap
-        )
+        pt = open_loop(hw, coef, Requests(input_len, output_len, max_running=cap), request_rate=rate / counts)
     ok = np.flatnonzero((np.asarray(pt.ttft_s) <= ttft_slo_s) & (np.asarray(pt.tpot_s) <= tpot_slo_s))
     if ok.size == 0:
         return None
     k = int(ok[0])  # the grid step before it failed: search the counts in between one by one
     lo = int(counts[k - 1]) + 1 if k > 0 else 1
     for n in range(lo, int(counts[k]) + 1):
-        one = open_loop(hw, coef, request_rate=rate / n, input_len=input_len, output_len=output_len, max_running=cap)
+        one = open_loop(hw, coef, Requests(input_len, output_len, max_running=cap), request_rate=rate / n)
         if float(one.ttft_s) <= ttft_slo_s and float(one.tpot_s) <= tpot_slo_s:
             return Pool("aggregated", hw, n, float(one.ttft_s), float(one.tpot_s), rate / n)
     return None

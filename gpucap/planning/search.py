@@ -41,6 +41,7 @@ from gpucap.parallel import Runner, as_runner
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit, short_of_one_request_bytes, weight_bytes_per_gpu
+from gpucap.physics.requests import Requests
 from gpucap.planning.capacity import Headroom, concurrency_load, rate_load, replica_curve, replicas_needed
 from gpucap.planning.checks import SimulationJob, check_notes, check_plans, with_checks
 from gpucap.planning.progress import Progress
@@ -182,7 +183,7 @@ def low_utilization_notes(best: pd.Series, ask: _Question, gpus: dict[str, GPU])
     if not best["utilization"] < LOW_UTILIZATION:
         return []
     hw = ask.hardware(gpus[str(best["gpu"])], best)
-    alone = closed_loop(hw, ask.coef, concurrency=1.0, input_len=ask.inp.mean, output_len=ask.out.mean)
+    alone = closed_loop(hw, ask.coef, Requests(ask.inp.mean, ask.out.mean), concurrency=1.0)
     slo = (ask.ttft_slo_s, ask.tpot_slo_s)
     ttft_s, tpot_s = float(alone.ttft_s), float(alone.tpot_s)
     where = f"{best['gpus_per_replica']} x {best['gpu']} (tp={best['tp']}, {best['weight_dtype']} weights)"
@@ -262,7 +263,7 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
     if curve is not None:
         share = float(curve.comm_share[-1])  # the curve's last point is the full batch
     else:
-        full = closed_loop(hw, ask.coef, concurrency=cap, input_len=inp.mean, output_len=out.mean, max_running=cap)
+        full = closed_loop(hw, ask.coef, Requests(inp.mean, out.mean, max_running=cap), concurrency=cap)
         share = float(full.decode_step.comm_share)
     if share > ask.max_comm_share:
         return Rejected(f"communication-bound: the link takes {share:.0%} of a decode step at full batch")

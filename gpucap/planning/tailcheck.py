@@ -79,9 +79,8 @@ def analytic_tail(
         kv_slots=case.kv_slots,
     )
     lat = open_loop_latency(
-        case.hw, coef, request_rate=np.asarray(rates, dtype=float), input_len=inp.mean, output_len=out.mean,
-        max_running=cap, burstiness=burstiness, stats=tuple(stats), curve=curve,
-    )  # fmt: skip
+        curve, request_rate=np.asarray(rates, dtype=float), burstiness=burstiness, stats=tuple(stats)
+    )
     cols: dict[str, np.ndarray] = {"request_rate": np.asarray(rates, dtype=float)}
     for s in stats:
         cols[f"ttft_{s}_s"] = lat.ttft_s[s]

@@ -48,6 +48,7 @@ from gpucap.physics.batching import open_loop
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.concurrency import loop_point
 from gpucap.physics.memory import batch_slots, memory_limit
+from gpucap.physics.requests import Requests
 from gpucap.queueing.simulate import kv_capacity_tokens, replay
 from gpucap.textfiles import peek_text, read_text
 from gpucap.types import QUANTILES
@@ -283,12 +284,7 @@ def size_trace(
             expected = None
             if router == "least_outstanding":  # at the trace's mean load per replica (a full one if over)
                 at = open_loop(
-                    hw,
-                    coef,
-                    request_rate=trace.mean_rate / k,
-                    input_len=wl.input_len,
-                    output_len=wl.output_len,
-                    max_running=cap,
+                    hw, coef, Requests(wl.input_len, wl.output_len, max_running=cap), request_rate=trace.mean_rate / k
                 )
                 ttft_k = float(at.ttft_s) if np.isfinite(at.ttft_s) else float(loop_point(hw, coef, wl, cap).ttft_s)
                 expected = ttft_k + (trace.output_len - 1) * float(at.tpot_s)

@@ -111,14 +111,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpucap.config import Hardware
-from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.step import Array
 from gpucap.queueing.arrivals import arrival_parts, tpot_quantile
 from gpucap.queueing.benchstats import sample_stats
-from gpucap.queueing.lengths import Lengths
-from gpucap.queueing.servicecurve import ServiceCurve, service_curve
+from gpucap.queueing.servicecurve import ServiceCurve
 from gpucap.types import QUANTILES, STATISTICS
 
 Bools = npt.NDArray[np.bool_]
@@ -210,66 +207,51 @@ def _latency(
 
 
 def open_loop_latency(
-    hw: Hardware,
-    coef: Coefficients,
+    curve: ServiceCurve,
     *,
     request_rate: ArrayLike,
-    input_len: float,
-    output_len: float,
-    max_running: float,
     burstiness: float = 1.0,
     service_scv: float | None = None,
     stats: tuple[str, ...] = STATISTICS,
-    curve: ServiceCurve | None = None,
-    input_lengths: Lengths | None = None,
-    output_lengths: Lengths | None = None,
 ) -> QueueLatency:
     """Mean and P50/P95/P99 TTFT, TPOT and e2e of one replica at each ``request_rate`` (requests/s,
     any shape), for Poisson (``burstiness`` 1) or gamma arrivals; the model is in the module
     docstring.
 
-    ``max_running``: batch slots (the smaller of the engine's ``max_num_seqs`` and the requests
-    the KV cache holds). ``service_scv``: squared coefficient of variation of the time a request
-    holds a slot when all are busy; 0 for fixed input and output lengths, about 1 for
-    exponential-like output lengths; None: the curve's, from the lengths (``ServiceCurve.service_scv``).
-    ``stats``: only these statistics (the others are absent from the result). ``curve``: the replica's ``service_curve`` when already computed for these
-    inputs (the planner reuses the one ``max_request_rate`` made). ``input_lengths``: the prompt
-    lengths' distribution (mean ``input_len``) for the queue for the token budget;
-    ``output_lengths`` (mean ``output_len``) for the spread of TPOT; default every request of the
-    mean lengths.
+    ``curve``: the replica serving the workload (``service_curve``: its hardware, coefficients,
+    lengths and batch slots), made once and shared by every rate and by ``max_request_rate``.
+    ``service_scv``: squared coefficient of variation of the time a request holds a slot when
+    all are busy; 0 for fixed input and output lengths, about 1 for exponential-like output
+    lengths; None: the curve's, from the lengths (``ServiceCurve.service_scv``). ``stats``: only
+    these statistics (the others are absent from the result).
     """
     lam = _check_rate(request_rate)
-    b = check_burstiness(burstiness)
-    scv = None if service_scv is None else _check_scv(service_scv)
     unknown = [s for s in stats if s not in STATISTICS]
     if unknown:
         raise ValueError(f"stats must be among {', '.join(STATISTICS)}, got {unknown}")
-    if curve is None:
-        curve = service_curve(
-            hw, coef, input_len=input_len, output_len=output_len, max_running=max_running,
-            input_lengths=input_lengths, output_lengths=output_lengths,
-        )  # fmt: skip
-    return _latency(curve, lam, b, curve.service_scv if scv is None else scv, stats=tuple(stats))
+    b, scv = _variability(curve, burstiness, service_scv)
+    return _latency(curve, lam, b, scv, stats=tuple(stats))
+
+
+def _variability(curve: ServiceCurve, burstiness: float, service_scv: float | None) -> tuple[float, float]:
+    """The arrivals' burstiness and the service time's squared coefficient of variation, checked
+    (None: the curve's own, from its lengths)."""
+    b = check_burstiness(burstiness)
+    return b, curve.service_scv if service_scv is None else _check_scv(service_scv)
 
 
 def max_request_rate(
-    hw: Hardware,
-    coef: Coefficients,
+    curve: ServiceCurve,
     *,
-    input_len: float,
-    output_len: float,
-    max_running: float,
     ttft_slo_s: float | None = None,
     tpot_slo_s: float | None = None,
     stat: str = "p99",
     burstiness: float = 1.0,
     service_scv: float | None = None,
-    curve: ServiceCurve | None = None,
-    input_lengths: Lengths | None = None,
-    output_lengths: Lengths | None = None,
 ) -> float:
     """Largest request rate (requests/s) of one replica whose ``stat`` TTFT and TPOT meet the SLOs
-    given; 0.0 when even a trickle misses them.
+    given; 0.0 when even a trickle misses them. ``curve``, ``burstiness`` and ``service_scv`` as
+    in ``open_loop_latency``.
 
     The statistics rise with the rate, so the rate is searched on utilizations from 1e-6 to
     1 - 1e-4 (log-spaced in rho below 1/2 and in 1 - rho above), then refined between the last
@@ -285,14 +267,7 @@ def max_request_rate(
     for name, v in (("ttft_slo_s", ttft_slo_s), ("tpot_slo_s", tpot_slo_s)):
         if v is not None and not v > 0:
             raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")
-    b = check_burstiness(burstiness)
-    given = None if service_scv is None else _check_scv(service_scv)
-    if curve is None:
-        curve = service_curve(
-            hw, coef, input_len=input_len, output_len=output_len, max_running=max_running,
-            input_lengths=input_lengths, output_lengths=output_lengths,
-        )  # fmt: skip
-    scv = curve.service_scv if given is None else given
+    b, scv = _variability(curve, burstiness, service_scv)
 
     def margin(rates: Array) -> Array:
         """How far each rate is inside the SLOs (>= 0: it meets them; -1 where unstable): the least

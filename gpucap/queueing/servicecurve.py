@@ -15,6 +15,7 @@ from gpucap.config import Hardware
 from gpucap.physics.attention import prefill_pairs_per_layer
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
+from gpucap.physics.requests import Requests
 from gpucap.physics.step import Array, step_work
 from gpucap.physics.steptime import step_time
 from gpucap.queueing.brackets import Bools, first_true
@@ -251,10 +252,7 @@ def service_curve(
     inp = input_lengths if input_lengths is not None else Lengths.fixed(input_len)
     out = output_lengths if output_lengths is not None else Lengths.fixed(output_len)
     ctx, held_sd = held_moments(inp, out)  # the running requests' mean context: length-biased
-    pt = closed_loop(
-        hw, coef, concurrency=grid, input_len=input_len, output_len=output_len, max_running=slots, waits=False,
-        context_tokens=ctx,
-    )  # the wait for the step in progress is the model's own (below)  # fmt: skip
+    pt = closed_loop(hw, coef, Requests(input_len, output_len, max_running=slots), concurrency=grid, waits=False, context_tokens=ctx)  # the wait for the step in progress is the model's own (below)  # fmt: skip
     m = np.arange(1, slots + 1, dtype=float)
 
     def interp(y: Array) -> Array:
@@ -350,7 +348,7 @@ def _own_extra(
     w = np.add.reduceat(weights, starts)
     lengths = np.add.reduceat(weights * tokens, starts) / w
     alone = closed_loop(
-        hw, coef, concurrency=1.0, input_len=np.append(lengths, input_len), output_len=output_len, waits=False
+        hw, coef, Requests(np.append(lengths, input_len), output_len), concurrency=1.0, waits=False
     ).ttft_s
     return np.asarray(alone[:-1] - alone[-1], dtype=float), w / w.sum(), lengths
 

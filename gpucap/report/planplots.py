@@ -219,12 +219,8 @@ def latency_vs_rate(
     else:
         rates = np.asarray(request_rates, dtype=float)
     lat = open_loop_latency(
-        hw,
-        coef,
+        service_curve(hw, coef, input_len=input_len, output_len=output_len, max_running=slots),
         request_rate=rates,
-        input_len=input_len,
-        output_len=output_len,
-        max_running=slots,
         burstiness=burstiness,
         service_scv=service_scv,
     )
