@@ -104,7 +104,7 @@ def compare(
     """Print the table of one case and arrival pattern; return the disagreements."""
     slots = case.slots
     kw = dict(input_len=case.input_len, output_len=case.output_len, max_running=slots)
-    curve = service_curve(case.hw, coef, **kw)
+    curve = service_curve(case.hw, coef, Requests(**kw))
     mu = curve.service_rate
     print(f"\n{case.label}, burstiness {burstiness:g}: {slots:.0f} slots, service rate {mu:.2f} requests/s")
     print(f"{'util':>5} {'':5} " + " ".join(f"{s + ' analytic / sim':>30}" for s in STATISTICS))
@@ -145,7 +145,7 @@ def compare(
 def planner_check(case: Case, coef: Coefficients, burstiness: float, requests: int) -> None:
     """The rate max_request_rate gives for the SLOs, and the simulated P99s at it."""
     kw = dict(input_len=case.input_len, output_len=case.output_len, max_running=case.slots)
-    curve = service_curve(case.hw, coef, **kw)
+    curve = service_curve(case.hw, coef, Requests(**kw))
     rate = max_request_rate(curve, ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S, burstiness=burstiness)
     mu = curve.service_rate
     out = [f"{case.label}, b={burstiness:g}: max rate {rate:.2f}/s ({rate / mu:.1%} of {mu:.2f}/s)"]
@@ -172,18 +172,20 @@ def speed(all_cases: list[Case], coef: Coefficients) -> None:
     reps = 20
     for case in all_cases:
         kw = dict(input_len=case.input_len, output_len=case.output_len, max_running=case.slots)
-        mu = service_curve(case.hw, coef, **kw).service_rate
+        mu = service_curve(case.hw, coef, Requests(**kw)).service_rate
         t0 = time.perf_counter()
         for _ in range(reps):
-            open_loop_latency(service_curve(case.hw, coef, **kw), request_rate=0.9 * mu)
+            open_loop_latency(service_curve(case.hw, coef, Requests(**kw)), request_rate=0.9 * mu)
         one = (time.perf_counter() - t0) / reps
         t0 = time.perf_counter()
         for _ in range(reps):
-            open_loop_latency(service_curve(case.hw, coef, **kw), request_rate=np.linspace(0.02, 0.98, 40) * mu)
+            open_loop_latency(
+                service_curve(case.hw, coef, Requests(**kw)), request_rate=np.linspace(0.02, 0.98, 40) * mu
+            )
         forty = (time.perf_counter() - t0) / reps
         t0 = time.perf_counter()
         for _ in range(reps):
-            max_request_rate(service_curve(case.hw, coef, **kw), ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S)
+            max_request_rate(service_curve(case.hw, coef, Requests(**kw)), ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S)
         search = (time.perf_counter() - t0) / reps
         print(
             f"  {case.label} ({case.slots:.0f} slots): open_loop_latency {one * 1e3:.1f} ms for one rate, "

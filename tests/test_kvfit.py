@@ -68,10 +68,11 @@ def test_a_long_prompt_waits_for_the_room_it_needs() -> None:
     coef = Coefficients.for_engine("vllm")
     inp = Lengths.percentiles({5: 600, 50: 2000, 90: 4000, 99: 8000}, "RAG prompts")
     out = Lengths.percentiles({5: 50, 50: 300, 90: 700, 99: 1000}, "RAG outputs")
-    kw = dict(input_len=inp.mean, output_len=out.mean, max_running=85.0, input_lengths=inp, output_lengths=out)
-    curve = service_curve(hw, coef, kv_slots=85.0, **kw)
+    kw = dict(input_lengths=inp, output_lengths=out)
+    served = Requests(inp.mean, out.mean, max_running=85.0)
+    curve = service_curve(hw, coef, served, kv_slots=85.0, **kw)
     length = inp.mean + out.mean
     assert curve.own_wait_scale == pytest.approx(np.maximum(1.0, np.minimum(curve.own_tokens, 8192) / length))
     assert length == pytest.approx(2435 + out.mean) and 2.0 < curve.own_wait_scale[-1] <= 8000 / length
     assert curve.own_wait_scale[0] == 1.0
-    assert np.all(service_curve(hw, coef, **kw).own_wait_scale == 1.0)
+    assert np.all(service_curve(hw, coef, served, **kw).own_wait_scale == 1.0)

@@ -16,6 +16,7 @@ from gpucap.config import hardware
 from gpucap.parallel import Runner
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
+from gpucap.physics.requests import Requests
 from gpucap.planning.capacity import Headroom, replicas_needed
 from gpucap.planning.search import LOW_UTILIZATION, plan
 from gpucap.queueing.analytic import max_request_rate
@@ -51,7 +52,7 @@ def test_load_exactly_at_capacity_needs_whole_replicas_plus_headroom(prices) -> 
     coef = Coefficients.for_engine("vllm")
     _, slots = memory_limit(hw, 2300.0)
     mu = max_request_rate(
-        service_curve(hw, coef, input_len=2000.0, output_len=300.0, max_running=min(1024.0, slots)),
+        service_curve(hw, coef, Requests(2000.0, 300.0, max_running=min(1024.0, slots))),
         ttft_slo_s=2.0,
         tpot_slo_s=0.1,
         stat="p99",

@@ -38,12 +38,12 @@ SLOTS = min(memory_limit(HW, 1200.0)[1], 1024.0)  # what the KV cache holds at i
 
 
 def toy_curve(slots: float):
-    return service_curve(TOY, TOY_COEF, max_running=slots, **TOY_LEN)
+    return service_curve(TOY, TOY_COEF, Requests(**TOY_LEN, max_running=slots))
 
 
 @functools.cache
 def hw_curve(slots: float = SLOTS):
-    return service_curve(HW, COEF, max_running=slots, **LEN)
+    return service_curve(HW, COEF, Requests(**LEN, max_running=slots))
 
 
 def toy_point(concurrency: float):
@@ -265,7 +265,7 @@ def test_bursty_arrivals_lower_the_rate() -> None:
 def test_open_loop_latency_rejects_bad_input(kwargs: dict, word: str) -> None:
     curve_args = {k: kwargs.pop(k) for k in ("max_running", "input_len") if k in kwargs}
     with pytest.raises(ValueError, match=word):
-        open_loop_latency(service_curve(HW, COEF, **(dict(max_running=SLOTS, **LEN) | curve_args)), **kwargs)
+        open_loop_latency(service_curve(HW, COEF, Requests(**(dict(max_running=SLOTS, **LEN) | curve_args))), **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -290,9 +290,9 @@ def test_the_service_time_spread_comes_from_the_lengths() -> None:
     from gpucap.queueing.lengths import Lengths
 
     kw = dict(input_len=16.0, output_len=400.0, max_running=8.0)
-    fixed = service_curve(TOY, TOY_COEF, **kw)
+    fixed = service_curve(TOY, TOY_COEF, Requests(**kw))
     assert fixed.service_scv == 0.0
-    expo = service_curve(TOY, TOY_COEF, output_lengths=Lengths.exponential(400.0), **kw)
+    expo = service_curve(TOY, TOY_COEF, Requests(**kw), output_lengths=Lengths.exponential(400.0))
     assert 0.8 < expo.service_scv <= 1.05
     rate = [0.9 * expo.service_rate]
     default = open_loop_latency(expo, request_rate=rate)
@@ -312,7 +312,7 @@ def test_a_full_replica_drains_at_its_service_rate() -> None:
     (fewer prompts stall the decodes) and would drain the queue too fast: 2,000-token prompts on
     8 slots make the difference large, so the test tells the two apart."""
     kw = dict(input_len=2000.0, output_len=100.0, max_running=8.0)
-    curve = service_curve(HW, COEF, **kw)
+    curve = service_curve(HW, COEF, Requests(**kw))
     mu = curve.service_rate
     lam = np.array([0.9 * mu])
     st = state_distribution(curve, lam, 1.0, 1.0)
@@ -332,7 +332,7 @@ def test_local_rates_solve_their_equation() -> None:
     (benchmarks/README.md)."""
     from gpucap.queueing.promptqueue import group_costs
 
-    curve = service_curve(HW, COEF, input_len=2000.0, output_len=100.0, max_running=64.0)
+    curve = service_curve(HW, COEF, Requests(2000.0, 100.0, max_running=64.0))
     points = curve._chain_points[0]
     c = curve.local_rates
     assert points[-1] == curve.slots - 1 and points.size == 3
@@ -393,10 +393,7 @@ def test_tpot_quantile_rises_with_the_level() -> None:
     inp = Lengths.percentiles({5: 9000, 50: 16000, 90: 24000, 99: 30000}, "long prompts")
     out = Lengths.percentiles({5: 50, 50: 200, 90: 500, 99: 800}, "long outputs")
     _, held = memory_limit(hw, inp.mean + out.mean)
-    curve = service_curve(
-        hw, COEF, input_len=inp.mean, output_len=out.mean, max_running=held, input_lengths=inp,
-        output_lengths=out, kv_slots=held,
-    )  # fmt: skip
+    curve = service_curve(hw, COEF, Requests(inp.mean, out.mean, max_running=held), input_lengths=inp, output_lengths=out, kv_slots=held)  # fmt: skip
     parts = arrivals.arrival_parts(curve, np.array([0.9 * curve.service_rate]), 1.0, curve.service_scv)
     assert parts.states.wait_probability[0] > 0.01
     q50, q90, q99 = (arrivals.tpot_quantile(curve, parts, q)[0] for q in (0.5, 0.9, 0.99))
@@ -495,7 +492,7 @@ def test_no_tpot_outlasts_the_longest_step() -> None:
     inp, out = Lengths.fixed(20000), Lengths.percentiles({5: 20, 50: 100, 95: 400}, "outputs")
     cap = min(memory_limit(hw, inp.mean + out.mean)[1], 1024.0)
     curve = service_curve(
-        hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap, input_lengths=inp, output_lengths=out
+        hw, coef, Requests(inp.mean, out.mean, max_running=cap), input_lengths=inp, output_lengths=out
     )
     assert curve.room_share[:, 0] == pytest.approx(20000.0 / (8192.0 - curve.decode_batch), rel=1e-4)
     by_hand = curve.decode_step_s + curve.stall_s[:, 0, 0] / curve.room_share[:, 0]
@@ -507,4 +504,4 @@ def test_no_tpot_outlasts_the_longest_step() -> None:
     assert float(free.tpot_s["p99"]) > curve.longest_step_s.max()
     assert np.isinf(uncapped.longest_step_s).all()
     sglang = hardware("meta-llama/Llama-3.1-8B", "H100-SXM-80GB", engine="sglang")
-    assert not service_curve(sglang, coef, input_len=2000.0, output_len=100.0, max_running=64.0).decodes_every_step
+    assert not service_curve(sglang, coef, Requests(2000.0, 100.0, max_running=64.0)).decodes_every_step

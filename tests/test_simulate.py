@@ -7,6 +7,7 @@ import pytest
 from gpucap.config import hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
+from gpucap.physics.requests import Requests
 from gpucap.physics.step import prefill_pairs_per_layer, step_work
 from gpucap.physics.steptime import step_time
 from gpucap.queueing.analytic import open_loop_latency
@@ -143,7 +144,7 @@ TOLERANCE = {"ttft_s": {"mean": 0.12, "p95": 0.2, "p99": 0.3}, "tpot_s": {"mean"
 
 @pytest.mark.parametrize("utilization", [0.3, 0.6, 0.85])
 def test_simulation_matches_analytic_tails(utilization: float) -> None:
-    curve = service_curve(HW, COEF, max_running=CHAT_SLOTS, **CHAT)
+    curve = service_curve(HW, COEF, Requests(**CHAT, max_running=CHAT_SLOTS))
     rate = utilization * curve.service_rate
     lat = open_loop_latency(curve, request_rate=rate)
     sim = simulate(HW, COEF, request_rate=rate, num_requests=3000, max_running=CHAT_SLOTS, seed=0, **CHAT)
@@ -158,7 +159,7 @@ def test_waiting_for_slots_matches_analytic() -> None:
     (Erlang C; constant service waits less often), simulated/analytic TTFT mean 0.95-1.23, P95
     1.05-1.33, P99 0.90-1.13."""
     kw = dict(input_len=100.0, output_len=300.0, max_running=32.0)
-    curve = service_curve(HW, COEF, **kw)
+    curve = service_curve(HW, COEF, Requests(**kw))
     mu = curve.service_rate
     lat = open_loop_latency(curve, request_rate=0.85 * mu)
     sim = simulate(HW, COEF, request_rate=0.85 * mu, num_requests=6000, seed=0, **kw)

@@ -215,7 +215,7 @@ def test_starting_values_and_unknown_names() -> None:
 
 
 def test_figures_take_package_results() -> None:
-    from gpucap.app.figures import constraints_svg, curves_svg, memory_svg
+    from gpucap.app.figures import CurveMarks, constraints_svg, curves_svg, memory_svg
     from gpucap.physics.batching import closed_loop
     from gpucap.physics.memory import memory_breakdown
 
@@ -234,7 +234,7 @@ def test_figures_take_package_results() -> None:
     bare = curves_svg(point)  # no marks
     assert len(elements(bare, "curve")) == 3
     assert not any(elements(bare, k) for k in ("slo", "recommended", "memory-limit"))
-    marked = curves_svg(point, ttft_slo_s=50.0, recommended=10.0, memory_limit=1000.0)
+    marked = curves_svg(point, CurveMarks(ttft_slo_s=50.0, recommended=10.0, memory_limit=1000.0))
     assert "SLO 50" in texts(marked)
     (slo,) = elements(marked, "slo")
     ttft_frame = elements(marked, "frame")[0]

@@ -9,6 +9,8 @@ of matplotlib so that a figure follows a slider: each builds in about a millisec
 
 from __future__ import annotations
 
+from dataclasses import astuple, dataclass
+
 import numpy as np
 
 from gpucap.app.svg import (
@@ -192,22 +194,25 @@ def _clear_of(ax: Panel, slo: float | None) -> float:
     return above if above - KNEE_LABEL_PX > ax.top else ax.y(slo) + KNEE_LABEL_PX + 2
 
 
-def curves_svg(
-    point: LoadPoint,
-    *,
-    replicas: int = 1,
-    ttft_slo_s: float | None = None,
-    tpot_slo_s: float | None = None,
-    recommended: float | None = None,
-    memory_limit: float | None = None,
-    knee: float | None = None,
-    title: str = "",
-) -> str:
+@dataclass(frozen=True)
+class CurveMarks:
+    """What ``curves_svg`` marks on the curves: the SLO lines (red), the recommended concurrency
+    (green), what memory holds (grey) and where TTFT bends (orange); None: not drawn."""
+
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    recommended: float | None = None
+    memory_limit: float | None = None
+    knee: float | None = None
+
+
+def curves_svg(point: LoadPoint, marks: CurveMarks = CurveMarks(), *, replicas: int = 1, title: str = "") -> str:
     """TTFT, TPOT and output tokens/s against concurrency from a closed-loop ``LoadPoint`` over an
     array of concurrencies (one replica; ``replicas`` scales concurrency and throughput to the
     whole box), with the SLO lines (red), the recommendation (green), what memory holds (grey) and
-    where TTFT bends (``knee``, orange: ``gpucap.report.knee``), the last two shown within the curves'
-    range. Each axis spans its curve and its marks."""
+    where TTFT bends (``knee``, orange: ``gpucap.report.knee``) as ``marks`` give them, the last two
+    shown within the curves' range. Each axis spans its curve and its marks."""
+    ttft_slo_s, tpot_slo_s, recommended, memory_limit, knee = astuple(marks)
     conc = np.asarray(point.concurrency, dtype=float).ravel() * replicas
     panels = (
         (np.asarray(point.ttft_s, dtype=float).ravel(), "TTFT (s)", ttft_slo_s),

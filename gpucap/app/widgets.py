@@ -32,7 +32,7 @@ import numpy as np
 
 from gpucap.app.cache import LRU, Inputs
 from gpucap.app.controls import CURVE_MAX_CHOICES, Controls, choose, engine_default_utilization
-from gpucap.app.figures import constraints_svg, curves_svg, memory_svg
+from gpucap.app.figures import CurveMarks, constraints_svg, curves_svg, memory_svg
 from gpucap.calibration.ranges import range_note
 from gpucap.config import Hardware
 from gpucap.errors import DoesNotFit
@@ -330,7 +330,7 @@ class EstimatorApp(Controls):
         self._show(
             "constraints", self.constraints_out, (*inp.estimate_key(coef), knee_key), lambda: constraints_svg(est, knee)
         )
-        marks = dict(
+        marks = CurveMarks(
             ttft_slo_s=inp.ttft_slo_s,
             tpot_slo_s=inp.tpot_slo_s,
             recommended=est.recommended_concurrency,
@@ -344,8 +344,8 @@ class EstimatorApp(Controls):
         self._show(
             "curves",
             self.curves_out,
-            (*inp.load_key(coef), curve_max, *marks.values()),
-            lambda: curves_svg(curves, replicas=est.replicas, title=title, **marks),
+            (*inp.load_key(coef), curve_max, marks),
+            lambda: curves_svg(curves, marks, replicas=est.replicas, title=title),
         )
 
     def _show(self, name: str, out: Any, key: Hashable, make_svg: Callable[[], str]) -> None:

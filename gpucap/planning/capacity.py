@@ -144,10 +144,8 @@ def replica_curve(
     ``cap`` batch slots, with ``kv_slots`` requests of mean length in its KV cache (None: not
     counted); its last point is the full batch (``ServiceCurve.comm_share[-1]``: the link's
     share of a decode step with every slot busy)."""
-    return service_curve(
-        hw, coef, input_len=inp.mean, output_len=out.mean, max_running=cap, input_lengths=inp, output_lengths=out,
-        kv_slots=kv_slots,
-    )  # fmt: skip
+    served = Requests(inp.mean, out.mean, max_running=cap)
+    return service_curve(hw, coef, served, input_lengths=inp, output_lengths=out, kv_slots=kv_slots)
 
 
 def mean_in_system(rate: float, lat: Any) -> float:

@@ -20,6 +20,7 @@ import pandas as pd
 from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots, memory_limit
+from gpucap.physics.requests import Requests
 from gpucap.planning.capacity import simulated_run
 from gpucap.queueing.analytic import open_loop_latency, summarize
 from gpucap.queueing.lengths import Lengths
@@ -69,11 +70,9 @@ def analytic_tail(
     cap = case.slots
     inp, out = case.inp, case.out
     curve = service_curve(
-        hw=case.hw,
-        coef=coef,
-        input_len=inp.mean,
-        output_len=out.mean,
-        max_running=cap,
+        case.hw,
+        coef,
+        Requests(inp.mean, out.mean, max_running=cap),
         input_lengths=inp,
         output_lengths=out,
         kv_slots=case.kv_slots,

@@ -226,15 +226,14 @@ class ServiceCurve:
 def service_curve(
     hw: Hardware,
     coef: Coefficients,
+    requests: Requests,
     *,
-    input_len: float,
-    output_len: float,
-    max_running: float,
     input_lengths: Lengths | None = None,
     output_lengths: Lengths | None = None,
     kv_slots: float | None = None,
 ) -> ServiceCurve:
-    """``closed_loop`` at up to ``CURVE_POINTS`` concurrencies from 1 to R = floor(max_running),
+    """``closed_loop`` at up to ``CURVE_POINTS`` concurrencies from 1 to R = floor(max_running)
+    (``requests``: the mean lengths and the batch slots, one number each; text, nothing cached),
     interpolated in log m to every whole m (one vectorized call); and at the same points the
     decode-only step and what each prompt length (``input_lengths``, default ``input_len`` for
     every request) costs the token budget and the decodes (``gpucap.queueing.promptqueue``);
@@ -242,6 +241,10 @@ def service_curve(
     spread TPOT. ``kv_slots``: the requests of mean length the KV cache holds (``memory_limit``);
     with it, how many of the workload's lengths fit at once (``gpucap.queueing.kvfit``); None: R
     always fit."""
+    requests.refuse("service_curve", extras=True)
+    input_len, output_len, max_running = (
+        float(np.asarray(v, dtype=float)) for v in (requests.input_len, requests.output_len, requests.max_running)
+    )
     for name, v in (("input_len", input_len), ("output_len", output_len)):
         if not (np.isfinite(v) and v >= 1):
             raise ValueError(f"{name} must be a number of tokens >= 1, got {v!r}")
@@ -252,7 +255,9 @@ def service_curve(
     inp = input_lengths if input_lengths is not None else Lengths.fixed(input_len)
     out = output_lengths if output_lengths is not None else Lengths.fixed(output_len)
     ctx, held_sd = held_moments(inp, out)  # the running requests' mean context: length-biased
-    pt = closed_loop(hw, coef, Requests(input_len, output_len, max_running=slots), concurrency=grid, waits=False, context_tokens=ctx)  # the wait for the step in progress is the model's own (below)  # fmt: skip
+    # the wait for the step in progress is the model's own (below)
+    served = Requests(input_len, output_len, max_running=slots)
+    pt = closed_loop(hw, coef, served, concurrency=grid, waits=False, context_tokens=ctx)
     m = np.arange(1, slots + 1, dtype=float)
 
     def interp(y: Array) -> Array:

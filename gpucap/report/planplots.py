@@ -23,6 +23,7 @@ from gpucap.catalog.models import ModelSpec
 from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import batch_slots
+from gpucap.physics.requests import Requests
 from gpucap.planning.result import rejected_counts as rejected_counts
 from gpucap.planning.search import plan
 from gpucap.queueing.analytic import open_loop_latency
@@ -211,19 +212,14 @@ def latency_vs_rate(
     ``batch_slots``. ``attrs``: ``service_rate`` (requests/s) and ``max_running``."""
     coef = coef or Coefficients.for_engine(hw.engine.engine)
     slots = batch_slots(hw, context_tokens=input_len + output_len) if max_running is None else max_running
+    if request_rates is None and points < 2:
+        raise ValueError(f"points must be at least 2, got {points!r}")
+    curve = service_curve(hw, coef, Requests(input_len, output_len, max_running=slots))
     if request_rates is None:
-        if points < 2:
-            raise ValueError(f"points must be at least 2, got {points!r}")
-        mu = service_curve(hw, coef, input_len=input_len, output_len=output_len, max_running=slots).service_rate
-        rates = mu * (1.0 - np.geomspace(1.0 - KNEE_FLOOR, 1.0 - KNEE_TOP, points))
+        rates = curve.service_rate * (1.0 - np.geomspace(1.0 - KNEE_FLOOR, 1.0 - KNEE_TOP, points))
     else:
         rates = np.asarray(request_rates, dtype=float)
-    lat = open_loop_latency(
-        service_curve(hw, coef, input_len=input_len, output_len=output_len, max_running=slots),
-        request_rate=rates,
-        burstiness=burstiness,
-        service_scv=service_scv,
-    )
+    lat = open_loop_latency(curve, request_rate=rates, burstiness=burstiness, service_scv=service_scv)
     cols: dict[str, Any] = {
         "request_rate": lat.request_rate,
         "utilization": lat.utilization,
