@@ -1,13 +1,14 @@
 """A config field that carries what it takes to offer it to a user: its help, its command-line
-flag, the kind of value it takes and its choices. The config objects (``gpucap.config``) declare
-their inputs once with ``option``; the command line builds its options from them
-(``gpucap.cli.fields``).
+flag, the kind of value it takes and its choices, and for a page its label, bounds and widget.
+The config objects (``gpucap.config``) declare their inputs once with ``option``; the command line
+builds its options from them (``gpucap.cli.fields``) and the estimator page its controls
+(``gpucap.app.controls.field_control``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # what a value is, as the command line parses it
@@ -26,6 +27,8 @@ KINDS = (
     "int",  # any whole number
     "duration",  # 5s, 10m, 1h or 300 (seconds), as seconds > 0
 )
+# how a page offers a number: a box for whole numbers, a box for any number, a slider
+WIDGETS = ("int", "float", "slider")
 
 
 def option(
@@ -37,16 +40,27 @@ def option(
     choices: Sequence[str] | None = None,
     metavar: str | None = None,
     nargs: str | None = None,
+    label: str | None = None,
+    bounds: tuple[float, float] | None = None,
+    widget: str | None = None,
+    choice_labels: Mapping[str, str] | None = None,
 ) -> Any:
     """``dataclasses.field(default=default)`` with the field's ``help``, ``kind`` (``KINDS``),
     command-line ``flag`` (default ``--`` and the name with dashes; ``""``: a positional
     argument), ``choices``, the ``metavar`` its help shows and ``nargs`` (``"?"``, ``"+"`` for a
     positional argument; ``"append"`` for a flag that may be given again, each value kept) in its
-    metadata. A field without a default is required."""
+    metadata. For a page: the ``label`` beside its control, the ``bounds`` (lowest, highest) a
+    number's control takes, the ``widget`` for a number (``WIDGETS``; default a box, for whole
+    numbers where ``kind`` is one) and what the page shows for each choice (``choice_labels``).
+    A field without a default is required."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if nargs not in (None, "?", "+", "append"):
         raise ValueError(f"nargs must be None, '?', '+' or 'append', got {nargs!r}")
+    if widget not in (None, *WIDGETS):
+        raise ValueError(f"widget must be one of {', '.join(WIDGETS)}, got {widget!r}")
+    if bounds is not None and not bounds[0] <= bounds[1]:
+        raise ValueError(f"bounds must be (lowest, highest) with lowest <= highest, got {bounds!r}")
     meta = {
         "help": help,
         "kind": kind,
@@ -54,6 +68,10 @@ def option(
         "choices": tuple(choices) if choices is not None else None,
         "metavar": metavar,
         "nargs": nargs,
+        "label": label,
+        "bounds": bounds,
+        "widget": widget,
+        "choice_labels": dict(choice_labels) if choice_labels is not None else None,
     }
     return dataclasses.field(default=default, metadata={"option": meta})
 

@@ -447,3 +447,60 @@ def test_speculative_decoding_on_the_page_is_what_estimate_computes(app: Estimat
     assert any("3 draft tokens" in n for n in app.result.notes)
     app.draft_tokens.value = 1
     assert app.error is not None and "raise draft_tokens or lower acceptance_length" in app.status_text
+
+
+def test_a_fields_control_is_made_from_what_the_field_declares() -> None:
+    """``field_control``: the label, the bounds, the widget and the choices' labels all come from
+    the field's ``option``; a number without bounds is refused by name."""
+    import dataclasses
+
+    import ipywidgets as widgets
+
+    from gpucap.app.controls import field_control
+    from gpucap.options import option
+
+    @dataclasses.dataclass
+    class Knobs:
+        slots: int = option(4, kind="positive_int", label="batch slots", bounds=(1, 64), help="h")
+        share: float = option(0.9, kind="positive_float", label="share", bounds=(0.5, 1.0), widget="slider", help="h")
+        tokens: float = option(0.0, kind="float", label="tokens", bounds=(0, 100), widget="int", help="h")
+        rate: float = option(1.5, kind="float", label="rate", bounds=(0.0, 10.0), help="h")
+        mode: str = option("a", choices=("a", "b"), choice_labels={"a": "A (first)"}, label="mode", help="h")
+        eager: bool = option(True, kind="no_switch", label="graphs", help="h")
+        free: float = option(1.0, kind="float", help="h")
+
+    slots = field_control(Knobs, "slots")
+    assert isinstance(slots, widgets.BoundedIntText)
+    assert (slots.description, slots.value, slots.min, slots.max) == ("batch slots", 4, 1, 64)
+    share = field_control(Knobs, "share", 0.8)
+    assert isinstance(share, widgets.FloatSlider) and (share.value, share.min, share.max) == (0.8, 0.5, 1.0)
+    assert isinstance(field_control(Knobs, "tokens"), widgets.BoundedIntText)  # a float field offered whole
+    rate = field_control(Knobs, "rate")
+    assert isinstance(rate, widgets.BoundedFloatText) and (rate.value, rate.max) == (1.5, 10.0)
+    mode = field_control(Knobs, "mode", "b")
+    assert isinstance(mode, widgets.Dropdown) and list(mode.options) == [("A (first)", "a"), ("b", "b")]
+    assert mode.value == "b"
+    assert list(field_control(Knobs, "mode", choices=["x", "y"], value="y").options) == [("x", "x"), ("y", "y")]
+    eager = field_control(Knobs, "eager")
+    assert isinstance(eager, widgets.Dropdown) and eager.value is True
+    with pytest.raises(ValueError, match=r"Knobs\.free has no bounds"):
+        field_control(Knobs, "free")
+    with pytest.raises(ValueError, match="no field 'nothing'"):
+        field_control(Knobs, "nothing")
+
+
+def test_the_page_offers_the_config_fields_as_they_declare_them() -> None:
+    """Each control made from a field shows the field's label and, for a number, its bounds: a
+    field's metadata, not the page, says what the control is."""
+    from gpucap.app.controls import FIELD_CONTROLS, Controls
+    from gpucap.options import options_of
+
+    c = Controls()
+    for name, cls in FIELD_CONTROLS.items():
+        meta = options_of(cls)[name]
+        w = c.inputs[name]
+        assert w.description.endswith(f">{meta['label']}</span>"), name  # its tooltip wraps it
+        if meta["bounds"] is not None:
+            assert (w.min, w.max) == pytest.approx(meta["bounds"]), name
+    assert c.tp.value == 8 and c.pp.value == 1 and c.kv_dtype.value == "auto"  # page starts, field defaults
+    assert dict(c.lengths.options)["varied (traffic)"] == "varied"

@@ -4,13 +4,14 @@ values read into ``Inputs``."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import itertools
 import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,6 @@ from gpucap.catalog.lookup import load_model, model_cards
 from gpucap.config import VLLM_UTILIZATION, Deployment, EngineConfig, Workload
 from gpucap.options import options_of
 from gpucap.physics.coefficients import Coefficients
-from gpucap.types import ENGINES
-from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 ALLOWED_ENV = "GPUCAP_APP_FILES"  # folders the served page may read files from (os.pathsep-separated)
 # An uploaded config.json or coefficients file larger than this is refused unread: both are a few KB.
@@ -44,12 +43,23 @@ CURVE_MAX_CHOICES = tuple(float(m * 10**e) for e in range(0, 6) for m in (1, 2, 
 ROW_WIDTH = "370px"
 COLUMN_WIDTH = "385px"
 DESCRIPTION_WIDTH = "150px"
+# The controls made from a config field (``field_control``), each with the class that declares it,
+# and the page's starting values where they are not the field's default.
+FIELD_CONTROLS = {
+    **{name: Deployment for name in ("gpu", "num_gpus", "tp", "pp", "ep", "weight_dtype", "kv_dtype")},
+    **{name: EngineConfig for name in ("engine", "gpu_memory_utilization", "cuda_graphs")},
+    **{name: Workload for name in ("input_len", "output_len", "lengths", "prefix_tokens")},
+}
+STARTS = {
+    "num_gpus": 8,
+    "tp": 8,
+    "weight_dtype": "bf16",
+    "gpu_memory_utilization": VLLM_UTILIZATION,
+    "input_len": 3840,
+    "output_len": 256,
+}
 # What each control means and where its value goes: the tooltip over it; for a field of the config
 # objects, the field's own help (``gpucap.options``), as the command line shows it.
-FIELD_CONTROLS = (
-    "gpu", "num_gpus", "tp", "pp", "ep", "weight_dtype", "kv_dtype", "engine", "gpu_memory_utilization",
-    "cuda_graphs", "lengths", "prefix_tokens",
-)  # fmt: skip
 FIELD_TIPS = {
     name: meta["help"] for cls in (Deployment, Workload, EngineConfig) for name, meta in options_of(cls).items()
 }
@@ -78,6 +88,7 @@ TIPS = {
     "auto_range": "on: the curves go up to twice what the engine runs at once; moving the range by hand turns it off",
 }
 ON_OFF = [("on", True), ("off", False)]
+WHOLE_KINDS = ("positive_int", "count", "int")  # a field of these kinds gets a box for whole numbers
 COLUMNS = (  # (title, inputs) of the three columns of controls
     ("Model and hardware", ("model", "model_path", "gpu", "num_gpus", "tp", "pp", "ep")),
     (
@@ -142,19 +153,66 @@ def engine_default_utilization(engine: str, gpu: str) -> float:
         return 0.9
 
 
+def field_control(cls: type, name: str, value: Any = None, *, choices: Sequence[str] | None = None, **look: Any) -> Any:
+    """The page's control for field ``name`` of config class ``cls``, made from what the field
+    declares (``gpucap.options.option``): its ``label`` as the description; on/off for a switch;
+    a dropdown of its choices (``choices`` in their place, e.g. the GPU catalog), each shown by its
+    ``choice_labels``; a number in a box within its ``bounds`` (whole numbers where its ``kind``
+    or ``widget`` says so) or a slider (``widget="slider"``, steps of a hundredth). ``value``
+    starts it (None: the field's default); ``look``: ipywidgets' ``style`` and ``layout``."""
+    meta = options_of(cls).get(name)
+    if meta is None:
+        raise ValueError(
+            f"{cls.__name__} has no field {name!r} declared with option(); fields: {', '.join(options_of(cls))}"
+        )
+    if value is None:
+        value = next(f.default for f in dataclasses.fields(cls) if f.name == name)
+    common = dict(description=meta["label"] or name, **look)
+    if meta["kind"] in ("switch", "no_switch"):
+        return widgets.Dropdown(options=ON_OFF, value=bool(value), **common)
+    options = choices if choices is not None else meta["choices"]
+    if options is not None:
+        shown = meta["choice_labels"] or {}
+        return widgets.Dropdown(options=[(shown.get(o, o), o) for o in options], value=value, **common)
+    if meta["bounds"] is None:
+        raise ValueError(
+            f"{cls.__name__}.{name} has no bounds for a page's control: give option(bounds=(lowest, highest))"
+        )
+    lo, hi = meta["bounds"]
+    widget = meta["widget"] or ("int" if meta["kind"] in WHOLE_KINDS else "float")
+    if widget == "slider":
+        return widgets.FloatSlider(value=value, min=lo, max=hi, step=0.01, readout_format=".2f", **common)
+    if widget == "int":
+        return widgets.BoundedIntText(value=int(value), min=int(lo), max=int(hi), **common)
+    return widgets.BoundedFloatText(value=float(value), min=lo, max=hi, **common)
+
+
 class Controls:
     """The input widgets as attributes (``model``, ``gpu``, ``tp``, ...; see ``INPUT_NAMES``), each
     with CSS class ``gpucap-<name>`` (dashes for underscores), and ``inputs`` (name -> widget).
     Keyword arguments set starting values; a slider value that is not a stop becomes one."""
+
+    # made from the config fields (FIELD_CONTROLS)
+    gpu: Any
+    num_gpus: Any
+    tp: Any
+    pp: Any
+    ep: Any
+    weight_dtype: Any
+    kv_dtype: Any
+    engine: Any
+    gpu_memory_utilization: Any
+    cuda_graphs: Any
+    input_len: Any
+    output_len: Any
+    lengths: Any
+    prefix_tokens: Any
 
     def __init__(self, **values: Any) -> None:
         cards = model_cards()
         gpus = load_gpus()
         wide = {"description_width": DESCRIPTION_WIDTH}
         row = widgets.Layout(width=ROW_WIDTH)
-
-        def dropdown(options: list[str], value: str, description: str) -> Any:
-            return widgets.Dropdown(options=options, value=value, description=description, style=wide, layout=row)
 
         def text(description: str, placeholder: str) -> Any:
             return widgets.Text(
@@ -182,43 +240,16 @@ class Controls:
             layout=row,
         )
         self.model_path = text("or config.json", "path to any config.json (overrides the list)")
-        self.gpu = dropdown(list(gpus), DEFAULT_GPU if DEFAULT_GPU in gpus else next(iter(gpus)), "GPU")
-        self.num_gpus = integer("number of GPUs", 8, 1, 4096)
-        self.tp = integer("tensor parallel (TP)", 8, 1, 512)
-        self.pp = integer("pipeline parallel (PP)", 1, 1, 512)
-        self.ep = integer("expert parallel (EP)", 1, 1, 512)
-        self.weight_dtype = dropdown(list(WEIGHT_BYTES_PER_PARAM), "bf16", "weights")
-        self.kv_dtype = dropdown(list(KV_BYTES_PER_ELEMENT), "auto", "KV cache")
-        self.engine = dropdown(list(ENGINES), "vllm", "engine")
-        self.gpu_memory_utilization = widgets.FloatSlider(
-            value=VLLM_UTILIZATION,
-            min=0.5,
-            max=1.0,
-            step=0.01,
-            description="GPU memory share",
-            readout_format=".2f",
-            style=wide,
-            layout=row,
-        )
+        starts = {**STARTS, "gpu": DEFAULT_GPU if DEFAULT_GPU in gpus else next(iter(gpus))}
+        for name, cls in FIELD_CONTROLS.items():
+            choices = list(gpus) if name == "gpu" else None
+            setattr(self, name, field_control(cls, name, starts.get(name), choices=choices, style=wide, layout=row))
         self.kv_cache_memory_gib = widgets.BoundedFloatText(
             value=0.0, min=0.0, max=10_000.0, step=0.01, description="KV budget, GiB/GPU", style=wide, layout=row
         )
-        self.cuda_graphs = widgets.Dropdown(
-            options=ON_OFF, value=True, description="CUDA graphs", style=wide, layout=row
-        )
-        self.input_len = integer("input tokens", 3840, 1, 10_000_000)
-        self.output_len = integer("output tokens", 256, 1, 10_000_000)
-        self.prefix_tokens = integer("shared prefix tokens", 0, 0, 10_000_000)
         self.draft_tokens = integer("draft tokens", 0, 0, 64)
         self.acceptance_length = widgets.BoundedFloatText(
             value=1.0, min=1.0, max=65.0, step=0.1, description="acceptance length", style=wide, layout=row
-        )
-        self.lengths = widgets.Dropdown(
-            options=[("varied (traffic)", "varied"), ("fixed (a load test)", "fixed")],
-            value="varied",
-            description="request lengths",
-            style=wide,
-            layout=row,
         )
         self.ttft_slo_s = stops(TTFT_SLO_CHOICES_S, 2.0, "mean TTFT SLO (s)")
         self.tpot_slo_ms = stops(TPOT_SLO_CHOICES_MS, 100.0, "mean TPOT SLO (ms)")

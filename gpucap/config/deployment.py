@@ -43,20 +43,37 @@ class Deployment:
 
     model: str | Path | ModelSpec = option(help="catalog id (see `gpucap models`) or path to a config.json")
     gpu: str | GPU = option(
-        help="a GPU of the catalog (`gpucap gpus`; data/gpus.csv: datasheet memory, FLOP/s, HBM and link bandwidth)"
+        label="GPU",
+        help="a GPU of the catalog (`gpucap gpus`; data/gpus.csv: datasheet memory, FLOP/s, HBM and link bandwidth)",
     )
     num_gpus: int | None = option(
         None,
         kind="positive_int",
+        label="number of GPUs",
+        bounds=(1, 4096),
         help="GPUs in all; they form num_gpus / (tp x pp x attn_dp) replicas, each serving its own requests",
     )
     tp: int = option(
         1,
         kind="positive_int",
+        label="tensor parallel (TP)",
+        bounds=(1, 512),
         help="tensor parallelism: GPUs one layer is split over (two all-reduces per layer per step)",
     )
-    pp: int = option(1, kind="positive_int", help="pipeline parallelism: stages the layers are split into")
-    ep: int = option(1, kind="positive_int", help="expert parallelism (MoE models): GPUs the experts are spread over")
+    pp: int = option(
+        1,
+        kind="positive_int",
+        label="pipeline parallel (PP)",
+        bounds=(1, 512),
+        help="pipeline parallelism: stages the layers are split into",
+    )
+    ep: int = option(
+        1,
+        kind="positive_int",
+        label="expert parallel (EP)",
+        bounds=(1, 512),
+        help="expert parallelism (MoE models): GPUs the experts are spread over",
+    )
     attn_dp: int = option(
         1,
         kind="positive_int",
@@ -66,11 +83,13 @@ class Deployment:
     weight_dtype: str | None = option(
         None,
         choices=list(WEIGHT_BYTES_PER_PARAM),
+        label="weights",
         help="the weights' format; default: the checkpoint's own (its quantization_config; bf16 for most)",
     )
     kv_dtype: str = option(
         "auto",
         choices=list(KV_BYTES_PER_ELEMENT),
+        label="KV cache",
         help="the KV cache's format: auto is the model's own dtype, fp8 halves it",
     )
     engine: str | EngineConfig = "vllm"

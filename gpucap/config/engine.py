@@ -51,6 +51,7 @@ class EngineConfig:
     engine: str = option(
         "vllm",
         choices=ENGINES,
+        label="engine",
         help="vLLM, SGLang or TensorRT-LLM: their batch limits, memory reservations and per-step overheads",
     )
     max_num_seqs: int | None = option(None, kind="positive_int", help="most requests running at once")
@@ -58,6 +59,9 @@ class EngineConfig:
     gpu_memory_utilization: float | None = option(
         None,
         kind="positive_float",
+        label="GPU memory share",
+        bounds=(0.5, 1.0),
+        widget="slider",
         help="share of GPU memory the engine takes (vLLM, SGLang: of the whole GPU; TensorRT-LLM: of what is free "
         "after the weights)",
     )
@@ -65,6 +69,7 @@ class EngineConfig:
     cuda_graphs: bool = option(
         True,
         kind="no_switch",
+        label="CUDA graphs",
         help="off (--enforce-eager) frees the CUDA-graph memory pool but adds kernel launch time per layer",
     )
     runtime_overhead_bytes: float | None = None  # non-torch memory charged to the KV budget (resolve)

@@ -86,8 +86,20 @@ class Workload:
     length for all requests: the closed loop runs in waves, ``gpucap.physics.waves``).
     """
 
-    input_len: float = option(kind="positive_float", help="prompt tokens per request")
-    output_len: float = option(kind="positive_float", help="output tokens per request")
+    input_len: float = option(
+        kind="positive_float",
+        label="input tokens",
+        bounds=(1, 10_000_000),
+        widget="int",
+        help="prompt tokens per request",
+    )
+    output_len: float = option(
+        kind="positive_float",
+        label="output tokens",
+        bounds=(1, 10_000_000),
+        widget="int",
+        help="output tokens per request",
+    )
     images_per_request: float = option(0.0, kind="float", help="images each request carries (multimodal)")
     image_size_px: int | tuple[int, int] | None = option(
         None, kind="image_size", help="image side, or HxW like 1080x1920"
@@ -95,12 +107,17 @@ class Workload:
     lengths: str = option(
         "varied",
         choices=LENGTHS,
+        label="request lengths",
+        choice_labels={"varied": "varied (traffic)", "fixed": "fixed (a load test)"},
         help="varied: traffic whose lengths differ (steady state); fixed: a load test's equal lengths (the closed "
         "loop runs in waves)",
     )
     prefix_tokens: float = option(
         0.0,
         kind="float",
+        label="shared prefix tokens",
+        bounds=(0, 10_000_000),
+        widget="int",
         help="a system prompt every request starts with (inside the input tokens), held once in the prefix cache: "
         "its prefill is skipped and its KV stored once (vLLM --enable-prefix-caching, on by default); 0: none",
     )
