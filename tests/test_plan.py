@@ -12,7 +12,7 @@ import pytest
 from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.prices import read_prices
 from gpucap.cli.main import main
-from gpucap.config import hardware
+from gpucap.config import SLO, hardware
 from gpucap.parallel import Runner
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_limit
@@ -520,9 +520,7 @@ def test_a_long_reason_is_cut_at_a_clause_never_inside_a_number() -> None:
         [dict(gpu="L40S-48GB", gpus_per_replica=1, tp=1, pp=1, ep=1, weight_dtype="fp8", kv_dtype="auto",
               reason="misses TTFT: " + text + " " + "and more words " * 10, short_GiB=np.nan)]
     )  # fmt: skip
-    p = Plan(
-        MODEL, Target("request_rate", 1.0), dict(ttft_s=2.0, tpot_s=0.1, stat="p99"), pd.DataFrame(), rejected, 1, 0.1
-    )
+    p = Plan(MODEL, Target("request_rate", 1.0), SLO(2.0, 0.1, "p99"), pd.DataFrame(), rejected, 1, 0.1)
     (line,) = [x for x in format_plan(p).splitlines() if "misses TTFT" in x]
     said = line.split("auto KV): ", 1)[1]
     assert said.endswith(" ...)")

@@ -230,8 +230,8 @@ class PlannerApp:
     def _show(self, result: Plan) -> None:
         slo = result.slo
         head = (
-            f"<b>{html.escape(result.model)}</b>: {html.escape(result.target.describe())}, {slo['stat']} TTFT &le; "
-            f"{slo['ttft_s']:g} s, {slo['stat']} TPOT &le; {slo['tpot_s'] / MS:g} ms; {result.searched} options "
+            f"<b>{html.escape(result.model)}</b>: {html.escape(result.target.describe())}, {slo.statistic} TTFT &le; "
+            f"{slo.ttft_s:g} s, {slo.statistic} TPOT &le; {slo.tpot_s / MS:g} ms; {result.searched} options "
             f"searched in {result.search_s:.1f} s, {len(result.plans)} meet the SLOs by the queueing model"
             + (f"; {result.simulated} simulated in {result.check_s:.1f} s" if result.simulated else "")
         )
@@ -325,7 +325,7 @@ def plan_table(result: Plan, top: int = TOP) -> pd.DataFrame:
     for col in ("tpot_s", "tpot_s_simulated"):
         if col in table:
             table[col] = table[col] / MS
-    stat = str(result.slo["stat"]).upper() if result.slo["stat"] != "mean" else "mean"
+    stat = str(result.slo.statistic).upper() if result.slo.statistic != "mean" else "mean"
     names = {
         "plan": "plan", "gpu": "GPU", "gpus_per_replica": "GPUs per replica", "tp": "TP", "pp": "PP", "ep": "EP",
         "weight_dtype": "weights", "kv_dtype": "KV cache", "replicas": "replicas (with spares)",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucap.config import Hardware
+from gpucap.config import SLO, Hardware
 from gpucap.options import option
 from gpucap.physics.batching import closed_loop
 from gpucap.physics.coefficients import Coefficients
@@ -97,15 +97,17 @@ def rate_load(
     *,
     inp: Lengths,
     out: Lengths,
-    cap: float,
     rate: float,
-    ttft_slo_s: float,
-    tpot_slo_s: float,
-    stat: str,
+    slo: SLO,
     burstiness: float,
     headroom: Headroom,
     curve: ServiceCurve,
 ) -> Load | str:
+    """Open loop (requests/s): the replica's rate within ``slo`` at its statistic (the queueing
+    model on ``curve``, ``replica_curve``'s, with the KV cache's slots counted), the replicas
+    ``rate`` needs with ``headroom``, and the figures at the rate each then carries; a string
+    saying why where no rate meets the SLOs."""
+    stat, ttft_slo_s, tpot_slo_s = slo.statistic, slo.ttft_s, slo.tpot_s
     extra = ttft_extra_s(hw, coef, inp, out, stat)
     if extra >= ttft_slo_s:
         q = QUANTILES[stat]
@@ -114,7 +116,6 @@ def rate_load(
     tpot_slo = tpot_slo_s if out.mean > 1 else None
     # the queueing model carries the lengths' spread (each request's own prompt, the queue for the
     # token budget, the stalls): ``extra`` above only rules out a prompt that alone misses the SLO
-    # ``curve``: replica_curve's, with the KV cache's slots counted
     mu = max_request_rate(curve, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo, stat=stat, burstiness=burstiness)
     if mu <= 0:
         trickle = open_loop_latency(curve, request_rate=np.array([1e-6]), stats=(stat,), burstiness=burstiness)
@@ -161,12 +162,13 @@ def concurrency_load(
     out: Lengths,
     cap: float,
     concurrency: float,
-    ttft_slo_s: float,
-    tpot_slo_s: float,
+    slo: SLO,
     headroom: Headroom,
 ) -> Load | str:
     """Closed loop (requests kept in flight): the largest concurrency per replica whose mean
-    TTFT and TPOT meet the SLOs, on a grid up to the batch slots."""
+    TTFT and TPOT meet the SLOs (the closed loop gives means: the SLO's statistic is not used),
+    on a grid up to the batch slots."""
+    ttft_slo_s, tpot_slo_s = slo.ttft_s, slo.tpot_s
     grid = np.unique(np.round(np.geomspace(1, max(cap, 1.0), 400)))
     pts = closed_loop(hw, coef, Requests(inp.mean, out.mean, max_running=cap), concurrency=grid)
     ok = (pts.ttft_s <= ttft_slo_s) & (pts.tpot_s <= tpot_slo_s)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpucap.config import Hardware
+from gpucap.config import SLO, Hardware
 from gpucap.parallel import Runner
 from gpucap.physics.coefficients import Coefficients
 from gpucap.planning.capacity import simulated_run
@@ -63,24 +63,23 @@ class SimulationJob:
     rate: float  # requests/s on one serving replica
     max_running: float
     kv_capacity_tokens: float
-    stat: str
+    slo: SLO
     burstiness: float
-    ttft_slo_s: float
-    tpot_slo_s: float
 
     def run(self) -> Check:
-        """The simulation (``gpucap.planning.capacity.simulated_run``) and its verdict at ``stat``.
+        """The simulation (``gpucap.planning.capacity.simulated_run``) and its verdict at the SLO's statistic.
         One output token has no TPOT: only the TTFT SLO applies."""
         try:
             sim = simulated_run(
                 self.hw, self.coef, inp=self.inp, out=self.out, rate=self.rate, max_running=self.max_running,
                 kv_capacity_tokens=self.kv_capacity_tokens, burstiness=self.burstiness, seed=SEED,
             )  # fmt: skip
-            ttft, tpot = sim.summary["ttft_s"][self.stat], sim.summary["tpot_s"][self.stat]
+            stat = self.slo.statistic
+            ttft, tpot = sim.summary["ttft_s"][stat], sim.summary["tpot_s"][stat]
         except ValueError as err:  # the simulation cannot run this plan: say why, keep the others
             return Check(error=str(err))
-        tpot_ok = tpot <= self.tpot_slo_s or (self.out.mean <= 1 and math.isnan(tpot))
-        return Check(float(ttft), float(tpot), bool(ttft <= self.ttft_slo_s and tpot_ok))
+        tpot_ok = tpot <= self.slo.tpot_s or (self.out.mean <= 1 and math.isnan(tpot))
+        return Check(float(ttft), float(tpot), bool(ttft <= self.slo.ttft_s and tpot_ok))
 
 
 def _run(job: SimulationJob) -> Check:

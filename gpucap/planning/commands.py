@@ -204,10 +204,9 @@ def plan_commands(
     chosen_row = result.plans.iloc[row]
     if hw is None and result.row_hardware is not None and engine == result.engine:
         hw = result.row_hardware(chosen_row)
-    slo = SLO(ttft_s=result.slo["ttft_s"], tpot_s=result.slo["tpot_s"], statistic=result.slo["stat"])
     return verify_commands(
         model_id or result.model, chosen_row, target=result.target, input_len=inp, output_len=out, engine=engine,
-        hw=hw, slo=slo, burstiness=float(result.slo.get("burstiness", 1.0)), result_dir=result_dir,
+        hw=hw, slo=result.slo, burstiness=result.burstiness, result_dir=result_dir,
     )  # fmt: skip
 
 

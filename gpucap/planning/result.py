@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from gpucap.catalog.gpus import GPU
-from gpucap.config import Hardware
+from gpucap.config import SLO, Hardware
 from gpucap.queueing.lengths import Lengths
 
 TARGETS = ("request_rate", "concurrency", "output_tps")
@@ -86,7 +86,7 @@ class Plan:
 
     model: str
     target: Target
-    slo: dict[str, Any]
+    slo: SLO
     plans: pd.DataFrame
     rejected: pd.DataFrame
     searched: int
@@ -96,6 +96,7 @@ class Plan:
     input_len: Lengths | None = None
     output_len: Lengths | None = None
     engine: str = "vllm"
+    burstiness: float = 1.0  # the arrivals' (1: Poisson)
     row_hardware: Callable[[pd.Series], Hardware] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -134,7 +135,12 @@ class Plan:
         return {
             "model": self.model,
             "target": {"kind": self.target.kind, "value": self.target.value},
-            "slo": self.slo,
+            "slo": {
+                "ttft_s": self.slo.ttft_s,
+                "tpot_s": self.slo.tpot_s,
+                "stat": self.slo.statistic,
+                "burstiness": self.burstiness,
+            },
             "searched": self.searched,
             "search_s": round(self.search_s, 3),
             "check_s": round(self.check_s, 3),
@@ -152,8 +158,8 @@ class Plan:
         return describe_plan(self.plans.iloc[row])
 
     def _repr_html_(self) -> str:
-        head = f"<b>{self.model}</b>: {self.target.describe()}, {self.slo['stat']} TTFT &le; {self.slo['ttft_s']:g} s"
-        head += f", {self.slo['stat']} TPOT &le; {self.slo['tpot_s']:g} s; {self.searched} options searched"
+        head = f"<b>{self.model}</b>: {self.target.describe()}, {self.slo.statistic} TTFT &le; {self.slo.ttft_s:g} s"
+        head += f", {self.slo.statistic} TPOT &le; {self.slo.tpot_s:g} s; {self.searched} options searched"
         rec = "<br>".join(recommended_lines(self))
         shown = self.plans.head(15).drop(columns=["meets_slo_simulated", "simulation_error"], errors="ignore")
         shown = shown.assign(check=check_state(self.plans.head(15)))
@@ -240,13 +246,13 @@ def recommended_lines(p: Plan) -> list[str]:
     why there is none (one line)."""
     rec, slo = p.recommended, p.slo
     if rec is not None:
-        stat = slo["stat"]
+        stat = slo.statistic
         tpot = "no TPOT (one output token)" if math.isnan(rec["tpot_s_simulated"]) else (
-            f"{stat} TPOT {rec['tpot_s_simulated'] * 1e3:.3g} ms (SLO {slo['tpot_s'] * 1e3:g} ms)"
+            f"{stat} TPOT {rec['tpot_s_simulated'] * 1e3:.3g} ms (SLO {slo.tpot_s * 1e3:g} ms)"
         )  # fmt: skip
         return [
             f"recommended: plan {rec['plan']}, {describe_plan(rec)}",
-            f"  simulated {stat} TTFT {rec['ttft_s_simulated']:.3g} s (SLO {slo['ttft_s']:g} s), {tpot}: the "
+            f"  simulated {stat} TTFT {rec['ttft_s_simulated']:.3g} s (SLO {slo.ttft_s:g} s), {tpot}: the "
             "cheapest plan that meets the SLOs in simulation",
         ]
     if p.plans.empty:
@@ -355,8 +361,8 @@ def format_plan(p: Plan, top: int = 10) -> str:
     nearest miss, and the notes."""
     slo = p.slo
     lines = [
-        f"{p.model}: {p.target.describe()}, {slo['stat']} TTFT <= {slo['ttft_s']:g} s, "
-        f"{slo['stat']} TPOT <= {slo['tpot_s'] * 1e3:g} ms ({p.searched} options in {p.search_s:.1f} s"
+        f"{p.model}: {p.target.describe()}, {slo.statistic} TTFT <= {slo.ttft_s:g} s, "
+        f"{slo.statistic} TPOT <= {slo.tpot_s * 1e3:g} ms ({p.searched} options in {p.search_s:.1f} s"
         + (f"; {p.simulated} simulated in {p.check_s:.1f} s)" if p.simulated else ")"),
         "",
         *recommended_lines(p),
@@ -388,7 +394,7 @@ def format_plan(p: Plan, top: int = 10) -> str:
             lines.append(f"... {len(more)} more" + (f" ({sim} of them simulated; --top to see them)" if sim else ""))
         lines.append(
             "replicas: serving + spares; util, TTFT, TPOT at target with the spares out, by the queueing model "
-            f"(left) and by the simulation ({slo['stat']}, right); > recommended; one plan number: KV formats that tie"
+            f"(left) and by the simulation ({slo.statistic}, right); > recommended; one plan number: KV formats that tie"
         )
     counts = rejected_counts(p) if not p.rejected.empty else pd.DataFrame()
     if not counts.empty:

@@ -153,7 +153,7 @@ def _simulation_job(row: pd.Series, ask: _Question) -> SimulationJob:
     return SimulationJob(
         hw, ask.coef, ask.inp, ask.out, rate=ask.rate / (int(row["replicas"]) - ask.headroom.spares),
         max_running=batch_slots(hw, slots), kv_capacity_tokens=mem.kv_tokens_per_gpu * hw.layout.attn_dp,
-        stat=ask.stat, burstiness=ask.burstiness, ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s,
+        slo=ask.slo, burstiness=ask.burstiness,
     )  # fmt: skip
 
 
@@ -184,15 +184,15 @@ def low_utilization_notes(best: pd.Series, ask: _Question, gpus: dict[str, GPU])
         return []
     hw = ask.hardware(gpus[str(best["gpu"])], best)
     alone = closed_loop(hw, ask.coef, Requests(ask.inp.mean, ask.out.mean), concurrency=1.0)
-    slo = (ask.ttft_slo_s, ask.tpot_slo_s)
+    slo = ask.slo
     ttft_s, tpot_s = float(alone.ttft_s), float(alone.tpot_s)
     where = f"{best['gpus_per_replica']} x {best['gpu']} (tp={best['tp']}, {best['weight_dtype']} weights)"
     busy = f"the cheapest plan runs each replica at {best['utilization']:.0%} of its service rate"
-    if tpot_s >= 0.5 * slo[1] or ttft_s >= 0.5 * slo[0]:
+    if tpot_s >= 0.5 * slo.tpot_s or ttft_s >= 0.5 * slo.ttft_s:
         return [
             f"{busy}: the fleet is sized by an SLO near the physical floor, not by the load. One request alone on "
             f"{where} takes {tpot_s * 1e3:.3g} ms per output token and {ttft_s:.3g} s to its first, against SLOs of "
-            f"{slo[1] * 1e3:g} ms and {slo[0]:g} s. A looser SLO costs far less"
+            f"{slo.tpot_s * 1e3:g} ms and {slo.ttft_s:g} s. A looser SLO costs far less"
         ]
     return [
         f"{busy}: the target is small for one replica of {where}, the cheapest that fits; the fleet is its "
@@ -212,9 +212,7 @@ class _Question:
     rate: float  # requests/s for rate and output-token targets
     inp: Lengths
     out: Lengths
-    ttft_slo_s: float
-    tpot_slo_s: float
-    stat: str
+    slo: SLO
     burstiness: float
     headroom: Headroom
     max_comm_share: float
@@ -270,12 +268,12 @@ def _assess(ask: _Question, cand: Candidate, prices: Prices) -> dict[str, Any] |
     if curve is None:
         load = concurrency_load(
             hw, ask.coef, inp=inp, out=out, cap=cap, concurrency=ask.target.value,
-            ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s, headroom=ask.headroom,
+            slo=ask.slo, headroom=ask.headroom,
         )  # fmt: skip
     else:
         load = rate_load(
-            hw, ask.coef, inp=inp, out=out, cap=cap, rate=ask.rate, stat=ask.stat, burstiness=ask.burstiness,
-            ttft_slo_s=ask.ttft_slo_s, tpot_slo_s=ask.tpot_slo_s, headroom=ask.headroom, curve=curve,
+            hw, ask.coef, inp=inp, out=out, rate=ask.rate, slo=ask.slo, burstiness=ask.burstiness,
+            headroom=ask.headroom, curve=curve,
         )  # fmt: skip
     if isinstance(load, str):
         return Rejected(load)
@@ -398,7 +396,6 @@ def plan_for(
     search = search or Search()
     gpus, gpu_counts, weight_dtypes, kv_dtypes = search.gpus, search.gpu_counts, search.weight_dtypes, search.kv_dtypes
     engine, max_comm_share, gpu_file = search.engine, search.max_comm_share, search.gpu_file
-    ttft_slo_s, tpot_slo_s, stat = slo.ttft_s, slo.tpot_s, slo.statistic
     headroom = headroom or Headroom()
     inp, out = as_lengths(input_len, "input_len"), as_lengths(output_len, "output_len")
     spec = load_model(model)
@@ -418,11 +415,9 @@ def plan_for(
         for w in weight_dtypes
         if not supports(g, w)
     ]
-    if target.kind == "concurrency" and stat != "mean":
-        notes.append(f"concurrency targets are closed loops: TTFT and TPOT are means there, not {stat}")
-    ask = _Question(
-        spec, coef, engine, target, rate, inp, out, ttft_slo_s, tpot_slo_s, stat, burstiness, headroom, max_comm_share
-    )
+    if target.kind == "concurrency" and slo.statistic != "mean":
+        notes.append(f"concurrency targets are closed loops: TTFT and TPOT are means there, not {slo.statistic}")
+    ask = _Question(spec, coef, engine, target, rate, inp, out, slo, burstiness, headroom, max_comm_share)
     rows: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = [{**r, "weight_dtype": None, "kv_dtype": None} for r in invalid]
     too_big: dict[tuple[str, int, int, int, str], Rejected] = {}  # weights that do not fit: no KV format helps
@@ -458,7 +453,8 @@ def plan_for(
     return Plan(
         model=spec.name,
         target=target,
-        slo={"ttft_s": ttft_slo_s, "tpot_s": tpot_slo_s, "stat": stat, "burstiness": burstiness},
+        slo=slo,
+        burstiness=burstiness,
         plans=plans,
         rejected=rej,
         searched=len(cands) + len(invalid),

@@ -89,7 +89,7 @@ def frontier(
         gpus = list(dict.fromkeys([*result.plans["gpu"], *result.rejected["gpu"]]))
         for gpu in [*gpus, CHEAPEST]:
             options = result.plans if gpu == CHEAPEST else result.plans[result.plans["gpu"] == gpu]
-            row: dict[str, Any] = {"slo": slo, "slo_s": value, "stat": result.slo["stat"], "gpu": gpu}
+            row: dict[str, Any] = {"slo": slo, "slo_s": value, "stat": result.slo.statistic, "gpu": gpu}
             if not options.empty:
                 best = options.iloc[0]  # plans are sorted by cost
                 row.update({c: best[c] for c in FRONTIER_COLUMNS[4:]})
