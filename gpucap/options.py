@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # what a value is, as the command line parses it
@@ -31,6 +32,25 @@ KINDS = (
 WIDGETS = ("int", "float", "slider")
 
 
+@dataclass(frozen=True)
+class Control:
+    """How a page offers a field: the ``label`` beside its control, the ``bounds`` (lowest,
+    highest) a number's control takes, the ``widget`` for a number (``WIDGETS``; default a box,
+    for whole numbers where the field's kind is one) and what the page shows for each of its
+    choices (``choice_labels``)."""
+
+    label: str
+    bounds: tuple[float, float] | None = None
+    widget: str | None = None
+    choice_labels: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.widget not in (None, *WIDGETS):
+            raise ValueError(f"widget must be one of {', '.join(WIDGETS)}, got {self.widget!r}")
+        if self.bounds is not None and not self.bounds[0] <= self.bounds[1]:
+            raise ValueError(f"bounds must be (lowest, highest) with lowest <= highest, got {self.bounds!r}")
+
+
 def option(
     default: Any = dataclasses.MISSING,
     *,
@@ -40,27 +60,18 @@ def option(
     choices: Sequence[str] | None = None,
     metavar: str | None = None,
     nargs: str | None = None,
-    label: str | None = None,
-    bounds: tuple[float, float] | None = None,
-    widget: str | None = None,
-    choice_labels: Mapping[str, str] | None = None,
+    page: Control | None = None,
 ) -> Any:
     """``dataclasses.field(default=default)`` with the field's ``help``, ``kind`` (``KINDS``),
     command-line ``flag`` (default ``--`` and the name with dashes; ``""``: a positional
     argument), ``choices``, the ``metavar`` its help shows and ``nargs`` (``"?"``, ``"+"`` for a
     positional argument; ``"append"`` for a flag that may be given again, each value kept) in its
-    metadata. For a page: the ``label`` beside its control, the ``bounds`` (lowest, highest) a
-    number's control takes, the ``widget`` for a number (``WIDGETS``; default a box, for whole
-    numbers where ``kind`` is one) and what the page shows for each choice (``choice_labels``).
-    A field without a default is required."""
+    metadata, and how a page offers it (``page``, a ``Control``; None: not on a page). A field
+    without a default is required."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if nargs not in (None, "?", "+", "append"):
         raise ValueError(f"nargs must be None, '?', '+' or 'append', got {nargs!r}")
-    if widget not in (None, *WIDGETS):
-        raise ValueError(f"widget must be one of {', '.join(WIDGETS)}, got {widget!r}")
-    if bounds is not None and not bounds[0] <= bounds[1]:
-        raise ValueError(f"bounds must be (lowest, highest) with lowest <= highest, got {bounds!r}")
     meta = {
         "help": help,
         "kind": kind,
@@ -68,10 +79,7 @@ def option(
         "choices": tuple(choices) if choices is not None else None,
         "metavar": metavar,
         "nargs": nargs,
-        "label": label,
-        "bounds": bounds,
-        "widget": widget,
-        "choice_labels": dict(choice_labels) if choice_labels is not None else None,
+        "page": page,
     }
     return dataclasses.field(default=default, metadata={"option": meta})
 

@@ -457,16 +457,16 @@ def test_a_fields_control_is_made_from_what_the_field_declares() -> None:
     import ipywidgets as widgets
 
     from gpucap.app.controls import field_control
-    from gpucap.options import option
+    from gpucap.options import Control, option
 
     @dataclasses.dataclass
     class Knobs:
-        slots: int = option(4, kind="positive_int", label="batch slots", bounds=(1, 64), help="h")
-        share: float = option(0.9, kind="positive_float", label="share", bounds=(0.5, 1.0), widget="slider", help="h")
-        tokens: float = option(0.0, kind="float", label="tokens", bounds=(0, 100), widget="int", help="h")
-        rate: float = option(1.5, kind="float", label="rate", bounds=(0.0, 10.0), help="h")
-        mode: str = option("a", choices=("a", "b"), choice_labels={"a": "A (first)"}, label="mode", help="h")
-        eager: bool = option(True, kind="no_switch", label="graphs", help="h")
+        slots: int = option(4, kind="positive_int", page=Control("batch slots", (1, 64)), help="h")
+        share: float = option(0.9, kind="positive_float", page=Control("share", (0.5, 1.0), "slider"), help="h")
+        tokens: float = option(0.0, kind="float", page=Control("tokens", (0, 100), "int"), help="h")
+        rate: float = option(1.5, kind="float", page=Control("rate", (0.0, 10.0)), help="h")
+        mode: str = option("a", choices=("a", "b"), page=Control("mode", choice_labels={"a": "A (first)"}), help="h")
+        eager: bool = option(True, kind="no_switch", page=Control("graphs"), help="h")
         free: float = option(1.0, kind="float", help="h")
 
     slots = field_control(Knobs, "slots")
@@ -487,6 +487,10 @@ def test_a_fields_control_is_made_from_what_the_field_declares() -> None:
         field_control(Knobs, "free")
     with pytest.raises(ValueError, match="no field 'nothing'"):
         field_control(Knobs, "nothing")
+    with pytest.raises(ValueError, match="widget must be one of"):
+        Control("x", (0, 1), "knob")
+    with pytest.raises(ValueError, match="lowest <= highest"):
+        Control("x", (2, 1))
 
 
 def test_the_page_offers_the_config_fields_as_they_declare_them() -> None:
@@ -497,10 +501,10 @@ def test_the_page_offers_the_config_fields_as_they_declare_them() -> None:
 
     c = Controls()
     for name, cls in FIELD_CONTROLS.items():
-        meta = options_of(cls)[name]
+        page = options_of(cls)[name]["page"]
         w = c.inputs[name]
-        assert w.description.endswith(f">{meta['label']}</span>"), name  # its tooltip wraps it
-        if meta["bounds"] is not None:
-            assert (w.min, w.max) == pytest.approx(meta["bounds"]), name
+        assert w.description.endswith(f">{page.label}</span>"), name  # its tooltip wraps it
+        if page.bounds is not None:
+            assert (w.min, w.max) == pytest.approx(page.bounds), name
     assert c.tp.value == 8 and c.pp.value == 1 and c.kv_dtype.value == "auto"  # page starts, field defaults
     assert dict(c.lengths.options)["varied (traffic)"] == "varied"

@@ -21,7 +21,7 @@ from gpucap.app.cache import Inputs, stamp
 from gpucap.catalog.gpus import get_gpu, load_gpus
 from gpucap.catalog.lookup import load_model, model_cards
 from gpucap.config import VLLM_UTILIZATION, Deployment, EngineConfig, Workload
-from gpucap.options import options_of
+from gpucap.options import Control, options_of
 from gpucap.physics.coefficients import Coefficients
 
 ALLOWED_ENV = "GPUCAP_APP_FILES"  # folders the served page may read files from (os.pathsep-separated)
@@ -155,31 +155,33 @@ def engine_default_utilization(engine: str, gpu: str) -> float:
 
 def field_control(cls: type, name: str, value: Any = None, *, choices: Sequence[str] | None = None, **look: Any) -> Any:
     """The page's control for field ``name`` of config class ``cls``, made from what the field
-    declares (``gpucap.options.option``): its ``label`` as the description; on/off for a switch;
-    a dropdown of its choices (``choices`` in their place, e.g. the GPU catalog), each shown by its
-    ``choice_labels``; a number in a box within its ``bounds`` (whole numbers where its ``kind``
-    or ``widget`` says so) or a slider (``widget="slider"``, steps of a hundredth). ``value``
-    starts it (None: the field's default); ``look``: ipywidgets' ``style`` and ``layout``."""
+    declares (``gpucap.options.option`` and its ``Control``): the control's label; on/off for a
+    switch; a dropdown of the field's choices (``choices`` in their place, e.g. the GPU catalog),
+    each shown by its ``choice_labels``; a number in a box within its ``bounds`` (whole numbers
+    where the field's kind or the control's ``widget`` says so) or a slider (``widget="slider"``,
+    steps of a hundredth). ``value`` starts it (None: the field's default); ``look``: ipywidgets'
+    ``style`` and ``layout``."""
     meta = options_of(cls).get(name)
     if meta is None:
         raise ValueError(
             f"{cls.__name__} has no field {name!r} declared with option(); fields: {', '.join(options_of(cls))}"
         )
+    page = meta["page"] or Control(name)
     if value is None:
         value = next(f.default for f in dataclasses.fields(cls) if f.name == name)
-    common = dict(description=meta["label"] or name, **look)
+    common = dict(description=page.label, **look)
     if meta["kind"] in ("switch", "no_switch"):
         return widgets.Dropdown(options=ON_OFF, value=bool(value), **common)
     options = choices if choices is not None else meta["choices"]
     if options is not None:
-        shown = meta["choice_labels"] or {}
+        shown = page.choice_labels or {}
         return widgets.Dropdown(options=[(shown.get(o, o), o) for o in options], value=value, **common)
-    if meta["bounds"] is None:
+    if page.bounds is None:
         raise ValueError(
-            f"{cls.__name__}.{name} has no bounds for a page's control: give option(bounds=(lowest, highest))"
+            f"{cls.__name__}.{name} has no bounds for a page's control: give option(page=Control(label, bounds))"
         )
-    lo, hi = meta["bounds"]
-    widget = meta["widget"] or ("int" if meta["kind"] in WHOLE_KINDS else "float")
+    lo, hi = page.bounds
+    widget = page.widget or ("int" if meta["kind"] in WHOLE_KINDS else "float")
     if widget == "slider":
         return widgets.FloatSlider(value=value, min=lo, max=hi, step=0.01, readout_format=".2f", **common)
     if widget == "int":

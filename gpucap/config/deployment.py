@@ -14,7 +14,7 @@ from gpucap.catalog.models import ModelSpec
 from gpucap.config.engine import EngineConfig
 from gpucap.config.layout import Layout, split_of
 from gpucap.config.speculative import Speculative
-from gpucap.options import option
+from gpucap.options import Control, option
 from gpucap.units import KV_BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_PARAM
 
 MAX_ROUTING_SKEW = 3.0  # a Zipf exponent past which one expert takes nearly every token
@@ -32,6 +32,12 @@ class Hardware:
     engine: EngineConfig
 
 
+def degree(label: str, help: str) -> Any:
+    """A parallelism degree's field: a whole number of GPUs >= 1 (1: not split), up to 512 on a
+    page (``gpucap.options.option``)."""
+    return option(1, kind="positive_int", page=Control(label, (1, 512)), help=help)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """What is deployed: ``num_gpus`` GPUs of one kind serving ``model`` as replicas of
@@ -43,53 +49,35 @@ class Deployment:
 
     model: str | Path | ModelSpec = option(help="catalog id (see `gpucap models`) or path to a config.json")
     gpu: str | GPU = option(
-        label="GPU",
+        page=Control("GPU"),
         help="a GPU of the catalog (`gpucap gpus`; data/gpus.csv: datasheet memory, FLOP/s, HBM and link bandwidth)",
     )
     num_gpus: int | None = option(
         None,
         kind="positive_int",
-        label="number of GPUs",
-        bounds=(1, 4096),
+        page=Control("number of GPUs", (1, 4096)),
         help="GPUs in all; they form num_gpus / (tp x pp x attn_dp) replicas, each serving its own requests",
     )
-    tp: int = option(
-        1,
-        kind="positive_int",
-        label="tensor parallel (TP)",
-        bounds=(1, 512),
-        help="tensor parallelism: GPUs one layer is split over (two all-reduces per layer per step)",
+    tp: int = degree(
+        "tensor parallel (TP)", "tensor parallelism: GPUs one layer is split over (two all-reduces per layer per step)"
     )
-    pp: int = option(
-        1,
-        kind="positive_int",
-        label="pipeline parallel (PP)",
-        bounds=(1, 512),
-        help="pipeline parallelism: stages the layers are split into",
-    )
-    ep: int = option(
-        1,
-        kind="positive_int",
-        label="expert parallel (EP)",
-        bounds=(1, 512),
-        help="expert parallelism (MoE models): GPUs the experts are spread over",
-    )
-    attn_dp: int = option(
-        1,
-        kind="positive_int",
-        help="attention data-parallel copies: TensorRT-LLM's DEP8 is --tp 1 --ep 8 --attn-dp 8; SGLang's "
+    pp: int = degree("pipeline parallel (PP)", "pipeline parallelism: stages the layers are split into")
+    ep: int = degree("expert parallel (EP)", "expert parallelism (MoE models): GPUs the experts are spread over")
+    attn_dp: int = degree(
+        "attention data parallel",
+        "attention data-parallel copies: TensorRT-LLM's DEP8 is --tp 1 --ep 8 --attn-dp 8; SGLang's "
         "--tp 8 --dp 8 --enable-dp-attention is --tp 8 --attn-dp 8 --num-gpus 8 (read as its convention)",
     )
     weight_dtype: str | None = option(
         None,
         choices=list(WEIGHT_BYTES_PER_PARAM),
-        label="weights",
+        page=Control("weights"),
         help="the weights' format; default: the checkpoint's own (its quantization_config; bf16 for most)",
     )
     kv_dtype: str = option(
         "auto",
         choices=list(KV_BYTES_PER_ELEMENT),
-        label="KV cache",
+        page=Control("KV cache"),
         help="the KV cache's format: auto is the model's own dtype, fp8 halves it",
     )
     engine: str | EngineConfig = "vllm"

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from gpucap.catalog.gpus import GPU
-from gpucap.options import option
+from gpucap.options import Control, option
 from gpucap.types import ENGINES, FRONT_ENDS, MOE_BACKENDS, SAMPLERS
 from gpucap.units import GiB
 
@@ -51,7 +51,7 @@ class EngineConfig:
     engine: str = option(
         "vllm",
         choices=ENGINES,
-        label="engine",
+        page=Control("engine"),
         help="vLLM, SGLang or TensorRT-LLM: their batch limits, memory reservations and per-step overheads",
     )
     max_num_seqs: int | None = option(None, kind="positive_int", help="most requests running at once")
@@ -59,9 +59,7 @@ class EngineConfig:
     gpu_memory_utilization: float | None = option(
         None,
         kind="positive_float",
-        label="GPU memory share",
-        bounds=(0.5, 1.0),
-        widget="slider",
+        page=Control("GPU memory share", (0.5, 1.0), "slider"),
         help="share of GPU memory the engine takes (vLLM, SGLang: of the whole GPU; TensorRT-LLM: of what is free "
         "after the weights)",
     )
@@ -69,7 +67,7 @@ class EngineConfig:
     cuda_graphs: bool = option(
         True,
         kind="no_switch",
-        label="CUDA graphs",
+        page=Control("CUDA graphs"),
         help="off (--enforce-eager) frees the CUDA-graph memory pool but adds kernel launch time per layer",
     )
     runtime_overhead_bytes: float | None = None  # non-torch memory charged to the KV budget (resolve)

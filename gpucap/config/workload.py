@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from gpucap.catalog.vision import VisionEncoder
-from gpucap.options import option
+from gpucap.options import Control, option
 from gpucap.types import LENGTHS, STATISTICS
 
 ENCODER_TP_MODES = ("weights", "data")
@@ -75,6 +76,12 @@ def check_prefix(input_len: float, prefix_tokens: float, share: float, turns: in
         raise ValueError(f"turns must be a whole number >= 1, got {turns!r}")
 
 
+def length(label: str, help: str) -> Any:
+    """A request length's field: tokens > 0, required, offered on a page as whole tokens up to ten
+    million (``gpucap.options.option``)."""
+    return option(kind="positive_float", page=Control(label, (1, 10_000_000), "int"), help=help)
+
+
 @dataclass(frozen=True)
 class Workload:
     """Request lengths (text tokens), the images each request carries, and its prefix cache.
@@ -86,20 +93,8 @@ class Workload:
     length for all requests: the closed loop runs in waves, ``gpucap.physics.waves``).
     """
 
-    input_len: float = option(
-        kind="positive_float",
-        label="input tokens",
-        bounds=(1, 10_000_000),
-        widget="int",
-        help="prompt tokens per request",
-    )
-    output_len: float = option(
-        kind="positive_float",
-        label="output tokens",
-        bounds=(1, 10_000_000),
-        widget="int",
-        help="output tokens per request",
-    )
+    input_len: float = length("input tokens", "prompt tokens per request")
+    output_len: float = length("output tokens", "output tokens per request")
     images_per_request: float = option(0.0, kind="float", help="images each request carries (multimodal)")
     image_size_px: int | tuple[int, int] | None = option(
         None, kind="image_size", help="image side, or HxW like 1080x1920"
@@ -107,17 +102,14 @@ class Workload:
     lengths: str = option(
         "varied",
         choices=LENGTHS,
-        label="request lengths",
-        choice_labels={"varied": "varied (traffic)", "fixed": "fixed (a load test)"},
+        page=Control("request lengths", choice_labels={"varied": "varied (traffic)", "fixed": "fixed (a load test)"}),
         help="varied: traffic whose lengths differ (steady state); fixed: a load test's equal lengths (the closed "
         "loop runs in waves)",
     )
     prefix_tokens: float = option(
         0.0,
         kind="float",
-        label="shared prefix tokens",
-        bounds=(0, 10_000_000),
-        widget="int",
+        page=Control("shared prefix tokens", (0, 10_000_000), "int"),
         help="a system prompt every request starts with (inside the input tokens), held once in the prefix cache: "
         "its prefill is skipped and its KV stored once (vLLM --enable-prefix-caching, on by default); 0: none",
     )

@@ -452,18 +452,18 @@ def plan_for(
         notes.append(f"no option carries {target.describe()} within the SLOs; see rejected for why each failed")
     return Plan(
         model=spec.name,
-        target=target,
-        slo=slo,
-        burstiness=burstiness,
+        target=ask.target,  # the question, as it was asked
+        slo=ask.slo,
+        burstiness=ask.burstiness,
+        input_len=ask.inp,
+        output_len=ask.out,
+        engine=ask.engine,
         plans=plans,
         rejected=rej,
         searched=len(cands) + len(invalid),
         search_s=time.perf_counter() - started - check_s,
         notes=notes,
         check_s=check_s,
-        input_len=inp,
-        output_len=out,
-        engine=engine,
         row_hardware=functools.partial(_row_hardware, ask, {g.key: g for g in gpu_list}),
     )
 
