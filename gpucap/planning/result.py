@@ -80,7 +80,8 @@ class Target:
 class Plan:
     """Options ranked by cost (``plans``), the ones that failed and why (``rejected``), and the
     seconds the search (``search_s``) and the simulation check (``check_s``, 0 without one) took.
-    ``input_len``, ``output_len`` and ``engine``: the question's lengths and engine;
+    ``slo``, ``burstiness``, ``input_len``, ``output_len`` and ``engine``: the question's SLOs,
+    arrivals (1: Poisson), lengths and engine;
     ``row_hardware``: the ``Hardware`` of one replica of a row, as the planner built it (for the
     commands that verify a plan, ``gpucap.planning.commands.plan_commands``)."""
 
@@ -96,7 +97,7 @@ class Plan:
     input_len: Lengths | None = None
     output_len: Lengths | None = None
     engine: str = "vllm"
-    burstiness: float = 1.0  # the arrivals' (1: Poisson)
+    burstiness: float = 1.0
     row_hardware: Callable[[pd.Series], Hardware] | None = field(default=None, repr=False, compare=False)
 
     @property
