@@ -232,7 +232,8 @@ def open_loop(hw: Hardware, coef: Coefficients, requests: Requests, *, request_r
     C is interpolated (in log C) from the closed-loop model on a grid of concurrencies. At or
     above the service rate (the most X reaches up to max_running) the queue grows without bound:
     TTFT is infinite and throughput is the service rate. (Means only; the tail under Poisson
-    arrivals needs a queueing model.) ``cached_tokens``: as in ``closed_loop``.
+    arrivals needs a queueing model.) The requests' cached tokens and extras count as in
+    ``closed_loop``; their ``max_running`` must be finite.
     """
     lam, i, o, cap, h = requests.arrays(request_rate)
     if not np.all(np.isfinite(cap)):

@@ -28,10 +28,10 @@ def static_batch(hw: Hardware, coef: Coefficients, requests: Requests, *, batch:
     O - 1 decode steps at batch B with mean context I + O / 2.
 
     TTFT = ceil(B I / M) x t_step(M prefill tokens); TPOT = t_step(B decode);
-    (``requests.max_running`` plays no part: the batch is B.)
     throughput = B O / (TTFT + (O - 1) TPOT). With images, I includes their tokens and the
     prefill steps encode the batch's images; with speculation, ``(O - 1) / tau`` decode steps
-    and TPOT = t_step / tau.
+    and TPOT = t_step / tau. ``requests.max_running`` plays no part (the batch is B); cached
+    tokens are refused.
     """
     requests.refuse("static_batch", extras=False)
     ex = requests.extras
