@@ -11,7 +11,7 @@ one-token-per-step answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from gpucap.physics.concurrency import (
     resource_limits,
     slo_limits,
     step_parts,
+    workload_requests,
 )
 from gpucap.physics.extras import Extras
 from gpucap.physics.memory import (
@@ -49,7 +50,6 @@ from gpucap.physics.memory import (
     batch_slots,
     memory_limit,
 )
-from gpucap.physics.requests import Requests
 from gpucap.physics.runs import saturation_run
 from gpucap.report.notes import estimate_notes
 
@@ -346,7 +346,7 @@ def _speed_at(
         at = open_loop(
             hw,
             coef,
-            Requests(wl.prompt_len, wl.output_len, max_running=cap, cached_tokens=wl.cached_tokens, extras=extras),
+            workload_requests(wl, max_running=cap, extras=extras),
             request_rate=op.request_rate / replicas,
         )
         c_total = float(at.concurrency) * replicas
@@ -402,7 +402,9 @@ def estimate_for(
     notes = [convention] if convention else []
     notes += estimate_notes(hw, wl, deployment, found.mem, extras, image_tokens, why)
     point, c_total, speed_notes = _speed_at(hw, coef, wl, at, found, replicas, extras, closed)
-    sat = saturation_run(hw, coef, Requests(wl.prompt_len, wl.output_len, max_running=batch_slots(hw, found.mem_limit), extras=extras), num_prompts=np.inf)  # fmt: skip
+    # all at once: the prefix cache is not counted (the notes say so)
+    served = workload_requests(wl, max_running=batch_slots(hw, found.mem_limit), extras=extras)
+    sat = saturation_run(hw, coef, replace(served, cached_tokens=0.0), num_prompts=np.inf)
     notes += speed_notes
     limits: dict[str, float | None] = {"memory": found.mem_limit * replicas}
     limits.update({k: None if v is None else v * replicas for k, v in found.limits.items()})

@@ -167,7 +167,7 @@ def test_burstiness_one_is_poisson() -> None:
 
 
 def test_tails_grow_toward_saturation_and_blow_up_past_it() -> None:
-    mu = open_loop_latency(hw_curve(), request_rate=1.0).service_rate
+    mu = hw_curve().service_rate
     full = closed_loop(
         HW, COEF, Requests(**LEN, max_running=SLOTS), concurrency=SLOTS, waits=False
     )  # as the queue model sees it
@@ -215,7 +215,7 @@ def test_state_bins_match_single_states(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_max_request_rate_meets_the_slo_and_is_monotone() -> None:
     curve = hw_curve()
-    mu = open_loop_latency(curve, request_rate=1.0).service_rate
+    mu = curve.service_rate
     rates = [max_request_rate(curve, ttft_slo_s=slo) for slo in (0.06, 0.1, 0.5, 2.0, 8.0)]
     assert all(b >= a for a, b in zip(rates, rates[1:], strict=False))
     assert 0 < rates[0] < rates[-1] < mu
@@ -281,6 +281,14 @@ def test_open_loop_latency_rejects_bad_input(kwargs: dict, word: str) -> None:
 def test_max_request_rate_rejects_bad_input(kwargs: dict, word: str) -> None:
     with pytest.raises(ValueError, match=word):
         max_request_rate(hw_curve(), **kwargs)
+
+
+def test_a_service_curve_is_one_workload() -> None:
+    """Lengths given as arrays are several workloads: the error says how to give a spread."""
+    with pytest.raises(ValueError, match="one workload.*input_lengths"):
+        service_curve(HW, COEF, Requests([1000.0, 2000.0], 200.0, max_running=64.0))
+    with pytest.raises(ValueError, match="cached_tokens=100"):
+        service_curve(HW, COEF, Requests(1000.0, 200.0, max_running=64.0, cached_tokens=100.0))
 
 
 def test_the_service_time_spread_comes_from_the_lengths() -> None:

@@ -32,6 +32,15 @@ def _largest_ok(grid: np.ndarray, ok: np.ndarray) -> float | None:
     return None if bad.size == 0 else float(grid[bad[0] - 1])
 
 
+def workload_requests(wl: Workload, *, max_running: ArrayLike, extras: Extras = NO_EXTRAS) -> Requests:
+    """The steady state's ``Requests`` of a workload: each prompt with the earlier turns it
+    carries (``Workload.prompt_len``), the part of it in the prefix cache, its output, and the
+    ``extras`` it brings."""
+    return Requests(
+        wl.prompt_len, wl.output_len, max_running=max_running, cached_tokens=wl.cached_tokens, extras=extras
+    )
+
+
 def loop_point(
     hw: Hardware,
     coef: Coefficients,
@@ -49,12 +58,7 @@ def loop_point(
         return wave_loop(
             hw, coef, Requests(wl.input_len, wl.output_len, max_running=max_running), concurrency=concurrency
         )
-    return closed_loop(
-        hw,
-        coef,
-        Requests(wl.prompt_len, wl.output_len, max_running=max_running, cached_tokens=wl.cached_tokens, extras=extras),
-        concurrency=concurrency,
-    )
+    return closed_loop(hw, coef, workload_requests(wl, max_running=max_running, extras=extras), concurrency=concurrency)
 
 
 def front_end_share(hw: Hardware, coef: Coefficients, point: LoadPoint) -> np.ndarray:

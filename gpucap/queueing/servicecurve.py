@@ -242,9 +242,13 @@ def service_curve(
     with it, how many of the workload's lengths fit at once (``gpucap.queueing.kvfit``); None: R
     always fit."""
     requests.refuse("service_curve", extras=True)
-    input_len, output_len, max_running = (
-        float(np.asarray(v, dtype=float)) for v in (requests.input_len, requests.output_len, requests.max_running)
-    )
+    given = (requests.input_len, requests.output_len, requests.max_running)
+    if any(np.ndim(v) for v in given):
+        raise ValueError(
+            f"service_curve takes one workload: one input_len, output_len and max_running, got {given!r}; "
+            "give the lengths' spread as input_lengths and output_lengths"
+        )
+    input_len, output_len, max_running = (float(v) for v in given)
     for name, v in (("input_len", input_len), ("output_len", output_len)):
         if not (np.isfinite(v) and v >= 1):
             raise ValueError(f"{name} must be a number of tokens >= 1, got {v!r}")
@@ -255,8 +259,8 @@ def service_curve(
     inp = input_lengths if input_lengths is not None else Lengths.fixed(input_len)
     out = output_lengths if output_lengths is not None else Lengths.fixed(output_len)
     ctx, held_sd = held_moments(inp, out)  # the running requests' mean context: length-biased
-    # the wait for the step in progress is the model's own (below)
     served = Requests(input_len, output_len, max_running=slots)
+    # waits=False: the wait for the step in progress is the model's own (below)
     pt = closed_loop(hw, coef, served, concurrency=grid, waits=False, context_tokens=ctx)
     m = np.arange(1, slots + 1, dtype=float)
 
