@@ -4,8 +4,8 @@
 
 A request's TPOT is its life over its output tokens, so its spread depends on how many tokens it
 has: the prompts a short life meets add a sum that varies more per token. The planner's TPOT
-percentiles (``gpucap.queueing.arrivals.tpot_quantile``) take one output length for the whole
-workload (``ServiceCurve.spread_output_len``). This prints, for one case of
+percentiles (``gpucap.queueing.arrivals.tpot_quantile``) are a mixture over output-length bins
+(``ServiceCurve.spread_output_len``). This prints, for one case of
 ``benchmarks/tailgrid.py`` at one load, the simulated P50/P90/P99 TPOT of the requests in each
 output-length bin (two runs pooled) beside the model's with the spread length set to the bin's
 median, and the same with every prompt a life meets entering as requests finish
@@ -52,9 +52,11 @@ def simulated(case: TailCase, coef: Coefficients, rate: float, n: int, seed: int
     return sim.tpot_s, outputs
 
 
-def model(curve: ServiceCurve, parts: Parts, output_len: float) -> list[float]:
-    spread = dataclasses.replace(curve, spread_output_len=float(output_len))
-    return [float(tpot_quantile(spread, parts, q)[0]) for q in LEVELS]
+def model(curve: ServiceCurve, parts: Parts, output_len: float | None = None) -> list[float]:
+    """The model's TPOT percentiles: over the workload's output-length bins, or at one length."""
+    if output_len is not None:
+        curve = dataclasses.replace(curve, spread_output_len=np.array([output_len]), output_weights=np.array([1.0]))
+    return [float(tpot_quantile(curve, parts, q)[0]) for q in LEVELS]
 
 
 def ms(values: list[float] | np.ndarray) -> str:
@@ -84,14 +86,17 @@ def main() -> None:
     gated = dataclasses.replace(parts, stalls=gated_stalls(parts.stalls, curve.service_scv))
     print(
         f"{case.label} at {a.utilization:.0%} of mu = {curve.service_rate:.3f} requests/s; share that waits "
-        f"{float(parts.states.wait_probability[0]):.3f}; spread output length {curve.spread_output_len:.0f}"
+        f"{float(parts.states.wait_probability[0]):.3f}; {curve.spread_output_len.size} output-length bins"
     )
-    print(f"TPOT P50 / P90 / P99 ms ({len(tpot)} simulated requests); model: at the bin's median output length")
+    print(
+        f"TPOT P50 / P90 / P99 ms ({len(tpot)} simulated requests); model: over the output-length bins for all, "
+        "at the bin's median output length for each"
+    )
     print(f"{'output tokens':>16} {'requests':>8} {'simulated':>17} {'model':>17} {'all stalls gated':>17}")
     levels = list(LEVELS)
     print(
         f"{'all':>16} {len(tpot):>8} {ms(np.quantile(tpot, levels)):>17} "
-        f"{ms(model(curve, parts, curve.spread_output_len)):>17} {ms(model(curve, gated, curve.spread_output_len)):>17}"
+        f"{ms(model(curve, parts)):>17} {ms(model(curve, gated)):>17}"
     )
     for lo, hi in zip(EDGES[:-1], EDGES[1:], strict=False):
         inside = (outputs >= lo) & (outputs < hi)

@@ -93,6 +93,51 @@ def test_stalled_tpot_by_hand() -> None:
     assert two == pytest.approx(np.array([[0.040, 0.080]]))
 
 
+def test_entries_cap_the_prompts_a_life_meets() -> None:
+    """One stall length s = 0.25 s (no spread), t_dec = 20 ms, O = 100 (base 1.98 s), prompts at
+    3.6/s (rho_s = 0.9). A life that starts with F = 2 slots free in a replica completing mu = 2
+    requests/s meets at most y = 2 + 2 T prompts, so T = 1.98 + 0.25 (2 + 2 T): T = 2.48 / 0.5 =
+    4.96 s, TPOT 50.1 ms, at every level (the count is at its cap, and one length has no
+    spread). Poisson's count at P99 would give far more (1 - rho_s = 0.1 leaves T near 60 s); the
+    mean is not capped (19.8 / 99 = 200 ms); where prompts entering at the completion rate fill the
+    time (mu s = 1 at mu = 4), there is no cap."""
+    kw = dict(output_len=100.0, rate=np.array([3.6]), burstiness=1.0, stall_s=np.array([[0.25]]), weights=np.ones(1))
+    z = normal_quantile(0.99)
+    free = stalled_tpot(np.array([0.02]), z=z, **kw)[0] * 99
+    assert free > 40.0
+    capped = stalled_tpot(np.array([0.02]), z=z, entries=(np.array([2.0]), 2.0), **kw)[0]
+    assert capped == pytest.approx(4.96 / 99, rel=1e-9)
+    low = stalled_tpot(np.array([0.02]), z=normal_quantile(0.01), entries=(np.array([2.0]), 2.0), **kw)[0]
+    assert low <= capped
+    assert stalled_tpot(np.array([0.02]), z=0.0, entries=(np.array([2.0]), 2.0), **kw)[0] == pytest.approx(0.2)
+    full = stalled_tpot(np.array([0.02]), z=z, entries=(np.array([2.0]), 4.0), **kw)[0]
+    assert full == pytest.approx(free / 99, rel=1e-12)
+
+
+def test_entry_cap_with_two_stall_lengths_by_hand() -> None:
+    """Stalls of 0.1 s and 0.3 s, half each: E[s] = 0.2, Var s = 0.01, third central moment 0. No
+    slot free at the start (F = 0), mu = 2/s, t_dec = 10 ms, O = 51 (base 0.5 s). At z = 2: the
+    count y = 2 T, S = 0.2 y + 2 sqrt(0.01 y), so with x = sqrt(y): (1/2 - 0.2) x^2 - 0.2 x - 0.5 =
+    0 (the skew term is 0), x = (0.2 + sqrt(0.04 + 0.6)) / 0.6 = 1.6667, T = x^2 / 2 = 1.3889 s;
+    the prompts at 1.9/s otherwise (rho_s 0.38) give a longer life at that score."""
+    kw = dict(output_len=51.0, rate=np.array([1.9]), burstiness=1.0, stall_s=np.array([[0.1, 0.3]]))
+    tpot = stalled_tpot(np.array([0.01]), z=2.0, weights=np.array([0.5, 0.5]), entries=(np.array([0.0]), 2.0), **kw)
+    x = (0.2 + math.sqrt(0.04 + 0.6)) / 0.6
+    assert tpot[0] == pytest.approx(x * x / 2 / 50, rel=1e-9)
+    free = stalled_tpot(np.array([0.01]), z=2.0, weights=np.array([0.5, 0.5]), **kw)
+    assert free[0] > tpot[0]
+
+
+def test_stalled_tpot_output_length_per_column() -> None:
+    """One output length per column, as one call per length."""
+    kw = dict(rate=np.array([2.0]), burstiness=1.0, stall_s=np.array([[0.25]]), weights=np.ones(1))
+    z = normal_quantile(0.9)
+    both = stalled_tpot(np.array([[0.02, 0.02]]), z=np.array([z, z]), output_len=np.array([20.0, 400.0]), **kw)
+    for k, o in enumerate((20.0, 400.0)):
+        assert both[0, k] == pytest.approx(stalled_tpot(np.array([0.02]), z=z, output_len=o, **kw)[0], rel=1e-12)
+    assert both[0, 0] > both[0, 1]  # a short life spreads more
+
+
 def test_stalled_tpot_without_prompts_is_the_decode_step() -> None:
     none = stalled_tpot(
         np.array([0.02]), output_len=50.0, rate=np.array([0.0]), burstiness=1.0, stall_s=np.array([[0.3]]),

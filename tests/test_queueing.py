@@ -408,6 +408,67 @@ def test_tpot_quantile_rises_with_the_level() -> None:
     assert q50 <= q90 <= q99
 
 
+def test_output_bins_by_hand() -> None:
+    """Two output lengths, 11 and 101 tokens, 3:1: two bins at those lengths with those shares
+    (a bin of one length spreads as that length: 1 + ((O - 1)^-1/2)^-2 = O). Eight lengths of
+    equal share into eight bins the same way; merged into one bin, 1 and 2 tokens half each (O - 1
+    held at 1 at least): O - 1 = (1/2 + 1/2)^-2 = 1. Fixed lengths: one bin at the mean."""
+    from gpucap.queueing.servicecurve import OUTPUT_BINS, _output_bins
+
+    lens, shares = _output_bins(Lengths((11.0, 101.0), (0.75, 0.25)), 33.5)
+    assert lens == pytest.approx([11.0, 101.0]) and shares == pytest.approx([0.75, 0.25])
+    values = tuple(float(v) for v in 2.0 ** np.arange(OUTPUT_BINS) + 1.0)
+    lens, shares = _output_bins(Lengths(values, (1.0 / OUTPUT_BINS,) * OUTPUT_BINS), 10.0)
+    assert lens == pytest.approx(values) and shares == pytest.approx(np.full(OUTPUT_BINS, 1.0 / OUTPUT_BINS))
+    lens, shares = _output_bins(Lengths.fixed(300.0), 300.0)
+    assert lens == pytest.approx([300.0]) and shares == pytest.approx([1.0])
+    lens, _ = _output_bins(Lengths.uniform(1.0, 2.0), 1.5)
+    assert lens[0] == pytest.approx(2.0)
+
+
+def test_mixture_cdf_by_hand() -> None:
+    """Two components with half the weight each: one whose values at the levels are the levels
+    themselves (P(X <= t) = t between the first and last level), one shifted by 1. At t = 0.5: 0.5 x
+    0.5 + 0.5 x 0 = 0.25; at 1.5: 0.5 x 1 + 0.5 x 0.5 = 0.75; below everything 0, above 1."""
+    levels = arrivals.TPOT_LEVELS
+    values = np.stack([levels, levels + 1.0])[None, :, :]
+    weights = np.array([[0.5, 0.5]])
+    cdf = arrivals.mixture_cdf(values, weights, np.array([[-1.0, 0.5, 1.5, 3.0]]))
+    assert cdf[0] == pytest.approx([0.0, 0.25, 0.75, 1.0], rel=1e-12)
+
+
+def test_tpot_percentile_over_output_lengths() -> None:
+    """70B on four H100s, 16k prompts and outputs of 50 to 800 tokens at 50% of the service rate:
+    the workload's P99 TPOT is the 0.99 point of the mixture over its output-length bins
+    (``mixture_cdf`` reaches 0.99 there), above the P99 of the longest bin alone and below that
+    of the shortest (a short life meets few prompts and spreads more); ``tpot_margin`` at an SLO
+    of that P99 is 0, and its sign says which side of it an SLO is."""
+    import dataclasses
+
+    hw = hardware("meta-llama/Llama-3.3-70B-Instruct", "H100-SXM-80GB", tp=4, weight_dtype="fp8")
+    inp = Lengths.percentiles({5: 9000, 50: 16000, 90: 24000, 99: 30000}, "long prompts")
+    out = Lengths.percentiles({5: 50, 50: 200, 90: 500, 99: 800}, "long outputs")
+    _, held = memory_limit(hw, inp.mean + out.mean)
+    curve = service_curve(hw, COEF, Requests(inp.mean, out.mean, max_running=held), input_lengths=inp, output_lengths=out, kv_slots=held)  # fmt: skip
+    assert curve.spread_output_len.size > 1 and curve.output_weights.sum() == pytest.approx(1.0)
+    parts = arrivals.arrival_parts(curve, np.array([0.5 * curve.service_rate]), 1.0, curve.service_scv)
+    p99 = arrivals.tpot_quantile(curve, parts, 0.99)[0]
+    values, weights = arrivals.tpot_components(curve, parts, np.array([0]))
+    assert arrivals.mixture_cdf(values, weights, np.array([p99]))[0] == pytest.approx(0.99, abs=1e-6)
+
+    def one_bin(k: int) -> float:
+        one = dataclasses.replace(curve, spread_output_len=curve.spread_output_len[[k]], output_weights=np.array([1.0]))
+        return float(arrivals.tpot_quantile(one, parts, 0.99)[0])
+
+    assert one_bin(-1) < p99 < one_bin(0)
+    assert arrivals.tpot_margin(curve, parts, 0.99, p99)[0] == pytest.approx(0.0, abs=1e-5)
+    assert (
+        arrivals.tpot_margin(curve, parts, 0.99, 1.2 * p99)[0]
+        > 0
+        > arrivals.tpot_margin(curve, parts, 0.99, 0.8 * p99)[0]
+    )
+
+
 def step_beside(hw, coef: Coefficients, decodes: float, context: float):
     """Seconds of one step of ``decodes`` sequences at ``context`` beside ``prefill`` prompt
     tokens with ``pairs`` attention pairs per layer (``step_time``), as a function of the two."""

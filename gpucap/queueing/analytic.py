@@ -76,7 +76,9 @@ gamma gaps of shape ``burstiness`` (squared coefficient of variation ``c_a^2 = 1
      prompt's extra, W exponential with mean w (step 2) times the completions its prompt's first
      chunk waits for (``ServiceCurve.own_wait_scale``), per length bin; m = R.
    - TPOT = ``TPOT_closed(m_life)``, the batch averaged over the request's life, or where longer
-     the decode-only step stretched by the prompts met during the life (``stalled_tpot``). The
+     the decode-only step stretched by the prompts met during the life (``stalled_tpot``), of
+     which there are at most the slots free when it starts and the completions during the life
+     let in ("Entries" in ``gpucap.queueing.promptqueue``). The
      requests it found leave, about evenly, while new ones arrive, so the life average of the
      batch is ``(m + mean m) / 2`` plus the arrivals' noise; its variance is ``Var(m) / 4 + c_a^2
      mean(m) / 3`` (the arrival count of a window of length T, ``lambda T = mean m``, integrated
@@ -91,9 +93,12 @@ non-decreasing TPOT(m), with the stalls at the same quantile), and those that wa
 a full replica where a prompt enters each time a request finishes, so the stalls they meet
 spread as a renewal count (``c_s^2`` times Poisson's variance; ``arrivals.gated_stalls``). In
 the simulation at 90% of the service rate the second population's TPOT is the narrower (8B, 16k
-prompts: P99 114 ms against 160 ms for the first). The prompt lengths' distribution enters through the budget's queue,
-the steps and the stalls (``input_lengths``), the output lengths' through how widely the stalls
-spread TPOT (``output_lengths``). Agreement with the step-level simulation on a grid of models,
+prompts: P99 114 ms against 160 ms for the first). Each population is split again over bins of
+the output length, since a short life averages fewer prompts and its TPOT spreads more: the
+workload's percentile is the mixture's, whose upper tail is heavier than any one length's
+(``arrivals.tpot_components``, ``mixture_cdf``). The prompt lengths' distribution enters through
+the budget's queue, the steps and the stalls (``input_lengths``), the output lengths' through how
+widely the stalls spread TPOT (``output_lengths``). Agreement with the step-level simulation on a grid of models,
 lengths, splits and loads: ``gpucap.planning.tailcheck``, ``benchmarks/tailgrid.py``. TTFT and
 TPOT of the closed loop are made non-decreasing in m (running maximum). The front end's own queue
 (``t_request_s`` each, serially) is left out: ``lambda t_request`` is small where a replica's
@@ -113,7 +118,7 @@ import numpy.typing as npt
 
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.step import Array
-from gpucap.queueing.arrivals import arrival_parts, tpot_quantile
+from gpucap.queueing.arrivals import arrival_parts, tpot_margin, tpot_quantile
 from gpucap.queueing.benchstats import sample_stats
 from gpucap.queueing.servicecurve import ServiceCurve
 from gpucap.types import QUANTILES, STATISTICS
@@ -271,8 +276,9 @@ def max_request_rate(
 
     def margin(rates: Array) -> Array:
         """How far each rate is inside the SLOs (>= 0: it meets them; -1 where unstable): the least
-        of ``(CDF(SLO) - q) / (1 - q)`` for a TTFT percentile (a percentile is within its SLO when
-        the CDF at the SLO reaches the percentile's level) and ``1 - figure / SLO`` otherwise."""
+        of ``(CDF(SLO) - q) / (1 - q)`` for a percentile (a percentile is within its SLO when the
+        CDF at the SLO reaches the percentile's level; ``tpot_margin`` for TPOT) and ``1 - figure
+        / SLO`` for a mean."""
         parts = arrival_parts(curve, rates, b, scv)
         out = np.full(rates.shape, np.inf)
         q = QUANTILES.get(stat, 0.0)
@@ -282,8 +288,10 @@ def max_request_rate(
             else:
                 out = np.minimum(out, (parts.ttft.cdf(np.full(rates.shape, float(ttft_slo_s))) - q) / (1.0 - q))
         if tpot_slo_s is not None:
-            tpot = parts.tpot_mean() if stat == "mean" else tpot_quantile(curve, parts, q)
-            out = np.minimum(out, 1.0 - tpot / tpot_slo_s)
+            if stat == "mean":
+                out = np.minimum(out, 1.0 - parts.tpot_mean() / tpot_slo_s)
+            else:
+                out = np.minimum(out, tpot_margin(curve, parts, q, tpot_slo_s))
         return np.where(parts.prompt.stable, out, -1.0)
 
     low = np.geomspace(LOWEST_UTILIZATION, 0.5, RATE_GRID)

@@ -173,25 +173,34 @@ class Parts:
 
 
 def _life_tpot(
-    curve: ServiceCurve, life: tuple[Array, Array], m: Array, stalls: Stalls, z: float | Array = 0.0
+    curve: ServiceCurve,
+    life: tuple[Array, Array],
+    m: Array,
+    stalls: Stalls,
+    z: float | Array = 0.0,
+    spread_len: float | Array | None = None,
 ) -> Array:
     """TPOT at the life-average batch of an arrival that runs at concurrency m: the closed loop's,
     or where it is longer, the decode-only step stretched by the prompts met during the life with
-    their sum at its normal quantile ``z`` (one, or one per column of m;
-    ``gpucap.queueing.promptqueue.stalled_tpot``), no longer than the longest step
-    (``ServiceCurve.longest_step_s``): a token a step, whatever the prompts."""
+    their sum at its normal quantile ``z`` (one, or one per column of m), over a life of
+    ``spread_len`` output tokens (one, or one per column; None: the first output bin's), at most
+    as many as the slots free at m and the completions let in (``gpucap.queueing.promptqueue.stalled_tpot``,
+    "Entries"), no longer than the longest step (``ServiceCurve.longest_step_s``): a token a step,
+    whatever the prompts. The mean (z = 0) at the mean output length."""
     mean_m, k = life
     n_life = mean_m + k * (m - mean_m) - 1.0
     closed = _at(curve.tpot_s, n_life)
     dec = _at(curve.decode_step_s, n_life)
+    mean = np.ndim(z) == 0 and z == 0.0
     stalled = stalled_tpot(
         dec,
-        output_len=curve.output_len if np.ndim(z) == 0 and z == 0.0 else curve.spread_output_len,
+        output_len=curve.output_len if mean else (curve.spread_output_len[0] if spread_len is None else spread_len),
         rate=stalls.rate,
         burstiness=stalls.burstiness,
         stall_s=stalls.stall_s,
         weights=stalls.weights,
         z=z,
+        entries=None if mean else (np.maximum(curve.slots - m, 0.0), curve.service_rate),
     )
     if curve.decodes_every_step:
         stalled = np.minimum(stalled, _at(curve.longest_step_s, n_life))
@@ -340,6 +349,7 @@ def gated_stalls(stalls: Stalls, service_scv: float) -> Stalls:
 TPOT_SCORES = np.linspace(-3.0, 3.9, 40)  # normal scores at which each population's TPOT is found
 TPOT_LEVELS = ndtr(TPOT_SCORES)
 NO_WAIT = 1e-9  # a share of waiting arrivals below this leaves TPOT to those that run at once
+TPOT_POINTS, TPOT_ROUNDS = 31, 4  # the mixture's quantile: 32 cuts a round, to 32^-4 of the bracket
 
 
 def _running_states(st: States, levels: Array) -> Array:
@@ -363,40 +373,105 @@ def _running_states(st: States, levels: Array) -> Array:
     return np.where(st.state[k] < EXACT_STATES, st.state[k], n_q)
 
 
-def tpot_quantile(curve: ServiceCurve, parts: Parts, q: float) -> Array:
-    """q-quantile of TPOT over two populations of arrivals, by the share that waits for a slot:
-    those that run at once (the level's quantile of the concurrency m they run at, through the
-    non-decreasing life TPOT(m), with the prompts met during the life at the same level: the
-    high states and the bursts of prompts come together), and those that wait, which run in a
-    full replica (m = R) whose prompts enter as requests finish (``gated_stalls``). Each
-    population's TPOT is found at ``TPOT_LEVELS``; the quantile is where their mixture's
-    distribution reaches q (linear between the levels). Where almost none wait (``NO_WAIT``), the
-    first population's quantile at q itself."""
+def _one_population(curve: ServiceCurve, parts: Parts) -> Bools:
+    """Rows whose TPOT is one population at one output length: almost none wait (``NO_WAIT``)
+    and the outputs are one bin; their quantile is found at its own level (``_alone_quantile``)."""
+    alone = parts.states.wait_probability <= NO_WAIT
+    return alone if curve.spread_output_len.size == 1 else np.zeros_like(alone)
+
+
+def _alone_quantile(curve: ServiceCurve, parts: Parts, rows: npt.NDArray[np.intp], q: float) -> Array:
+    """q-quantile of TPOT where one population runs at one output length: the level's quantile
+    of the concurrency m they run at, through the non-decreasing life TPOT(m), with the prompts
+    met during the life at the same level."""
     st = parts.states
-    p = st.wait_probability
+    life = (parts.life[0][rows], parts.life[1][rows])
+    n_q = _running_states(dataclasses.replace(st, weight=st.weight[rows]), np.array([q]))
+    return _life_tpot(curve, life, n_q + 1.0, _rows(parts.stalls, rows), normal_quantile(q))[:, 0]
+
+
+def tpot_components(curve: ServiceCurve, parts: Parts, rows: npt.NDArray[np.intp]) -> tuple[Array, Array]:
+    """TPOT's populations at ``TPOT_LEVELS`` for some rows: ``(values, weights)``, (rows, C, L)
+    and (rows, C). Two populations of arrivals by the share that waits for a slot: those that run
+    at once (the level's quantile of the concurrency m they run at, through the non-decreasing life
+    TPOT(m), with the prompts met during the life at the same level: the high states and the
+    bursts of prompts come together), and those that wait, which run in a full replica (m = R)
+    whose prompts enter as requests finish (``gated_stalls``); each over the output-length bins
+    (``ServiceCurve.spread_output_len``, ``output_weights``): C = 2 J components."""
+    st = parts.states
+    p = st.wait_probability[rows]
+    lens, shares = curve.spread_output_len, curve.output_weights
+    j, levels = lens.size, TPOT_LEVELS.size
+    life = (parts.life[0][rows], parts.life[1][rows])
+    states = _running_states(dataclasses.replace(st, weight=st.weight[rows]), TPOT_LEVELS)
+    z, o = np.tile(TPOT_SCORES, j), np.repeat(lens, levels)
+    run = _life_tpot(curve, life, np.tile(states + 1.0, (1, j)), _rows(parts.stalls, rows), z, o)
+    full = np.full((rows.size, j * levels), float(curve.slots))
+    wait = _life_tpot(curve, life, full, _rows(parts.gated, rows), z, o)
+    values = np.concatenate([run.reshape(-1, j, levels), wait.reshape(-1, j, levels)], axis=1)
+    weights = np.concatenate([(1.0 - p)[:, None] * shares[None, :], p[:, None] * shares[None, :]], axis=1)
+    return np.maximum.accumulate(values, axis=2), weights
+
+
+def mixture_cdf(values: Array, weights: Array, t: Array) -> Array:
+    """P(X <= t) of a mixture whose components (rows, C) have the values ``values`` (rows, C, L)
+    at ``TPOT_LEVELS`` of their distribution, linear between them, none below the first and all
+    above the last; ``t`` (rows,) or (rows, P)."""
+    pts = np.asarray(t, dtype=float)
+    at = pts[:, :, None, None] if pts.ndim == 2 else pts[:, None, None, None]  # (rows, P, 1, 1)
+    v = values[:, None, :, :]  # (rows, 1, C, L)
+    count = (v <= at).sum(axis=3)  # (rows, P, C): values at or below t
+    top = values.shape[2] - 1
+    lo, hi = np.clip(count - 1, 0, top)[..., None], np.clip(count, 0, top)[..., None]
+    v0 = np.take_along_axis(v, lo, axis=3)[..., 0]
+    v1 = np.take_along_axis(v, hi, axis=3)[..., 0]
+    l0, l1 = TPOT_LEVELS[lo[..., 0]], TPOT_LEVELS[hi[..., 0]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(v1 > v0, (at[..., 0] - v0) / (v1 - v0), 0.0)
+    level = np.where(count == 0, 0.0, np.where(count > top, 1.0, l0 + np.clip(frac, 0.0, 1.0) * (l1 - l0)))
+    out = (level * weights[:, None, :]).sum(axis=2)
+    return out if pts.ndim == 2 else out[:, 0]
+
+
+def tpot_quantile(curve: ServiceCurve, parts: Parts, q: float) -> Array:
+    """q-quantile of TPOT over its populations (``tpot_components``): where their mixture's
+    distribution reaches q (``mixture_cdf``, linear between the levels), found to ``32^-4`` (1e-6)
+    of the bracket between the lowest and highest value; where almost none wait and the outputs
+    are one bin, the one population's quantile at q itself (``_alone_quantile``)."""
+    p = parts.states.wait_probability
     out = np.empty(p.size)
-    waits, alone = np.flatnonzero(p > NO_WAIT), np.flatnonzero(p <= NO_WAIT)
+    one = _one_population(curve, parts)
+    alone, rest = np.flatnonzero(one), np.flatnonzero(~one)
     if alone.size:
-        life = (parts.life[0][alone], parts.life[1][alone])
-        n_q = _running_states(dataclasses.replace(st, weight=st.weight[alone]), np.array([q]))
-        out[alone] = _life_tpot(curve, life, n_q + 1.0, _rows(parts.stalls, alone), normal_quantile(q))[:, 0]
-    if not waits.size:
-        return out
-    life = (parts.life[0][waits], parts.life[1][waits])
-    states = _running_states(dataclasses.replace(st, weight=st.weight[waits]), TPOT_LEVELS)
-    run = _life_tpot(curve, life, states + 1.0, _rows(parts.stalls, waits), TPOT_SCORES)
-    full = np.full((waits.size, TPOT_LEVELS.size), float(curve.slots))
-    wait = _life_tpot(curve, life, full, _rows(parts.gated, waits), TPOT_SCORES)
-    run, wait = np.maximum.accumulate(run, axis=1), np.maximum.accumulate(wait, axis=1)
-    for i, r in enumerate(waits):
-        t = np.unique(np.concatenate([run[i], wait[i]]))
-        cdf = (1.0 - p[r]) * np.interp(t, run[i], TPOT_LEVELS, left=0.0, right=1.0)
-        cdf += p[r] * np.interp(t, wait[i], TPOT_LEVELS, left=0.0, right=1.0)
-        k = int(np.searchsorted(cdf, q))
-        if k == 0 or k >= t.size:
-            out[r] = t[min(k, t.size - 1)]
-        else:
-            out[r] = t[k - 1] + (q - cdf[k - 1]) / max(cdf[k] - cdf[k - 1], 1e-300) * (t[k] - t[k - 1])
+        out[alone] = _alone_quantile(curve, parts, alone, q)
+    if rest.size:
+        values, weights = tpot_components(curve, parts, rest)
+        finite = np.isfinite(values)
+        lo = np.where(finite[:, :, 0], values[:, :, 0], np.inf).min(axis=1) * (1.0 - 1e-9)
+        hi = np.where(finite, values, 0.0).max(axis=(1, 2)) * (1.0 + 1e-9)
+        # where the finite values hold less than q, the quantile is among the infinite ones
+        reached = np.isfinite(lo) & (mixture_cdf(values, weights, hi) >= q)
+        lo, hi = np.where(reached, lo, 0.0), np.where(reached, hi, 1.0)
+        _, found = first_true(
+            lo, hi, lambda t: mixture_cdf(values, weights, t) >= q, points=TPOT_POINTS, rounds=TPOT_ROUNDS
+        )
+        out[rest] = np.where(reached, found, np.inf)
+    return out
+
+
+def tpot_margin(curve: ServiceCurve, parts: Parts, q: float, slo_s: float) -> Array:
+    """How far TPOT's q-quantile is inside ``slo_s`` (>= 0: it meets it; 0 where it is at it):
+    ``(P(TPOT <= slo) - q) / (1 - q)`` over the populations, or ``1 - quantile / slo`` where there
+    is one (``_one_population``)."""
+    p = parts.states.wait_probability
+    out = np.empty(p.size)
+    one = _one_population(curve, parts)
+    alone, rest = np.flatnonzero(one), np.flatnonzero(~one)
+    if alone.size:
+        out[alone] = 1.0 - _alone_quantile(curve, parts, alone, q) / slo_s
+    if rest.size:
+        values, weights = tpot_components(curve, parts, rest)
+        out[rest] = (mixture_cdf(values, weights, np.full(rest.size, float(slo_s))) - q) / (1.0 - q)
     return out
 
 

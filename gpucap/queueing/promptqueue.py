@@ -56,6 +56,15 @@ Cornish and Fisher, Revue de l'Institut International de Statistique 5, 1937), g
 a quadratic in ``sqrt(T)`` (k2 and k3 grow as T, so ``g sqrt(k2) = k3 / k2`` does not). A short output lives through few
 prompts and its TPOT spreads widely (a long prompt's stall is rare and large: the skew); a long
 output averages them out.
+
+**Entries.** A prompt stalls the running requests when it enters the replica, and it enters only
+into a free slot: a request that starts with F slots free meets at most ``y = F + mu T`` prompts
+in its life T, mu the full replica's completions/s (each completion frees one slot; while slots
+are free, fewer than mu finish). Where Poisson's count would pass that, T is the fixed point with
+the count at the cap, ``T = (O - 1) t_dec + S(y)`` with S a sum of y stalls drawn from the
+lengths, and the life is the shorter of the two. Near saturation this is what holds the tail
+(a burst of prompts beyond the free slots waits for completions instead of stalling the batch at
+once); it never binds on the mean or where prompts at the completion rate would fill the time.
 """
 
 from __future__ import annotations
@@ -144,20 +153,24 @@ def prompt_wait(rate: Array, burstiness: float, hold_s: Array, weights: Array) -
 def stalled_tpot(
     decode_step_s: Array,
     *,
-    output_len: float,
+    output_len: float | Array,
     rate: Array,
     burstiness: float | Array,
     stall_s: Array,
     weights: Array,
     z: float | Array,
+    entries: tuple[Array, float] | None = None,
 ) -> Array:
     """TPOT of a request whose life meets prompts at ``rate`` (module docstring, "Decode stalls"),
     with the stalls' sum at the quantile of normal score ``z``, skew included (Cornish-Fisher); 0
     for the mean. ``decode_step_s`` the decode-only step, (rows,) or (rows, columns), the result
     shaped as it; ``stall_s`` (rows, K) the time s(I) each prompt length adds to the steps it rides
-    in; ``burstiness`` one shape or one per row; ``z`` one score, or one per column of a 2-D
-    ``decode_step_s``. Inf where prompts alone fill the time (``lambda E[s] >= 1``)."""
-    d = max(float(output_len) - 1.0, 1.0)
+    in; ``burstiness`` one shape or one per row; ``z`` and ``output_len`` one each, or one per
+    column of a 2-D ``decode_step_s``. ``entries``: the slots free when the life starts (shaped
+    as ``decode_step_s``) and the full replica's completions/s, which cap the prompts it can meet
+    (module docstring, "Entries"); None: not capped. Inf where prompts alone fill the time
+    (``lambda E[s] >= 1``)."""
+    d = np.maximum(np.asarray(output_len, dtype=float) - 1.0, 1.0)
     lam = np.asarray(rate, dtype=float)
     w = weights[None, :]
     rho_s = lam * (stall_s * w).sum(axis=1)
@@ -176,7 +189,34 @@ def stalled_tpot(
         lead = base + (z * z - 1.0) * np.where(k2 > 0, k3 / np.maximum(k2, 1e-300), 0.0) / 6.0
         root = (z * sigma + np.sqrt(np.maximum(z * z * k2 + 4.0 * np.maximum(free, 0.0) * lead, 0.0))) / (2.0 * free)
         life = np.maximum(root * root, base)
+        if entries is not None:
+            life = np.minimum(life, _entry_capped_life(base, entries, stall_s, weights, z))
     return np.where(free > 0.0, life / d, np.inf)
+
+
+def _entry_capped_life(
+    base: Array, entries: tuple[Array, float], stall_s: Array, weights: Array, z: float | Array
+) -> Array:
+    """The life T at normal score ``z`` with the prompts it meets at their cap (module docstring,
+    "Entries"): ``y = F + mu T`` prompts, ``S = y E[s] + z sqrt(y Var s) + (z^2 - 1) k3 / (6 Var
+    s)`` (a sum of y stalls drawn from the lengths; k3 their third central moment), so ``T = base
+    + S`` is a quadratic in ``sqrt(y)``; inf where prompts entering at the completion rate fill the
+    time (``mu E[s] >= 1``)."""
+    free_slots, mu = entries
+    w = weights[None, :]
+    mean = (stall_s * w).sum(axis=1)
+    var = np.maximum((stall_s**2 * w).sum(axis=1) - mean**2, 0.0)
+    k3 = (((stall_s - mean[:, None]) ** 3) * w).sum(axis=1)
+    if np.ndim(base) == 2:
+        mean, var, k3 = mean[:, None], var[:, None], k3[:, None]
+    a = 1.0 / mu - mean
+    skew = (z * z - 1.0) * np.where(var > 0, k3 / np.maximum(var, 1e-300), 0.0) / 6.0
+    c = base + free_slots / mu + skew
+    sigma = np.sqrt(var)
+    caps = a > 0.0
+    a = np.where(caps, a, 1.0)
+    x = (z * sigma + np.sqrt(np.maximum(z * z * var + 4.0 * a * c, 0.0))) / (2.0 * a)
+    return np.where(caps, np.maximum((x * x - free_slots) / mu, base), np.inf)
 
 
 def normal_quantile(q: float) -> float:

@@ -32,6 +32,7 @@ CURVE_POINTS = 64  # concurrencies at which the closed loop is solved; log-inter
 OWN_EDGES = (0.5, 0.8, 0.95, 0.99)
 CHAIN_POINTS = 3  # concurrencies at which the chain of prompts per step is solved (``ServiceCurve.mean_stall_s``)
 PROMPT_POINTS = 16  # prompt lengths the budget queue is solved at (quantile bins of the distribution)
+OUTPUT_BINS = 8  # output-length bins of TPOT's percentiles (quantile bins; ``_output_bins``)
 CHUNK_PIECES = 16  # chunks of a prompt's stall evaluated one by one; beyond, in this many even pieces
 SECANT_STEPS = 8  # ServiceCurve.service_rate's secant steps before a bracket search
 MAX_PROMPT_SHARE = 1.0 - 1e-6  # the prompts' share of a replica's time, lambda s, kept below 1
@@ -43,7 +44,10 @@ class ServiceCurve:
 
     slots: int
     output_len: float
-    spread_output_len: float  # the output length whose stalls spread as the workload's do (``_spread_length``)
+    spread_output_len: (
+        Array  # (J,) per output-length bin, the length whose stalls spread as the bin's do (``_output_bins``)
+    )
+    output_weights: Array  # (J,) the bins' shares of the requests
     requests_per_s: Array  # X(m), the closed loop's throughput
     ttft_s: Array  # non-decreasing in m
     tpot_s: Array  # non-decreasing in m
@@ -268,6 +272,7 @@ def service_curve(
         return np.exp(np.interp(np.log(m), np.log(grid), np.log(y)))
 
     tokens, weights = _prompt_points(input_lengths, input_len)
+    spread_len, spread_weights = _output_bins(output_lengths, output_len)
     own_extra, own_weights, own_tokens = _own_extra(hw, coef, tokens, weights, input_len, output_len)
     decode_s, stall, room = prompt_costs(hw, coef, pt.decode_batch, ctx, tokens)
 
@@ -280,7 +285,8 @@ def service_curve(
     return ServiceCurve(
         slots=slots,
         output_len=float(output_len),
-        spread_output_len=_spread_length(output_lengths, output_len),
+        spread_output_len=spread_len,
+        output_weights=spread_weights,
         requests_per_s=interp(pt.requests_per_s),
         ttft_s=np.maximum.accumulate(interp(pt.ttft_s)),
         tpot_s=np.maximum.accumulate(interp(pt.tpot_s)),
@@ -362,15 +368,23 @@ def _own_extra(
     return np.asarray(alone[:-1] - alone[-1], dtype=float), w / w.sum(), lengths
 
 
-def _spread_length(lengths: Lengths | None, mean: float) -> float:
-    """The output length O whose TPOT spreads as the workload's: the prompts a life meets add
-    a sum whose spread over the life's O - 1 steps goes as ``(O - 1)^-1/2``, so over a mix of
-    lengths ``O - 1 = E[(O - 1)^-1/2]^-2``."""
+def _output_bins(lengths: Lengths | None, mean: float) -> tuple[Array, Array]:
+    """The output lengths as ``OUTPUT_BINS`` quantile bins for TPOT's percentiles, which are a
+    mixture over them (a short output's TPOT spreads more, so the workload's upper tail is heavier
+    than any one length's): each bin's share of the requests and the length O whose TPOT spreads
+    as the bin's. The prompts a life meets add a sum whose spread over its O - 1 steps goes as
+    ``(O - 1)^-1/2``, so over a bin ``O - 1 = E[(O - 1)^-1/2]^-2``. One bin at ``mean`` for
+    fixed lengths."""
     if lengths is None or lengths.is_fixed:
-        return float(mean)
-    d = np.maximum(np.asarray(lengths.values, dtype=float) - 1.0, 1.0)
-    w = np.asarray(lengths.weights, dtype=float)
-    return float(1.0 + (w @ d**-0.5 / w.sum()) ** -2)
+        return np.array([float(mean)]), np.array([1.0])
+    values, weights = np.asarray(lengths.values, dtype=float), np.asarray(lengths.weights, dtype=float)
+    order = np.argsort(values)
+    values, weights = values[order], weights[order] / weights.sum()
+    edges = np.searchsorted(np.cumsum(weights), np.linspace(0, 1, OUTPUT_BINS + 1)[1:-1], side="right")
+    starts = np.unique(np.concatenate([[0], np.minimum(edges, values.size - 1)]))
+    share = np.add.reduceat(weights, starts)
+    spread = np.add.reduceat(weights * np.maximum(values - 1.0, 1.0) ** -0.5, starts) / share
+    return 1.0 + spread**-2, share
 
 
 def _prompt_points(lengths: Lengths | None, mean: float) -> tuple[Array, Array]:
