@@ -104,10 +104,15 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
 # trtllm-serve's servers are also Python HTTP servers and are given the same two numbers (an
 # assumption); trtllm-bench and other offline runs have no server (EngineConfig.front_end).
 # Per-step host time: a few ms of scheduling and sampling per step in vLLM and SGLang, 0.5 ms in
-# TensorRT-LLM's C++ runtime, ~10 us per running sequence (5 us in TensorRT-LLM).
+# TensorRT-LLM's C++ runtime. Per running sequence: vLLM 24 us, measured on vLLM 0.32's own
+# engine loop on this project's reference CPU (22 and 25 us in two runs of
+# benchmarks/e2e/host_per_seq.py: scheduling, input preparation and each new token's
+# bookkeeping, with models too small for their own work to count; benchmarks/README.md, "The
+# engine's host time per sequence"), taken to be the same on a GPU server's host core (an
+# assumption); SGLang ~10 us and TensorRT-LLM 5 us are assumptions.
 HTTP_FRONT_END = {"t_request_s": 4.0 * MS, "t_frontend_s": 10.0 * MS}
 ENGINE_COEFFICIENTS: dict[str, dict[str, float]] = {
-    "vllm": {"t_overhead_s": 2.0 * MS, "t_seq_s": 10e-6, **HTTP_FRONT_END},
+    "vllm": {"t_overhead_s": 2.0 * MS, "t_seq_s": 24e-6, **HTTP_FRONT_END},
     "sglang": {"t_overhead_s": 1.5 * MS, "t_seq_s": 10e-6, **HTTP_FRONT_END},
     "trtllm": {"u_hbm": 0.85, "t_overhead_s": 0.5 * MS, "t_seq_s": 5e-6, **HTTP_FRONT_END},
 }
