@@ -40,7 +40,9 @@ if os.environ.get("FAKE_VLLM_HANG"):  # a benchmark that hangs, with a child of 
     import subprocess, time
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     Path(os.environ["FAKE_VLLM_HANG"] + ".self").write_text(str(os.getpid()))
-    Path(os.environ["FAKE_VLLM_HANG"]).write_text(str(child.pid))
+    # written whole, then renamed: the test waits for the name and must never read it half written
+    Path(os.environ["FAKE_VLLM_HANG"] + ".tmp").write_text(str(child.pid))
+    os.replace(os.environ["FAKE_VLLM_HANG"] + ".tmp", os.environ["FAKE_VLLM_HANG"])
     time.sleep(120)
 p = argparse.ArgumentParser()
 p.add_argument("cmd", nargs=2)

@@ -337,7 +337,9 @@ def test_local_rates_solve_their_equation() -> None:
     c(R) = mu. Against ``completion_rates`` at 90% of mu, whose stalls come at lambda, the local
     rates are higher where they are below lambda (fewer stalls than at lambda) and lower where above
     (more), the two meeting where c = lambda: flatter, as the engine loop's are
-    (benchmarks/README.md)."""
+    (benchmarks/README.md). Between the chain's concurrencies the stalls are interpolated in log m,
+    which moves c by a fraction of a percent: within 1% of lambda, where the two curves cross, the
+    order is left to that and not checked."""
     from gpucap.queueing.promptqueue import group_costs
 
     curve = service_curve(HW, COEF, Requests(2000.0, 100.0, max_running=64.0))
@@ -350,7 +352,7 @@ def test_local_rates_solve_their_equation() -> None:
     assert c[-1] == pytest.approx(curve.service_rate, rel=1e-4)
     lam = 0.9 * curve.service_rate
     at_lambda = curve.completion_rates(np.array([lam]))[0]
-    low, high = c < lam, c > lam  # where the chain is pulled up, and down
+    low, high = c < 0.99 * lam, c > 1.01 * lam  # where the chain is pulled up, and down
     assert low.sum() >= 10 and high.sum() >= 10
     assert np.all(c[low] >= at_lambda[low]) and np.all(c[high] <= at_lambda[high] * (1 + 1e-9))
     assert np.all(np.diff(c) > 0)
