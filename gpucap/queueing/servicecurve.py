@@ -44,9 +44,7 @@ class ServiceCurve:
 
     slots: int
     output_len: float
-    spread_output_len: (
-        Array  # (J,) per output-length bin, the length whose stalls spread as the bin's do (``_output_bins``)
-    )
+    spread_output_len: Array  # (J,) per output bin, the length whose TPOT spreads as the bin's (``_output_bins``)
     output_weights: Array  # (J,) the bins' shares of the requests
     requests_per_s: Array  # X(m), the closed loop's throughput
     ttft_s: Array  # non-decreasing in m
