@@ -98,13 +98,14 @@ def test_entries_cap_the_prompts_a_life_meets() -> None:
     3.6/s (rho_s = 0.9). A life that starts with F = 2 slots free in a replica completing mu = 2
     requests/s meets at most y = 2 + 2 T prompts, so T = 1.98 + 0.25 (2 + 2 T): T = 2.48 / 0.5 =
     4.96 s, TPOT 50.1 ms, at every level (the count is at its cap, and one length has no
-    spread). Poisson's count at P99 would give far more (1 - rho_s = 0.1 leaves T near 60 s); the
-    mean is not capped (19.8 / 99 = 200 ms); where prompts entering at the completion rate fill the
+    spread). Poisson's count at P99 would give far more: with 1 - rho_s = 0.1 and sigma = sqrt(3.6
+    x 0.25^2) = 0.474, 0.1 x^2 - 2.326 x 0.474 x - 1.98 = 0 gives T = 159 s before the skew term
+    lengthens it; the mean is not capped (19.8 / 99 = 200 ms); where prompts entering at the completion rate fill the
     time (mu s = 1 at mu = 4), there is no cap."""
     kw = dict(output_len=100.0, rate=np.array([3.6]), burstiness=1.0, stall_s=np.array([[0.25]]), weights=np.ones(1))
     z = normal_quantile(0.99)
     free = stalled_tpot(np.array([0.02]), z=z, **kw)[0] * 99
-    assert free > 40.0
+    assert free > 159.0
     capped = stalled_tpot(np.array([0.02]), z=z, entries=(np.array([2.0]), 2.0), **kw)[0]
     assert capped == pytest.approx(4.96 / 99, rel=1e-9)
     low = stalled_tpot(np.array([0.02]), z=normal_quantile(0.01), entries=(np.array([2.0]), 2.0), **kw)[0]

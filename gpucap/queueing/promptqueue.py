@@ -62,9 +62,11 @@ into a free slot: a request that starts with F slots free meets at most ``y = F 
 in its life T, mu the full replica's completions/s (each completion frees one slot; while slots
 are free, fewer than mu finish). Where Poisson's count would pass that, T is the fixed point with
 the count at the cap, ``T = (O - 1) t_dec + S(y)`` with S a sum of y stalls drawn from the
-lengths, and the life is the shorter of the two. Near saturation this is what holds the tail
-(a burst of prompts beyond the free slots waits for completions instead of stalling the batch at
-once); it never binds on the mean or where prompts at the completion rate would fill the time.
+lengths, and the life is the shorter of the two. Near saturation it can hold the tail (a burst of
+prompts beyond the free slots waits for completions instead of stalling the batch at once; on
+the tail grid's 70B tp4 16k case at 90%, at one output length, it took P99 TPOT from 529 to 427
+ms); it never binds on the mean, and binds less the nearer prompts entering at the completion rate
+come to filling the time.
 """
 
 from __future__ import annotations

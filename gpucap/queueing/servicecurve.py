@@ -375,14 +375,20 @@ def _output_bins(lengths: Lengths | None, mean: float) -> tuple[Array, Array]:
     fixed lengths."""
     if lengths is None or lengths.is_fixed:
         return np.array([float(mean)]), np.array([1.0])
-    values, weights = np.asarray(lengths.values, dtype=float), np.asarray(lengths.weights, dtype=float)
-    order = np.argsort(values)
-    values, weights = values[order], weights[order] / weights.sum()
-    edges = np.searchsorted(np.cumsum(weights), np.linspace(0, 1, OUTPUT_BINS + 1)[1:-1], side="right")
-    starts = np.unique(np.concatenate([[0], np.minimum(edges, values.size - 1)]))
+    values, weights, starts = _quantile_bins(lengths, OUTPUT_BINS)
     share = np.add.reduceat(weights, starts)
     spread = np.add.reduceat(weights * np.maximum(values - 1.0, 1.0) ** -0.5, starts) / share
     return 1.0 + spread**-2, share
+
+
+def _quantile_bins(lengths: Lengths, bins: int) -> tuple[Array, Array, Ints]:
+    """The distribution's values in order, their probabilities, and where each of at most
+    ``bins`` quantile bins of them starts (for ``np.add.reduceat``)."""
+    values, weights = np.asarray(lengths.values, dtype=float), np.asarray(lengths.weights, dtype=float)
+    order = np.argsort(values)
+    values, weights = values[order], weights[order] / weights.sum()
+    edges = np.searchsorted(np.cumsum(weights), np.linspace(0, 1, bins + 1)[1:-1], side="right")
+    return values, weights, np.unique(np.concatenate([[0], np.minimum(edges, values.size - 1)]))
 
 
 def _prompt_points(lengths: Lengths | None, mean: float) -> tuple[Array, Array]:
@@ -390,13 +396,9 @@ def _prompt_points(lengths: Lengths | None, mean: float) -> tuple[Array, Array]:
     ``PROMPT_POINTS`` quantile bins (each at its mean length), or the one mean length."""
     if lengths is None or lengths.is_fixed:
         return np.array([float(mean)]), np.array([1.0])
-    values, weights = np.asarray(lengths.values, dtype=float), np.asarray(lengths.weights, dtype=float)
-    order = np.argsort(values)
-    values, weights = values[order], weights[order] / weights.sum()
+    values, weights, starts = _quantile_bins(lengths, PROMPT_POINTS)
     if values.size <= PROMPT_POINTS:
         return values, weights
-    edges = np.searchsorted(np.cumsum(weights), np.linspace(0, 1, PROMPT_POINTS + 1)[1:-1], side="right")
-    starts = np.unique(np.concatenate([[0], edges]))
     w = np.add.reduceat(weights, starts)
     v = np.add.reduceat(weights * values, starts) / w
     return v, w
