@@ -143,6 +143,29 @@ def test_requests_broadcast_with_the_load() -> None:
     assert c.dtype == np.float64 and float(cap[0, 0]) == 64.0
 
 
+@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-30B-A3B"])
+def test_blocks_give_what_one_pass_gives(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load larger than ``CLOSED_LOOP_BLOCK`` is solved block by block: every field, in the
+    inputs' shape and order, is what one pass over all of it gives."""
+    import gpucap.physics.batching as batching
+
+    hw = hardware(model, "H100-SXM-80GB")
+    c = np.geomspace(1.0, 600.0, 12).reshape(3, 4)
+    requests = Requests(
+        np.array([[500.0], [3000.0], [9000.0]]), 300.0, max_running=256, cached_tokens=[[0.0], [100.0], [0.0]]
+    )
+    ctx = np.linspace(700.0, 9500.0, 12).reshape(3, 4)
+    whole = closed_loop(hw, COEF, requests, concurrency=c, context_tokens=ctx)
+    monkeypatch.setattr(batching, "CLOSED_LOOP_BLOCK", 5)
+    blocks = closed_loop(hw, COEF, requests, concurrency=c, context_tokens=ctx)
+    for field in ("concurrency", "running", "decode_batch", "ttft_s", "tpot_s", "requests_per_s", "step_wait_s"):
+        assert getattr(blocks, field).shape == (3, 4)
+        np.testing.assert_allclose(getattr(blocks, field), getattr(whole, field), rtol=1e-12, err_msg=field)
+    for step in ("decode_step", "prefill_step"):
+        np.testing.assert_allclose(getattr(blocks, step).total_s, getattr(whole, step).total_s, rtol=1e-12)
+        np.testing.assert_allclose(getattr(blocks, step).memory_s, getattr(whole, step).memory_s, rtol=1e-12)
+
+
 def test_a_function_refuses_what_it_does_not_model() -> None:
     """The finite runs and the wave model leave prefix caching out (the waves also images and
     speculation): given them, they say so instead of answering without them."""

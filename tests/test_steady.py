@@ -49,6 +49,45 @@ def test_root_on_the_compute_piece() -> None:
     )
     assert a[0] == pytest.approx(99.5, rel=1e-12)
     assert step_seconds(dec, a, 1)[0] == pytest.approx(0.0995)
+    # a guess on the memory piece (a = 5: there t = 10 ms, t_p = 15 ms, F = 0.105 a - 10 has its
+    # root at 95.2, off that piece, so the kinks are searched) and one on the compute piece give
+    # the same root
+    for guess in (5.0, 150.0):
+        again = closed_loop_root(
+            dec,
+            pre,
+            pp=1,
+            running=np.array([1000.0]),
+            chunks=np.array([1.0]),
+            decoding=np.array([9.0]),
+            t_request_s=0.0,
+            start=np.array([guess]),
+        )
+        assert again[0] == pytest.approx(99.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_guess_changes_the_time_not_the_root(overlap: bool) -> None:
+    """On random lines, a random guess of the piece gives the root found without one."""
+    rng = np.random.default_rng(7 + overlap)
+    n = 2000
+    dec = (rng.uniform(0.0, 1.0, (6, n)), rng.uniform(0.0, 1.0, (6, n)))
+    pre = (dec[0] + rng.uniform(0.0, 1.0, (6, n)), dec[1])
+    loop = dict(
+        pp=1,
+        running=rng.uniform(1.0, 500.0, n),
+        chunks=rng.integers(1, 4, n).astype(float),
+        decoding=rng.uniform(1.0, 300.0, n),
+        t_request_s=0.01,
+        overlap=overlap,
+    )
+    plain = closed_loop_root(dec, pre, **loop)
+    guessed = closed_loop_root(dec, pre, **loop, start=plain * rng.uniform(0.0, 3.0, n))
+    np.testing.assert_allclose(guessed, plain, rtol=1e-12)
+    cap = rate_cap_root(dec, pp=1, rate_per_s=3.0, overlap=overlap)
+    np.testing.assert_allclose(
+        rate_cap_root(dec, pp=1, rate_per_s=3.0, overlap=overlap, start=cap * rng.uniform(0.0, 3.0, n)), cap, rtol=1e-12
+    )
 
 
 def test_front_end_cap() -> None:
@@ -56,6 +95,7 @@ def test_front_end_cap() -> None:
     # a / t(a) = 100 -> a = 100 (0.002 + 0.001 a) -> a = 0.2 / 0.9 = 0.2222.
     dec = lines(host=(0.002, 0.0), attn_c=(0.0, 0.001))
     assert rate_cap_root(dec, pp=1, rate_per_s=100.0)[0] == pytest.approx(0.2 / 0.9, rel=1e-12)
+    assert rate_cap_root(dec, pp=1, rate_per_s=100.0, start=np.array([3.0]))[0] == pytest.approx(0.2 / 0.9, rel=1e-12)
     assert np.isinf(rate_cap_root(dec, pp=1, rate_per_s=np.inf)[0])
 
 
@@ -202,7 +242,7 @@ def test_the_piece_at_a_agrees_with_the_step_time_and_its_kinks(pp, overlap) -> 
     lines = (rng.uniform(0.0, 1.0, (6, 500)), rng.uniform(-0.01, 1.0, (6, 500)))
     a = rng.uniform(0.0, 3.0, 500)
     t, intercept, slope = _on_piece(lines, a, pp, overlap)
-    assert np.array_equal(t, step_seconds(lines, a, pp, overlap))
+    np.testing.assert_allclose(t, step_seconds(lines, a, pp, overlap), rtol=1e-14)
     assert np.allclose(intercept + slope * a, t, rtol=1e-12)
     assert all(
         np.array_equal(x, y) for x, y in zip(active_line(lines, a, pp, overlap), (intercept, slope), strict=True)

@@ -45,6 +45,11 @@ OPEN_LOOP_LOWEST = 1e-3
 # average prompt tokens into every step. "auto" is apart, or spread under pipeline parallelism
 # (micro-batches interleave prompt and decode steps, which apart does not model).
 PROMPT_STEPS = ("auto", "spread", "apart")
+# Elements ``closed_loop`` solves in one pass. Larger inputs are solved block by block: every
+# element is independent, and the solver's temporaries (six step terms per element) then stay
+# small enough for the allocator to reuse instead of mapping fresh pages for each (on this
+# machine 1,000,000 elements at once ran at 0.69x the rate of 128,000).
+CLOSED_LOOP_BLOCK = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,23 @@ def closed_loop(
     ones more often: ``E[I] + E[O^2] / (2 E[O])`` (``gpucap.queueing.kvfit.held_moments``).
     """
     apart = _prompt_steps_apart(hw, prompt_steps)
+    context = np.nan if context_tokens is None else context_tokens
+    c, held, i, o, cap, h = requests.arrays(concurrency, context)
+    shape = c.shape
+    if c.size > CLOSED_LOOP_BLOCK:  # in blocks: see CLOSED_LOOP_BLOCK
+        c, held, i, o, cap, h = (np.ravel(v) for v in (c, held, i, o, cap, h))
+        parts = []
+        for k in range(0, c.size, CLOSED_LOOP_BLOCK):
+            s = slice(k, k + CLOSED_LOOP_BLOCK)
+            block = dataclasses.replace(
+                requests, input_len=i[s], output_len=o[s], max_running=cap[s], cached_tokens=h[s]
+            )
+            ctx = None if context_tokens is None else held[s]
+            point = closed_loop(
+                hw, coef, block, concurrency=c[s], prompt_steps=prompt_steps, waits=waits, context_tokens=ctx
+            )
+            parts.append(point)
+        return _joined(parts, shape)
     load = closed_load(hw, coef, requests, concurrency=concurrency, context_tokens=context_tokens)
     lead_s = frontend_latency_s(hw, coef)
     r = load.running
@@ -165,13 +187,29 @@ def closed_loop(
     # (the first solve, which only sizes the two waits, averages prompt tokens over the steps: the
     # cheap form; the second runs them apart where asked)
     latency = np.full_like(r, lead_s)
+    start = None  # the first solve's a, where the second's linear pieces are tried first
     if waits:
         first = solve(load, latency, False)
+        start = first.a
         _, dec_first, rest = step_times(load, first, apart, lead_s)
         latency = front_end_s(load, first.a, dec_first, rest, busy) + busy * np.ravel(rest)
-    sol = solve(load, latency, apart)
+    sol = solve(load, latency, apart, start)
     pre_step, dec_step, _ = step_times(load, sol, apart, lead_s)
     return _load_point(load, sol, latency, lead_s, pre_step, dec_step)
+
+
+def _joined(parts: list[LoadPoint], shape: tuple[int, ...]) -> LoadPoint:
+    """The load points of consecutive blocks of flattened elements as one of ``shape``."""
+    sizes = [p.running.shape for p in parts]
+
+    def join(values: list[Any]) -> Any:
+        if isinstance(values[0], StepTime):
+            fields = dataclasses.fields(StepTime)
+            return StepTime(**{f.name: join([getattr(v, f.name) for v in values]) for f in fields})
+        flat = [np.broadcast_to(v, size) for v, size in zip(values, sizes, strict=True)]
+        return np.concatenate(flat).reshape(shape)
+
+    return LoadPoint(**{f.name: join([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(LoadPoint)})
 
 
 def _prompt_steps_apart(hw: Hardware, prompt_steps: str) -> bool:

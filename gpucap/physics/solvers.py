@@ -125,9 +125,11 @@ def _arrivals_per_step(
     decoding: Array,
     a_budget: Array,
     latency: Array,
+    start: Array | None = None,
 ) -> Array:
     """``a`` of the closed loop, capped by the prompt-token budget and the front end;
-    ``latency``: what a request spends before its prefill besides queueing (front end, step wait)."""
+    ``latency``: what a request spends before its prefill besides queueing (front end, step wait);
+    ``start``: a guess whose linear pieces are tried first (``closed_loop_root``)."""
     pp, overlap = hw.layout.pp, bool(hw.engine.overlap_host)
     root = closed_loop_root(
         dec,
@@ -138,8 +140,9 @@ def _arrivals_per_step(
         decoding=decoding,
         t_request_s=latency,  # type: ignore[arg-type]
         overlap=overlap,
+        start=start,
     )
-    cap = rate_cap_root(dec, pp=pp, rate_per_s=frontend_rate(hw, coef), overlap=overlap)
+    cap = rate_cap_root(dec, pp=pp, rate_per_s=frontend_rate(hw, coef), overlap=overlap, start=start)
     return np.minimum(np.minimum(root, a_budget), cap)
 
 
@@ -298,12 +301,14 @@ class Solution(NamedTuple):
     full_terms: Array
 
 
-def solve(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
+def solve(load: ClosedLoad, latency: Array, apart: bool, start: Array | None = None) -> Solution:
     """``a`` of the closed loop for ``latency`` (what a request spends before its prefill besides
-    queueing): ``solve_moe`` for a mixture-of-experts model, ``solve_dense`` otherwise."""
+    queueing): ``solve_moe`` for a mixture-of-experts model, ``solve_dense`` otherwise. ``start``:
+    a guess of ``a`` (an earlier solve's) whose linear pieces are tried first; it changes the
+    time taken, not the answer."""
     if load.hw.spec.is_moe:
-        return solve_moe(load, latency, apart)
-    return solve_dense(load, latency, apart)
+        return solve_moe(load, latency, apart, start)
+    return solve_dense(load, latency, apart, start)
 
 
 def _expert_steps(
@@ -337,7 +342,7 @@ def _expert_steps(
     return average_step, decode_only_step, prompt_step
 
 
-def solve_moe(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
+def solve_moe(load: ClosedLoad, latency: Array, apart: bool, start: Array | None = None) -> Solution:
     """``a`` of a mixture-of-experts model. The experts a step reads, ``E (1 - (1 - k/E)^T)`` of
     E, are concave in its tokens T, so the step terms are no lines in ``a``: ``MOE_PASSES``
     Newton passes take the lines through the terms at the last ``a`` (``lines_through``), with
@@ -372,7 +377,7 @@ def solve_moe(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
         dec = lines_through(average_step, a)
         pre = lines_through(prompt_step(chunks), a)
         if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
-            a = _arrivals_per_step(hw, coef, dec, pre, chunks=chunks, **kw)
+            a = _arrivals_per_step(hw, coef, dec, pre, chunks=chunks, start=a if k else start, **kw)
         if apart:
             full = load.full_steps(a, chunks)
             full_lines = pre if np.array_equal(full, chunks) else lines_through(prompt_step(full), a)
@@ -387,7 +392,7 @@ def solve_moe(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
     return Solution(a, chunks, pre_terms, dec_terms, only_terms, full, full_terms)
 
 
-def solve_dense(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
+def solve_dense(load: ClosedLoad, latency: Array, apart: bool, start: Array | None = None) -> Solution:
     """``a`` of a dense model. Its step terms are exact lines in ``a`` (``_unit_terms``): the
     average step ``base + a (D per_decode + per_prompt + per_images)`` and the step with a
     prompt chunk ``base + (pp per_prompt + per_images) / s + a D per_decode``. The closed loop
@@ -408,7 +413,7 @@ def solve_dense(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
 
     kw = dict(r=r, decoding=decoding, a_budget=load.a_budget, latency=latency)
     pre = pre_at(chunks)
-    a = _arrivals_per_step(hw, coef, dec, pre, chunks=chunks, **kw)
+    a = _arrivals_per_step(hw, coef, dec, pre, chunks=chunks, start=start, **kw)
     # a larger decode batch leaves fewer prompt tokens per step: take the chunk count at the
     # solution and solve again where it changed
     redo = np.flatnonzero(load.chunks_at(a) != chunks)
@@ -417,7 +422,7 @@ def solve_dense(load: ClosedLoad, latency: Array, apart: bool) -> Solution:
         pre_redo = pre_at(chunks[redo], redo)
         dec_redo = (dec[0][:, redo], dec[1][:, redo])
         kw_redo = {k: v[redo] for k, v in kw.items()}
-        a[redo] = _arrivals_per_step(hw, coef, dec_redo, pre_redo, chunks=chunks[redo], **kw_redo)
+        a[redo] = _arrivals_per_step(hw, coef, dec_redo, pre_redo, chunks=chunks[redo], start=a[redo], **kw_redo)
         pre[0][:, redo], pre[1][:, redo] = pre_redo
     decode_only = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode)
     full = load.full_steps(a, chunks)

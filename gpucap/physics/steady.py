@@ -92,20 +92,24 @@ def _on_piece(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[A
     ``a``, in one pass over the terms: the larger roofline of the matmuls and of attention at
     ``a``, and, when the host overlaps the GPU, the larger of the host and the GPU."""
     k0, k1 = lines
-    v = k0 + k1 * a
-    gemm = v[GEMM_COMPUTE] >= v[GEMM_MEMORY]
-    attn = v[ATTN_COMPUTE] >= v[ATTN_MEMORY]
+
+    def v(row: int) -> Array:
+        return k0[row] + k1[row] * a
+
+    gemm = v(GEMM_COMPUTE) >= v(GEMM_MEMORY)
+    attn = v(ATTN_COMPUTE) >= v(ATTN_MEMORY)
 
     def gpu(k: Array) -> Array:
         g = np.where(gemm, k[GEMM_COMPUTE], k[GEMM_MEMORY])
         t = np.where(attn, k[ATTN_COMPUTE], k[ATTN_MEMORY])
         return pp * (g + t + k[COMM])
 
-    g0, g1, at_a = gpu(k0), gpu(k1), gpu(v)
+    g0, g1, host = gpu(k0), gpu(k1), v(OVERHEAD)
+    at_a = g0 + g1 * a  # the GPU's time on its piece
     if not overlap:
-        return at_a + v[OVERHEAD], g0 + k0[OVERHEAD], g1 + k1[OVERHEAD]
-    host = v[OVERHEAD] > g0 + g1 * a
-    return np.maximum(at_a, v[OVERHEAD]), np.where(host, k0[OVERHEAD], g0), np.where(host, k1[OVERHEAD], g1)
+        return at_a + host, g0 + k0[OVERHEAD], g1 + k1[OVERHEAD]
+    above = host > at_a
+    return np.maximum(at_a, host), np.where(above, k0[OVERHEAD], g0), np.where(above, k1[OVERHEAD], g1)
 
 
 def _at_each(lines: Lines) -> Lines:
@@ -132,15 +136,46 @@ def closed_loop_root(
     decoding: Array,
     t_request_s: float,
     overlap: bool = False,
+    start: Array | None = None,
 ) -> Array:
     """Arrivals per step ``a`` solving ``F(a) = 0`` (module docstring); inf where F never turns
-    positive (the loop is limited elsewhere: the prompt-token budget or the front end)."""
+    positive (the loop is limited elsewhere: the prompt-token budget or the front end).
+
+    ``start``: a guess (an earlier solution). The quadratic of the pieces that hold it is solved
+    first; where its root lies on those same pieces, F is zero there, so it is the one root, and
+    only the other elements look for their piece among the kinks."""
+    loop = dict(pp=pp, running=running, chunks=chunks, decoding=decoding, t_request_s=t_request_s, overlap=overlap)
+    if start is not None:
+        root = _closed_loop_quadratic(dec, pre, start, **loop)  # type: ignore[arg-type]
+        miss = np.flatnonzero(
+            ~(_same_piece(dec, start, root, pp, overlap) & _same_piece(pre, start, root, pp, overlap))
+        )
+        if miss.size:
+            lines = _taken(dec, miss, root.size), _taken(pre, miss, root.size)
+            root[miss] = closed_loop_root(*lines, **{k: _taken(v, miss, root.size) for k, v in loop.items()})  # type: ignore[arg-type]
+        return root
     breaks = np.concatenate([_kinks(dec, pp, overlap), _kinks(pre, pp, overlap)])
     breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]  # kinks no element has
     safe = np.where(np.isfinite(breaks), breaks, 0.0)
     t, tp = step_seconds(_at_each(dec), safe, pp, overlap), step_seconds(_at_each(pre), safe, pp, overlap)
     f = safe * (chunks * tp + t_request_s) + safe * decoding * t - running * t
     mid = _piece(breaks, np.isfinite(breaks) & (f > 0))
+    return _closed_loop_quadratic(dec, pre, mid, pp, running, chunks, decoding, t_request_s, overlap)
+
+
+def _closed_loop_quadratic(
+    dec: Lines,
+    pre: Lines,
+    mid: Array,
+    pp: int,
+    running: Array,
+    chunks: Array,
+    decoding: Array,
+    t_request_s: float,
+    overlap: bool,
+) -> Array:
+    """The root of ``F`` on the linear pieces of the two steps that hold ``mid`` (module
+    docstring): ``qa a^2 + qb a + qc = 0``; inf where it has none, at least 0."""
     t0, t1 = active_line(dec, mid, pp, overlap)
     p0, p1 = active_line(pre, mid, pp, overlap)
     qa = chunks * p1 + decoding * t1
@@ -152,19 +187,49 @@ def closed_loop_root(
     return np.where(np.isnan(root), np.inf, np.maximum(root, 0.0))
 
 
-def rate_cap_root(dec: Lines, *, pp: int, rate_per_s: float, overlap: bool = False) -> Array:
+def rate_cap_root(
+    dec: Lines, *, pp: int, rate_per_s: float, overlap: bool = False, start: Array | None = None
+) -> Array:
     """Largest ``a`` with ``a / t(a) <= rate`` (the front end passes at most ``rate`` requests/s);
-    ``a / t(a)`` rises with ``a``. inf when there is no cap."""
+    ``a / t(a)`` rises with ``a``. inf when there is no cap. ``start``: a guess whose piece is
+    tried first (``closed_loop_root``)."""
     if not np.isfinite(rate_per_s):
         return np.full_like(dec[0][0], np.inf)
+    if start is not None:
+        root = _rate_cap_line(dec, start, pp, rate_per_s, overlap)
+        miss = np.flatnonzero(~_same_piece(dec, start, root, pp, overlap))
+        if miss.size:
+            root[miss] = rate_cap_root(_taken(dec, miss, root.size), pp=pp, rate_per_s=rate_per_s, overlap=overlap)
+        return root
     breaks = _kinks(dec, pp, overlap)
     breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]
     safe = np.where(np.isfinite(breaks), breaks, 0.0)
     positive = np.isfinite(breaks) & (safe - rate_per_s * step_seconds(_at_each(dec), safe, pp, overlap) > 0)
-    t0, t1 = active_line(dec, _piece(breaks, positive), pp, overlap)
+    return _rate_cap_line(dec, _piece(breaks, positive), pp, rate_per_s, overlap)
+
+
+def _rate_cap_line(dec: Lines, mid: Array, pp: int, rate_per_s: float, overlap: bool) -> Array:
+    """``a = rate t(a)`` on the linear piece of the step that holds ``mid``: ``rate t0 / (1 -
+    rate t1)``; inf where the piece never reaches the rate."""
+    t0, t1 = active_line(dec, mid, pp, overlap)
     with np.errstate(divide="ignore", invalid="ignore"):
-        root = np.where(1.0 > rate_per_s * t1, rate_per_s * t0 / (1.0 - rate_per_s * t1), np.inf)
-    return root
+        return np.where(1.0 > rate_per_s * t1, rate_per_s * t0 / (1.0 - rate_per_s * t1), np.inf)
+
+
+def _same_piece(lines: Lines, a: Array, b: Array, pp: int, overlap: bool) -> npt.NDArray[np.bool_]:
+    """Whether the step's linear piece at ``b`` is the one at ``a`` (false where ``b`` is not finite)."""
+    a0, a1 = active_line(lines, a, pp, overlap)
+    with np.errstate(invalid="ignore"):
+        b0, b1 = active_line(lines, b, pp, overlap)
+    return np.isfinite(b) & (a0 == b0) & (a1 == b1)
+
+
+def _taken(v: Any, idx: Ints, size: int) -> Any:
+    """The elements ``idx`` (last axis) of an array over the ``size`` elements (of each array of a
+    tuple, such as lines); anything else (a scalar, a row shared by all) as it is."""
+    if isinstance(v, tuple):
+        return tuple(_taken(x, idx, size) for x in v)
+    return np.take(v, idx, axis=-1) if isinstance(v, np.ndarray) and v.ndim and v.shape[-1] == size else v
 
 
 # Prompt steps apart from decode steps ------------------------------------------------------
@@ -219,17 +284,27 @@ def _rising_root(fun: Callable[[Array, Ints], tuple[Array, Array]], hi: Array, s
     elements ``idx`` at ``a``; each iteration evaluates only the elements not yet converged."""
     every = np.arange(hi.size)
     f_hi, _ = fun(hi, every)
-    f_zero, _ = fun(np.zeros_like(hi), every)
+    act = every[f_hi > 0]  # where F is still <= 0 at hi, the answer is hi
+    if act.size == 0:
+        return hi.copy()
+
+    def at(points: Array, idx: Ints) -> tuple[Array, Array]:
+        """``fun`` at ``points[idx]``: at every element (no gathered copies) while most move."""
+        if 2 * idx.size > hi.size:
+            f, slope = fun(points, every)
+            return f[idx], slope[idx]
+        return fun(points[idx], idx)
+
     lo, top = np.zeros_like(hi), hi.copy()
-    f_lo, f_top = np.minimum(f_zero, 0.0), f_hi.copy()
+    f_lo, f_top = np.zeros_like(hi), f_hi.copy()
+    f_lo[act] = np.minimum(at(lo, act)[0], 0.0)
     side = np.zeros(hi.size, dtype=np.int8)  # which end moved last: -1 low, +1 high
     a = np.clip(start, 0.0, hi)
-    act = every[f_hi > 0]  # where F is still <= 0 at hi, the answer is hi
     for _ in range(NEWTON_ITERATIONS):
         if act.size == 0:
             break
         x = a[act]
-        f, slope = fun(x, act)
+        f, slope = at(a, act)
         low = f <= 0
         # Illinois: an end that stays put twice in a row has its value halved
         f_top[act] = np.where(low & (side[act] == -1), 0.5 * f_top[act], f_top[act])
@@ -300,7 +375,7 @@ def separated_root(
     def part(v: Any, idx: Ints) -> Any:
         if idx.size == running.size:  # every element (the bracket's ends, the first steps): no copy
             return v
-        return v[..., idx] if isinstance(v, np.ndarray) and v.ndim and v.shape[-1] == running.size else v
+        return _taken(v, idx, running.size)
 
     def lines_at(lines: Lines, idx: Ints) -> Lines:
         return part(lines[0], idx), part(lines[1], idx)
