@@ -65,7 +65,10 @@ def experts_touched(
     step, rare ones seldom, so fewer distinct experts are read at small T.
     """
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+    # q^T as exp(T ln q): the same number, several times faster than a power of an array
     if skew <= 0:
-        return np.asarray(1.0 - (1.0 - experts_per_token / num_experts) ** t, dtype=float)
+        return np.asarray(-np.expm1(t * np.log1p(-experts_per_token / num_experts)), dtype=float)
     miss = 1.0 - np.minimum(experts_per_token * expert_popularity(num_experts, skew), 1.0)
-    return np.asarray(1.0 - np.mean(miss ** t[..., None], axis=-1), dtype=float)
+    with np.errstate(divide="ignore"):  # an expert every token picks: ln 0 = -inf, q^T = 0
+        log_miss = np.log(miss)
+    return np.asarray(1.0 - np.mean(np.exp(t[..., None] * log_miss), axis=-1), dtype=float)

@@ -426,7 +426,7 @@ def solve_dense(load: ClosedLoad, latency: Array, apart: bool, start: Array | No
         pre[0][:, redo], pre[1][:, redo] = pre_redo
     decode_only = (np.broadcast_to(base, per_prompt.shape), decoding * per_decode)
     full = load.full_steps(a, chunks)
-    full_lines = pre_at(full)
+    full_lines = pre if np.array_equal(full, chunks) else pre_at(full)
     if apart:
         a = separated_root(
             decode_only, pre, dec, _apart_loop(hw, coef, chunks=chunks, **kw), start=a, full=full_lines, share=full

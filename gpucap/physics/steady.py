@@ -262,12 +262,21 @@ def _value_slope(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tupl
 
 
 def separated_step(
-    decode_only: Lines, pre: Lines, mixed: Lines, a: Array, *, chunks: Array, pp: int, overlap: bool = False
+    decode_only: Lines,
+    pre: Lines,
+    mixed: Lines,
+    a: Array,
+    *,
+    chunks: Array,
+    pp: int,
+    overlap: bool = False,
+    at_pre: tuple[Array, Array] | None = None,
 ) -> tuple[Array, Array, Array]:
-    """``T(a)``, its slope, and the prompt-step share ``u`` (capped at 1); see above."""
+    """``T(a)``, its slope, and the prompt-step share ``u`` (capped at 1); see above. ``at_pre``:
+    the prompt step's value and slope at ``a`` where the caller has them."""
     u = a * chunks
     td, td1 = _value_slope(decode_only, a, pp, overlap)
-    tp, tp1 = _value_slope(pre, a, pp, overlap)
+    tp, tp1 = _value_slope(pre, a, pp, overlap) if at_pre is None else at_pre
     tm, tm1 = _value_slope(mixed, a, pp, overlap)
     apart = u < 1.0
     t = np.where(apart, (1.0 - u) * td + u * tp, tm)
@@ -296,8 +305,9 @@ def _rising_root(fun: Callable[[Array, Ints], tuple[Array, Array]], hi: Array, s
         return fun(points[idx], idx)
 
     lo, top = np.zeros_like(hi), hi.copy()
-    f_lo, f_top = np.zeros_like(hi), f_hi.copy()
-    f_lo[act] = np.minimum(at(lo, act)[0], 0.0)
+    # F at 0 is not evaluated: the first Newton point moves one end of the bracket, and until the
+    # low end has moved false position has no value there and halves the bracket instead
+    f_lo, f_top = np.full_like(hi, np.nan), f_hi.copy()
     side = np.zeros(hi.size, dtype=np.int8)  # which end moved last: -1 low, +1 high
     a = np.clip(start, 0.0, hi)
     for _ in range(NEWTON_ITERATIONS):
@@ -383,8 +393,10 @@ def separated_root(
     def closed(a: Array, idx: Ints) -> tuple[Array, Array]:
         ch, dec, run, req = part(chunks, idx), part(decoding, idx), part(running, idx), part(t_request_s, idx)
         d, f, m = lines_at(decode_only, idx), lines_at(full, idx), lines_at(mixed, idx)
-        t, t1, _ = separated_step(d, f, m, a, chunks=part(share, idx), pp=pp, overlap=overlap)
         tp, tp1 = _value_slope(lines_at(pre, idx), a, pp, overlap)
+        same = full is pre  # whole chunks as the decodes see them: one prompt step, valued once
+        at_pre = (tp, tp1) if same else None
+        t, t1, _ = separated_step(d, f, m, a, chunks=part(share, idx), pp=pp, overlap=overlap, at_pre=at_pre)
         f = a * (ch * tp + req) + (a * dec - run) * t
         return f, ch * tp + req + a * ch * tp1 + dec * t + (a * dec - run) * t1
 
