@@ -107,11 +107,15 @@ def _unit_terms(
     prefill pairs and images together, so any step's terms are ``base + B x per_decode + (P / I)
     x (per_prompt + per_images)``; so is a mixture-of-experts model's with its routed experts'
     bytes left out (``touched=0``, ``ClosedLoad.expert_terms``)."""
-    base = terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex, touched=touched)[:, :1]
-    per_decode = terms(hw, coef, 1.0, ctx, 0.0, 0.0, ex, touched=touched) - base
-    per_prompt = terms(hw, coef, 0.0, ctx, i, pairs_one, ex, touched=touched) - base
-    per_images = terms(hw, coef, 0.0, ctx, 0.0, 0.0, ex, ex.images_per_request, touched=touched) - base
-    return base, per_decode, per_prompt, per_images
+    # the four steps in one call, on a leading axis: empty, one sequence, one prompt, one's images
+    none, one = np.zeros_like(i), np.ones_like(i)
+    decodes, prompts = np.stack([none, one, none, none]), np.stack([none, none, i, none])
+    pairs, images = np.stack([none, none, pairs_one, none]), np.stack([none, none, none, ex.images_per_request * one])
+    empty, decode, prompt, image = np.moveaxis(
+        terms(hw, coef, decodes, ctx, prompts, pairs, ex, images, touched=touched), 1, 0
+    )
+    base = empty[:, :1]
+    return base, decode - base, prompt - base, image - base
 
 
 def _arrivals_per_step(
