@@ -18,7 +18,7 @@ from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.requests import Requests
 from gpucap.physics.step import Array, step_work
 from gpucap.physics.steptime import step_time
-from gpucap.queueing.brackets import Bools, first_true
+from gpucap.queueing.brackets import crossing
 from gpucap.queueing.kvfit import held_moments, slot_shares
 from gpucap.queueing.lengths import Lengths
 from gpucap.queueing.promptqueue import GROUP_SIZES, cost_at_size, group_costs, per_prompt_costs
@@ -160,13 +160,13 @@ class ServiceCurve:
             half = a_ + b[at] + m_ * s_
             return np.asarray(2.0 * m_ / (half + np.sqrt(np.maximum(half * half - 4.0 * a_ * s_ * m_, 0.0))))
 
-        def past(rate: Array) -> Bools:
-            """(points, P): at or past the fixed point, ``c >= c(s(c))``, at each point (rows)."""
-            return np.asarray(rate >= finishing(self._point_stalls(rate.T).T, points[:, None]))
+        def beyond(rate: Array) -> Array:
+            """``c - c(s(c))`` at each point, rising in c (the stalls grow with it)."""
+            return np.asarray(rate - finishing(self._point_stalls(rate[None, :])[0], points))
 
         top = finishing(np.zeros(points.size), points)  # no stalls: the fastest the m can finish
-        lo, hi = first_true(np.zeros(points.size), top, past, rounds=3)
-        stall = self._between_points(self._point_stalls(0.5 * (lo + hi)[None, :]))[0]
+        fixed = crossing(np.zeros(points.size), top, beyond)
+        stall = self._between_points(self._point_stalls(fixed[None, :]))[0]
         return self._fitting(finishing(stall, slice(None))[None, :])[0]
 
     @cached_property
@@ -208,8 +208,8 @@ class ServiceCurve:
             return self.completion_rates(lam)[:, -1]
 
         # secant steps on g = lambda - c(R, lambda), increasing in lambda, from the closed loop's
-        # throughput (exact at once where prompts cost nothing: c constant); a bracket search
-        # where they do not settle within the bracket [0, top]
+        # throughput (exact at once where prompts cost nothing: c constant); false position in the
+        # bracket [0, top] where they leave it
         x = np.array([self.requests_per_s[-1], 0.98 * self.requests_per_s[-1]])
         g = x - done(x)
         for _ in range(SECANT_STEPS):
@@ -221,8 +221,7 @@ class ServiceCurve:
             x, g = np.array([x[1], nxt]), np.array([g[1], nxt - done(np.array([nxt]))[0]])
             if abs(x[1] - x[0]) <= 1e-10 * x[1]:
                 return float(x[1])
-        lo, hi = first_true(np.array([0.0]), np.array([top]), lambda lam: lam >= done(lam[0])[None, :], rounds=3)
-        return float(0.5 * (lo[0] + hi[0]))
+        return float(crossing(np.array([0.0]), np.array([top]), lambda lam: lam - done(lam))[0])
 
 
 def service_curve(
