@@ -401,12 +401,23 @@ def separated_root(
         return f, ch * tp + req + a * ch * tp1 + dec * t + (a * dec - run) * t1
 
     a = _rising_root(closed, a_budget, start)
-    if np.isfinite(rate_per_s):
+    if not np.isfinite(rate_per_s):
+        return a
+    # the step a decoding sequence waits for mixes the decode-only and prompt steps, or is the
+    # averaged step, so it is never shorter than the shortest of them: the front end caps only the
+    # elements with a / that above its rate
+    shortest = np.minimum(step_seconds(decode_only, a, pp, overlap), step_seconds(full, a, pp, overlap))
+    over = np.flatnonzero(a > rate_per_s * np.minimum(shortest, step_seconds(mixed, a, pp, overlap)))
+    if over.size:
+        n = running.size
+        d, f, m, sh = (_taken(v, over, n) for v in (decode_only, full, mixed, share))
 
         def front(x: Array, idx: Ints) -> tuple[Array, Array]:
-            d, f, m = lines_at(decode_only, idx), lines_at(full, idx), lines_at(mixed, idx)
-            t, t1, _ = separated_step(d, f, m, x, chunks=part(share, idx), pp=pp, overlap=overlap)
+            def sub(v: Any) -> Any:
+                return v if idx.size == over.size else _taken(v, idx, over.size)
+
+            t, t1, _ = separated_step(sub(d), sub(f), sub(m), x, chunks=sub(sh), pp=pp, overlap=overlap)
             return x - rate_per_s * t, 1.0 - rate_per_s * t1
 
-        a = np.minimum(a, _rising_root(front, a, a))
+        a[over] = np.minimum(a[over], _rising_root(front, a[over], a[over]))
     return a
