@@ -157,6 +157,8 @@ def closed_loop(
     ``context_tokens``: the mean context a decoding token attends to (prompt included, images
     not), ``I + O / 2`` by default. Where lengths differ, the running requests are the long-lived
     ones more often: ``E[I] + E[O^2] / (2 E[O])`` (``gpucap.queueing.kvfit.held_moments``).
+
+    More than ``CLOSED_LOOP_BLOCK`` elements are solved block by block, with the same answers.
     """
     apart = _prompt_steps_apart(hw, prompt_steps)
     context = np.nan if context_tokens is None else context_tokens

@@ -290,7 +290,8 @@ def _rising_root(fun: Callable[[Array, Ints], tuple[Array, Array]], hi: Array, s
     Newton's method inside a shrinking bracket; where a Newton step leaves the bracket (at a
     kink, where the function turns steeper), the Illinois variant of false position between the
     bracket's ends, which keeps converging fast from one side. ``fun(a, idx)`` evaluates the
-    elements ``idx`` at ``a``; each iteration evaluates only the elements not yet converged."""
+    elements ``idx`` at ``a``; each iteration evaluates only the elements not yet converged (all of
+    them, and keeps those, while they are more than half: cheaper than gathering copies)."""
     every = np.arange(hi.size)
     f_hi, _ = fun(hi, every)
     act = every[f_hi > 0]  # where F is still <= 0 at hi, the answer is hi
