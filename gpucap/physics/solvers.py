@@ -27,7 +27,16 @@ from gpucap.physics.coefficients import Coefficients, front_end
 from gpucap.physics.extras import Extras
 from gpucap.physics.memory import ArrayLike
 from gpucap.physics.requests import Requests
-from gpucap.physics.steady import ApartLoop, Lines, closed_loop_root, lines_through, rate_cap_root, separated_root
+from gpucap.physics.steady import (
+    ApartLoop,
+    Lines,
+    closed_loop_root,
+    lines_through,
+    rate_cap_root,
+    separated_root,
+    step_seconds,
+    take_elements,
+)
 from gpucap.physics.step import (
     Array,
     StepTime,
@@ -146,8 +155,18 @@ def _arrivals_per_step(
         overlap=overlap,
         start=start,
     )
-    cap = rate_cap_root(dec, pp=pp, rate_per_s=frontend_rate(hw, coef), overlap=overlap, start=start)
-    return np.minimum(np.minimum(root, a_budget), cap)
+    a = np.minimum(root, a_budget)
+    rate = frontend_rate(hw, coef)
+    if not np.isfinite(rate):
+        return a
+    # a / t(a) rises with a, so the front end's cap lies at or above every a it passes: it can
+    # only bind where a / t(a) is above its rate
+    over = np.flatnonzero(a > rate * step_seconds(dec, a, pp, overlap))
+    if over.size:
+        guess = None if start is None else start[over]
+        cap = rate_cap_root(take_elements(dec, over, a.size), pp=pp, rate_per_s=rate, overlap=overlap, start=guess)
+        a[over] = np.minimum(a[over], cap)
+    return a
 
 
 def _apart_loop(

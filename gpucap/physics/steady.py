@@ -151,8 +151,8 @@ def closed_loop_root(
             ~(_same_piece(dec, start, root, pp, overlap) & _same_piece(pre, start, root, pp, overlap))
         )
         if miss.size:
-            lines = _taken(dec, miss, root.size), _taken(pre, miss, root.size)
-            root[miss] = closed_loop_root(*lines, **{k: _taken(v, miss, root.size) for k, v in loop.items()})  # type: ignore[arg-type]
+            lines = take_elements(dec, miss, root.size), take_elements(pre, miss, root.size)
+            root[miss] = closed_loop_root(*lines, **{k: take_elements(v, miss, root.size) for k, v in loop.items()})  # type: ignore[arg-type]
         return root
     breaks = np.concatenate([_kinks(dec, pp, overlap), _kinks(pre, pp, overlap)])
     breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]  # kinks no element has
@@ -199,7 +199,9 @@ def rate_cap_root(
         root = _rate_cap_line(dec, start, pp, rate_per_s, overlap)
         miss = np.flatnonzero(~_same_piece(dec, start, root, pp, overlap))
         if miss.size:
-            root[miss] = rate_cap_root(_taken(dec, miss, root.size), pp=pp, rate_per_s=rate_per_s, overlap=overlap)
+            root[miss] = rate_cap_root(
+                take_elements(dec, miss, root.size), pp=pp, rate_per_s=rate_per_s, overlap=overlap
+            )
         return root
     breaks = _kinks(dec, pp, overlap)
     breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]
@@ -224,11 +226,11 @@ def _same_piece(lines: Lines, a: Array, b: Array, pp: int, overlap: bool) -> npt
     return np.isfinite(b) & (a0 == b0) & (a1 == b1)
 
 
-def _taken(v: Any, idx: Ints, size: int) -> Any:
+def take_elements(v: Any, idx: Ints, size: int) -> Any:
     """The elements ``idx`` (last axis) of an array over the ``size`` elements (of each array of a
     tuple, such as lines); anything else (a scalar, a row shared by all) as it is."""
     if isinstance(v, tuple):
-        return tuple(_taken(x, idx, size) for x in v)
+        return tuple(take_elements(x, idx, size) for x in v)
     return np.take(v, idx, axis=-1) if isinstance(v, np.ndarray) and v.ndim and v.shape[-1] == size else v
 
 
@@ -386,7 +388,7 @@ def separated_root(
     def part(v: Any, idx: Ints) -> Any:
         if idx.size == running.size:  # every element (the bracket's ends, the first steps): no copy
             return v
-        return _taken(v, idx, running.size)
+        return take_elements(v, idx, running.size)
 
     def lines_at(lines: Lines, idx: Ints) -> Lines:
         return part(lines[0], idx), part(lines[1], idx)
@@ -411,11 +413,11 @@ def separated_root(
     over = np.flatnonzero(a > rate_per_s * np.minimum(shortest, step_seconds(mixed, a, pp, overlap)))
     if over.size:
         n = running.size
-        d, f, m, sh = (_taken(v, over, n) for v in (decode_only, full, mixed, share))
+        d, f, m, sh = (take_elements(v, over, n) for v in (decode_only, full, mixed, share))
 
         def front(x: Array, idx: Ints) -> tuple[Array, Array]:
             def sub(v: Any) -> Any:
-                return v if idx.size == over.size else _taken(v, idx, over.size)
+                return v if idx.size == over.size else take_elements(v, idx, over.size)
 
             t, t1, _ = separated_step(sub(d), sub(f), sub(m), x, chunks=sub(sh), pp=pp, overlap=overlap)
             return x - rate_per_s * t, 1.0 - rate_per_s * t1
