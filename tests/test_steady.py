@@ -96,6 +96,10 @@ def test_front_end_cap() -> None:
     dec = lines(host=(0.002, 0.0), attn_c=(0.0, 0.001))
     assert rate_cap_root(dec, pp=1, rate_per_s=100.0)[0] == pytest.approx(0.2 / 0.9, rel=1e-12)
     assert rate_cap_root(dec, pp=1, rate_per_s=100.0, start=np.array([3.0]))[0] == pytest.approx(0.2 / 0.9, rel=1e-12)
+    # within: at a = 0.1, a / t(a) = 0.1 / 2.1 ms = 47.6/s is within the rate, so the cap (0.2222)
+    # lies above and inf stands for it; at a = 0.5, 0.5 / 2.5 ms = 200/s is not, so it is found
+    capped = rate_cap_root(dec, pp=1, rate_per_s=100.0, within=np.array([0.1, 0.5]))
+    assert np.isinf(capped[0]) and capped[1] == pytest.approx(0.2 / 0.9, rel=1e-12)
     assert np.isinf(rate_cap_root(dec, pp=1, rate_per_s=np.inf)[0])
 
 

@@ -63,8 +63,9 @@ COEFFICIENT_INFO: dict[str, Coefficient] = {
         0.0,
         0.0,
         5e-3,
-        "time per running sequence per step that the step waits for (sampling, logits processing, "
-        "bookkeeping): what makes small models at batch 1000+ slower than their GPU work",
+        "time per running sequence per step that the step waits for (scheduling, input preparation, "
+        "each new token's bookkeeping): what makes small models at batch 1000+ slower than their GPU "
+        "work; 0 here, each engine's own in ENGINE_COEFFICIENTS (vLLM's measured, 24 us)",
     ),
     "t_layer_s": Coefficient(
         10e-6,

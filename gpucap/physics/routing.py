@@ -65,7 +65,7 @@ def experts_touched(
     step, rare ones seldom, so fewer distinct experts are read at small T.
     """
     t = np.maximum(np.asarray(tokens, dtype=float), 1.0)
-    # q^T as exp(T ln q): the same number, several times faster than a power of an array
+    # q^T as exp(T ln q): the same number (within 1e-15), about twice as fast as a power of an array
     if skew <= 0:
         return np.asarray(-np.expm1(t * np.log1p(-experts_per_token / num_experts)), dtype=float)
     miss = 1.0 - np.minimum(experts_per_token * expert_popularity(num_experts, skew), 1.0)

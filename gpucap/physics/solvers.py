@@ -34,8 +34,6 @@ from gpucap.physics.steady import (
     lines_through,
     rate_cap_root,
     separated_root,
-    step_seconds,
-    take_elements,
 )
 from gpucap.physics.step import (
     Array,
@@ -156,17 +154,8 @@ def _arrivals_per_step(
         start=start,
     )
     a = np.minimum(root, a_budget)
-    rate = frontend_rate(hw, coef)
-    if not np.isfinite(rate):
-        return a
-    # a / t(a) rises with a, so the front end's cap lies at or above every a it passes: it can
-    # only bind where a / t(a) is above its rate
-    over = np.flatnonzero(a > rate * step_seconds(dec, a, pp, overlap))
-    if over.size:
-        guess = None if start is None else start[over]
-        cap = rate_cap_root(take_elements(dec, over, a.size), pp=pp, rate_per_s=rate, overlap=overlap, start=guess)
-        a[over] = np.minimum(a[over], cap)
-    return a
+    cap = rate_cap_root(dec, pp=pp, rate_per_s=frontend_rate(hw, coef), overlap=overlap, start=start, within=a)
+    return np.minimum(a, cap)
 
 
 def _apart_loop(

@@ -88,7 +88,7 @@ def active_line(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple
 
 
 def _on_piece(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array, Array]:
-    """``t(a)`` (as ``step_seconds``) and the intercept and slope of the linear piece that holds
+    """``t(a)`` (``step_seconds``', to rounding: here on the piece's line) and the intercept and slope of the linear piece that holds
     ``a``, in one pass over the terms: the larger roofline of the matmuls and of attention at
     ``a``, and, when the host overlaps the GPU, the larger of the host and the GPU."""
     k0, k1 = lines
@@ -151,8 +151,8 @@ def closed_loop_root(
             ~(_same_piece(dec, start, root, pp, overlap) & _same_piece(pre, start, root, pp, overlap))
         )
         if miss.size:
-            lines = take_elements(dec, miss, root.size), take_elements(pre, miss, root.size)
-            root[miss] = closed_loop_root(*lines, **{k: take_elements(v, miss, root.size) for k, v in loop.items()})  # type: ignore[arg-type]
+            lines = _taken(dec, miss, root.size), _taken(pre, miss, root.size)
+            root[miss] = closed_loop_root(*lines, **{k: _taken(v, miss, root.size) for k, v in loop.items()})  # type: ignore[arg-type]
         return root
     breaks = np.concatenate([_kinks(dec, pp, overlap), _kinks(pre, pp, overlap)])
     breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]  # kinks no element has
@@ -188,20 +188,34 @@ def _closed_loop_quadratic(
 
 
 def rate_cap_root(
-    dec: Lines, *, pp: int, rate_per_s: float, overlap: bool = False, start: Array | None = None
+    dec: Lines,
+    *,
+    pp: int,
+    rate_per_s: float,
+    overlap: bool = False,
+    start: Array | None = None,
+    within: Array | None = None,
 ) -> Array:
     """Largest ``a`` with ``a / t(a) <= rate`` (the front end passes at most ``rate`` requests/s);
     ``a / t(a)`` rises with ``a``. inf when there is no cap. ``start``: a guess whose piece is
-    tried first (``closed_loop_root``)."""
+    tried first (``closed_loop_root``). ``within``: the largest ``a`` the caller can use; where
+    ``a / t(a)`` there is within the rate, the cap lies at or above it and inf is returned in its
+    place (only the other elements are searched)."""
     if not np.isfinite(rate_per_s):
         return np.full_like(dec[0][0], np.inf)
+    if within is not None:
+        cap = np.full(within.shape, np.inf)
+        over = np.flatnonzero(within > rate_per_s * step_seconds(dec, within, pp, overlap))
+        if over.size:
+            guess = None if start is None else start[over]
+            lines = _taken(dec, over, within.size)
+            cap[over] = rate_cap_root(lines, pp=pp, rate_per_s=rate_per_s, overlap=overlap, start=guess)
+        return cap
     if start is not None:
         root = _rate_cap_line(dec, start, pp, rate_per_s, overlap)
         miss = np.flatnonzero(~_same_piece(dec, start, root, pp, overlap))
         if miss.size:
-            root[miss] = rate_cap_root(
-                take_elements(dec, miss, root.size), pp=pp, rate_per_s=rate_per_s, overlap=overlap
-            )
+            root[miss] = rate_cap_root(_taken(dec, miss, root.size), pp=pp, rate_per_s=rate_per_s, overlap=overlap)
         return root
     breaks = _kinks(dec, pp, overlap)
     breaks = breaks[np.isfinite(breaks).any(axis=tuple(range(1, breaks.ndim)))]
@@ -226,11 +240,11 @@ def _same_piece(lines: Lines, a: Array, b: Array, pp: int, overlap: bool) -> npt
     return np.isfinite(b) & (a0 == b0) & (a1 == b1)
 
 
-def take_elements(v: Any, idx: Ints, size: int) -> Any:
+def _taken(v: Any, idx: Ints, size: int) -> Any:
     """The elements ``idx`` (last axis) of an array over the ``size`` elements (of each array of a
     tuple, such as lines); anything else (a scalar, a row shared by all) as it is."""
     if isinstance(v, tuple):
-        return tuple(take_elements(x, idx, size) for x in v)
+        return tuple(_taken(x, idx, size) for x in v)
     return np.take(v, idx, axis=-1) if isinstance(v, np.ndarray) and v.ndim and v.shape[-1] == size else v
 
 
@@ -388,7 +402,7 @@ def separated_root(
     def part(v: Any, idx: Ints) -> Any:
         if idx.size == running.size:  # every element (the bracket's ends, the first steps): no copy
             return v
-        return take_elements(v, idx, running.size)
+        return _taken(v, idx, running.size)
 
     def lines_at(lines: Lines, idx: Ints) -> Lines:
         return part(lines[0], idx), part(lines[1], idx)
@@ -413,11 +427,11 @@ def separated_root(
     over = np.flatnonzero(a > rate_per_s * np.minimum(shortest, step_seconds(mixed, a, pp, overlap)))
     if over.size:
         n = running.size
-        d, f, m, sh = (take_elements(v, over, n) for v in (decode_only, full, mixed, share))
+        d, f, m, sh = (_taken(v, over, n) for v in (decode_only, full, mixed, share))
 
         def front(x: Array, idx: Ints) -> tuple[Array, Array]:
             def sub(v: Any) -> Any:
-                return v if idx.size == over.size else take_elements(v, idx, over.size)
+                return v if idx.size == over.size else _taken(v, idx, over.size)
 
             t, t1, _ = separated_step(sub(d), sub(f), sub(m), x, chunks=sub(sh), pp=pp, overlap=overlap)
             return x - rate_per_s * t, 1.0 - rate_per_s * t1

@@ -36,7 +36,8 @@ def step_terms(hw: Hardware, work: StepWork, coef: Coefficients) -> Array:
     Kernels have a floor the rooflines miss: ``t_layer`` per layer per step (back-to-back kernels
     of a CUDA graph, plus ``50 us`` of kernel launches per layer when CUDA graphs are off), and
     the work per running sequence the step waits for, ``t_seq x sequences`` (scheduling, input
-    preparation, each new token's bookkeeping; vLLM's measured, ``coefficients.py``). Both run with the step, so they are added to both matmul rows.
+    preparation, each new token's bookkeeping; vLLM's measured, ``coefficients.py``). Both run
+    with the step, so they are added to both matmul rows.
 
     The vision encoder and the drafter are kernels of their own, so their seconds are added to
     both matmul rows (``max(c + e, m + e) = max(c, m) + e``: they add to the step and neither
