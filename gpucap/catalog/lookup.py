@@ -49,9 +49,11 @@ def model_cards() -> dict[str, dict[str, Any]]:
     return cards
 
 
+@lru_cache(maxsize=1)
 def _index() -> dict[str, str]:
     """Lower-cased id, repo name and every suffix-stripped form -> catalog id. Exact names are
-    entered last so that they win over a stripped form of another entry."""
+    entered last so that they win over a stripped form of another entry. Built once, as
+    ``model_cards`` is (a lookup is then a dictionary read; building it took 0.4 ms a lookup)."""
     index: dict[str, str] = {}
     exact: dict[str, str] = {}
     for hf_id, card in model_cards().items():

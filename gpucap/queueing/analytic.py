@@ -127,7 +127,7 @@ Bools = npt.NDArray[np.bool_]
 
 RATE_GRID = 16  # utilizations tried by max_request_rate: this many log-spaced up to 1/2, as many above
 RATE_REFINE = 12  # points per even cut of the bracket between the last pass and the first miss
-RATE_PRECISION = 625  # the bracket is refined to 1/625 of the first (two even cuts of 24 points)...
+RATE_PRECISION = 625  # the bracket is refined to 1/625 of the first (an even cut, then a cut around the crossing)...
 RATE_TOLERANCE = 1e-3  # ... or to 0.1% of the rate, whichever is wider
 LOWEST_UTILIZATION = 1e-6
 HIGHEST_UTILIZATION = 1.0 - 1e-4
@@ -260,10 +260,12 @@ def max_request_rate(
 
     The statistics rise with the rate, so the rate is searched on utilizations from 1e-6 to
     1 - 1e-4 (log-spaced in rho below 1/2 and in 1 - rho above), then refined between the last
-    rate that met the SLOs and the first that missed, in even cuts of 24 until the bracket is 1/625
-    of the first or 0.1% of the rate. The rate returned is one that was evaluated and met them, below the limit
-    by at most that (the first bracket is at most 77% of the rate below rho = 1/2 and 30% of 1 - rho
-    above: 0.12% of the rate at worst).
+    rate that met the SLOs and the first that missed, in cuts of 12 points (an even cut, then
+    points the final width apart around where the margin, taken as linear in the bracket, crosses
+    zero) until the bracket is 1/625 of the first (to rounding) or 0.1% of the rate: three
+    evaluations of the model where the crossing falls among the points. The rate returned is one
+    that was evaluated and met them, below the limit by at most that (the first bracket is at most
+    77% of the rate below rho = 1/2 and 30% of 1 - rho above: 0.12% of the rate at worst).
     """
     if stat not in STATISTICS:
         raise ValueError(f"stat must be one of {', '.join(STATISTICS)}, got {stat!r}")
@@ -307,7 +309,8 @@ def max_request_rate(
     (lo, hi), (m_lo, m_hi) = (float(rates[k - 1]), float(rates[k])), (float(slack[k - 1]), float(slack[k]))
     width = max((hi - lo) / RATE_PRECISION, RATE_TOLERANCE * lo)
     cuts = 0
-    while hi - lo > width:
+    # (to rounding: points ``width`` apart can leave a bracket a few ulps wider, not worth a call)
+    while hi - lo > width * (1.0 + 1e-9):
         if cuts and m_hi > -1.0:
             # a narrow bracket: the margin is near linear in it; look at points ``width`` apart
             # around where it crosses zero, then cut evenly again if the crossing is not among them
