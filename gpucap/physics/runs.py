@@ -130,6 +130,9 @@ def saturation_run(
 
         duration = burst(R I) + (N - R) / X_ss + drain(R)
 
+    With N infinite the run is its steady state at the full batch: throughput ``X_ss O``, TTFT
+    without bound.
+
     Reported TTFT is then mostly queueing: the mean wait ``(N - R) / (2 X_ss)`` plus the prefill.
     When all N run at once, the burst's s chunk steps of t seconds hand out first tokens as they
     finish: TTFT = (s + 1) t / 2 on average.
@@ -141,29 +144,34 @@ def saturation_run(
     n, i, o, cap, _ = requests.arrays(num_prompts)
     running = np.maximum(np.minimum(n, cap), 1.0)
     steady = closed_loop(hw, coef, Requests(i, o, extras=extras), concurrency=running)
-    burst = static_batch(hw, coef, Requests(i, 1.0 + 0.0 * o, extras=extras), batch=running)
     waiting = np.maximum(n - running, 0.0)
-    with np.errstate(invalid="ignore"):
-        admit = np.where(waiting > 0, waiting / steady.requests_per_s, 0.0)
-    prompt = i + extras.image_tokens(hw)
-    kw: dict[str, Any] = dict(batch=running, input_len=prompt, output_len=o, lengths=lengths, extras=extras)
-    drain = np.where(
-        waiting > 0, drain_time(hw, coef, staggered=True, **kw), drain_time(hw, coef, staggered=False, **kw)
-    )
-    with np.errstate(invalid="ignore"):
-        duration = np.maximum(burst.ttft_s + admit + drain, n / frontend_rate(hw, coef))
-    finite = np.isfinite(n)
-    tput = np.where(finite, n * o / np.where(finite, duration, 1.0), steady.output_tokens_per_s)
-    x = tput / o
     queue_wait = waiting / (2.0 * steady.requests_per_s)
-    # nobody waits: the burst's s chunk steps of t each hand out first tokens as they finish,
-    # on average after (s + 1) / 2 steps = (s t + t) / 2 (one step when s = 1)
-    first_tokens_s = 0.5 * (burst.ttft_s + burst.prefill_step.total_s)
+    finite = np.isfinite(n)
+    # without an end to the prompts (N infinite) the run is its steady state at the full batch:
+    # no burst or drain to value, and an unbounded wait
+    tput, ttft = np.where(finite, np.nan, steady.output_tokens_per_s), steady.ttft_s + queue_wait
+    if finite.any():
+        burst = static_batch(hw, coef, Requests(i, 1.0 + 0.0 * o, extras=extras), batch=running)
+        with np.errstate(invalid="ignore"):
+            admit = np.where(waiting > 0, waiting / steady.requests_per_s, 0.0)
+        prompt = i + extras.image_tokens(hw)
+        kw: dict[str, Any] = dict(batch=running, input_len=prompt, output_len=o, lengths=lengths, extras=extras)
+        drain = np.where(
+            waiting > 0, drain_time(hw, coef, staggered=True, **kw), drain_time(hw, coef, staggered=False, **kw)
+        )
+        with np.errstate(invalid="ignore"):
+            duration = np.maximum(burst.ttft_s + admit + drain, n / frontend_rate(hw, coef))
+        tput = np.where(finite, n * o / np.where(finite, duration, 1.0), steady.output_tokens_per_s)
+        # nobody waits: the burst's s chunk steps of t each hand out first tokens as they finish,
+        # on average after (s + 1) / 2 steps = (s t + t) / 2 (one step when s = 1)
+        first_tokens_s = 0.5 * (burst.ttft_s + burst.prefill_step.total_s)
+        ttft = np.where(waiting > 0, ttft, first_tokens_s)
+    x = tput / o
     return LoadPoint(
         concurrency=n,
         running=running,
         decode_batch=steady.decode_batch,
-        ttft_s=np.where(waiting > 0, steady.ttft_s + queue_wait, first_tokens_s),
+        ttft_s=ttft,
         tpot_s=steady.tpot_s,
         requests_per_s=x,
         output_tokens_per_s=tput,
