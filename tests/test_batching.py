@@ -1,5 +1,7 @@
 """Continuous-batching steady state: Little's law, queueing, finite runs (DESIGN.md section 5)."""
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -164,6 +166,34 @@ def test_blocks_give_what_one_pass_gives(model: str, monkeypatch: pytest.MonkeyP
     for step in ("decode_step", "prefill_step"):
         np.testing.assert_allclose(getattr(blocks, step).total_s, getattr(whole, step).total_s, rtol=1e-12)
         np.testing.assert_allclose(getattr(blocks, step).memory_s, getattr(whole, step).memory_s, rtol=1e-12)
+
+
+def test_settled_moe_elements_take_no_further_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MoE Newton passes go on only for the elements the pass before moved by more than
+    ``MOE_SETTLED`` of themselves: later passes run on fewer elements than the first, and the
+    answers are those of every element taking every pass (``MOE_SETTLED`` 0) to well within the
+    root's own tolerance (1e-9)."""
+    import gpucap.physics.solvers as solvers
+
+    hw = hardware("Qwen/Qwen3-30B-A3B", "H100-SXM-80GB", weight_dtype="fp8")
+    rng = np.random.default_rng(3)
+    c, i, o = rng.uniform(1, 512, 400), rng.uniform(100, 8000, 400), rng.uniform(2, 2000, 400)
+    requests = Requests(i, o, max_running=1024.0)
+    subsets: list[int] = []
+    expert_steps = solvers._expert_steps
+
+    def counting(load: Any, sel: Any = slice(None)) -> Any:
+        if not isinstance(sel, slice):
+            subsets.append(len(sel))
+        return expert_steps(load, sel)
+
+    monkeypatch.setattr(solvers, "_expert_steps", counting)
+    settled = closed_loop(hw, COEF, requests, concurrency=c)
+    assert subsets and max(subsets) < 400
+    monkeypatch.setattr(solvers, "MOE_SETTLED", 0.0)
+    every = closed_loop(hw, COEF, requests, concurrency=c)
+    for field in ("ttft_s", "tpot_s", "requests_per_s", "decode_batch"):
+        np.testing.assert_allclose(getattr(settled, field), getattr(every, field), rtol=1e-11, err_msg=field)
 
 
 def test_a_function_refuses_what_it_does_not_model() -> None:

@@ -47,6 +47,11 @@ from gpucap.physics.steptime import combine, step_terms
 
 DENSE_PASSES = 2  # the second pass takes the chunk count at the first solution
 MOE_PASSES = 4  # Newton passes on the concave expert traffic (converged to 1e-11 in tests)
+# an element that a pass moved by less than this share of itself takes no further pass: each pass
+# shrank the largest move by 2e-4 to 4e-5 where measured, so what is left lies far below the root's
+# own tolerance (``gpucap.physics.steady.ROOT_TOLERANCE``, 1e-9); answers agree with every pass
+# to 6e-13 (benchmarks/README.md)
+MOE_SETTLED = 1e-12
 Select = slice | npt.NDArray[np.intp]  # all elements, or some by index
 
 
@@ -246,11 +251,11 @@ class ClosedLoad:
         """Chunk steps of one prefill, ``s = ceil(I / m)`` (at least 1), at ``a``."""
         return np.maximum(1.0, np.ceil(self.prompt[sel] / self.room_at(a, sel)))
 
-    def full_steps(self, a: Array, chunks: Array) -> Array:
+    def full_steps(self, a: Array, chunks: Array, sel: Select = slice(None)) -> Array:
         """Full-room steps of one prefill as the decodes see them, ``s' = I / m`` where the prompt
         takes more than one chunk, else 1 (``gpucap.physics.steady``, prompt steps apart); kept
         within (s - 1, s] of the whole count ``chunks``."""
-        share = np.clip(self.prompt / self.room_at(a), chunks - 1.0, chunks)
+        share = np.clip(self.prompt[sel] / self.room_at(a, sel), chunks - 1.0, chunks)
         return np.where(chunks > 1.0, share, 1.0)
 
 
@@ -324,17 +329,19 @@ def solve(load: ClosedLoad, latency: Array, apart: bool, start: Array | None = N
 
 
 def _expert_steps(
-    load: ClosedLoad,
+    load: ClosedLoad, sel: Select = slice(None)
 ) -> tuple[Callable[[Array], Array], Callable[[Array], Array], Callable[[Array], Callable[[Array], Array]]]:
     """The terms, against ``a``, of the average step, a decode-only step and (given the chunk
     count) a step with one prompt chunk, as ``rest + row x experts_touched(T)`` of
     ``ClosedLoad.expert_terms``: the same as ``terms`` of each step, without its work computed
-    again at every ``a``."""
+    again at every ``a``. ``sel``: those of some elements only."""
     (base, per_decode, per_prompt, per_images), row = load.expert_terms
+    per_decode, per_prompt, per_images = per_decode[:, sel], per_prompt[:, sel], per_images[:, sel]
     hw, pp = load.hw, load.hw.layout.pp
-    per_sequence = load.decoding * per_decode  # the a D sequences a step decodes, per a
-    verify_tokens = load.ex.tokens_per_sequence * load.decoding / pp  # their tokens per stage slot, per a
-    prompt_tokens = load.prompt / pp
+    decoding = load.decoding[sel]
+    per_sequence = decoding * per_decode  # the a D sequences a step decodes, per a
+    verify_tokens = load.ex.tokens_per_sequence * decoding / pp  # their tokens per stage slot, per a
+    prompt_tokens = load.prompt[sel] / pp
 
     def with_experts(affine: Array, tokens: Array) -> Array:
         """``affine`` terms plus the routed experts a stage slot of ``tokens`` tokens reads."""
@@ -363,7 +370,9 @@ def solve_moe(load: ClosedLoad, latency: Array, apart: bool, start: Array | None
     solves the averaged step and the later ones run each prompt chunk in a step of its own
     (``separated_root``). Within the passes a step's terms are ``rest + row x
     experts_touched(T)`` (``ClosedLoad.expert_terms``): the work of the step is computed once,
-    the experts' share at each ``a``; the terms at the solution are the step's own."""
+    the experts' share at each ``a``; the terms at the solution are the step's own. A pass runs
+    only on the elements the pass before moved by more than ``MOE_SETTLED`` of themselves (all of
+    them where a drafter routes experts too); each element keeps the chunk count of its last pass."""
     hw, coef, ex = load.hw, load.coef, load.ex
     r, i, ctx, decoding = load.running, load.prompt, load.context, load.decoding
     pairs_one, n_img, one_mb = load.pairs, ex.images_per_request, load.one_mb
@@ -383,19 +392,32 @@ def solve_moe(load: ClosedLoad, latency: Array, apart: bool, start: Array | None
 
     # the passes' terms: the affine rest and the experts read, unless a drafter routes experts too
     exact = (exact_average, exact_decode_only, exact_prompt)
-    average_step, decode_only_step, prompt_step = _expert_steps(load) if load.experts_apart else exact
+    every = _expert_steps(load) if load.experts_apart else exact
+    chunks = np.ones_like(r)
+    moving = np.arange(r.size)  # the elements a pass still moves (every one, with a drafter's experts)
     for k in range(MOE_PASSES):
-        chunks = load.chunks_at(a)
-        dec = lines_through(average_step, a)
-        pre = lines_through(prompt_step(chunks), a)
+        if moving.size == 0:
+            break
+        whole = moving.size == r.size
+        sel: Select = slice(None) if whole else moving
+        average_step, decode_only_step, prompt_step = every if whole else _expert_steps(load, sel)
+        was = a[sel]
+        kw_sel = kw if whole else {name: np.asarray(v)[sel] for name, v in kw.items()}
+        ch = load.chunks_at(was, sel)
+        dec = lines_through(average_step, was)
+        pre = lines_through(prompt_step(ch), was)
+        now = was
         if k == 0 or not apart:  # the averaged step's closed form (the start, when apart)
-            a = _arrivals_per_step(hw, coef, dec, pre, chunks=chunks, start=a if k else start, **kw)
+            now = _arrivals_per_step(hw, coef, dec, pre, chunks=ch, start=was if k else start, **kw_sel)
         if apart:
-            full = load.full_steps(a, chunks)
-            full_lines = pre if np.array_equal(full, chunks) else lines_through(prompt_step(full), a)
-            decode_only = lines_through(decode_only_step, a)
-            loop = _apart_loop(hw, coef, chunks=chunks, **kw)
-            a = separated_root(decode_only, pre, dec, loop, start=a, full=full_lines, share=full)
+            full = load.full_steps(now, ch, sel)
+            full_lines = pre if np.array_equal(full, ch) else lines_through(prompt_step(full), now)
+            decode_only = lines_through(decode_only_step, now)
+            loop = _apart_loop(hw, coef, chunks=ch, **kw_sel)
+            now = separated_root(decode_only, pre, dec, loop, start=now, full=full_lines, share=full)
+        if load.experts_apart:  # settled: moved by less than MOE_SETTLED of itself in this pass
+            moving = moving[np.abs(now - was) > MOE_SETTLED * np.abs(now)]
+        a[sel], chunks[sel] = now, ch
 
     dec_terms, only_terms = exact_average(a), exact_decode_only(a)  # the steps' own terms at the solution
     pre_terms = exact_prompt(chunks)(a)
