@@ -12,6 +12,9 @@ Cells (each a `benchmarks/loadtest.py` run against `vllm serve` of the tiny Llam
     host      prompts of 2 tokens, 1 output: one at a time, and 512 at once (the HTTP server alone)
     budget    1,920-token prompts, 32 output, concurrency 1 and 4, with --max-num-batched-tokens
               512 and 8192 (two servers)
+    waves     384-token prompts, 64 output, concurrency 4 and 8, on the 512-token budget's server: a
+              wave's prompts take 3 and 6 budget-full steps, so its requests get their first
+              tokens steps apart (does the next wave arrive together, or spread?)
     seqs      --max-num-seqs 4 at concurrency 16 (requests queue for a batch slot)
     preempt   256 prompts of 128-384 / 32-96 tokens sent at once into a KV cache of 160 blocks
               (20,480 tokens, --num-gpu-blocks-override): vLLM admits prompts while their blocks
@@ -118,6 +121,7 @@ CELLS = (
     Cell("host", DEFAULT, 2, 1, ("--concurrency", "1", "--num-prompts", "32", "--all-at-once", "512")),
     Cell("budget-512", Server(256, 512), 1920, 32, ("--concurrency", "1,4", "--prompts-per-concurrency", "4")),
     Cell("budget-8192", Server(256, 8192), 1920, 32, ("--concurrency", "1,4", "--prompts-per-concurrency", "4")),
+    Cell("waves", Server(256, 512), 384, 64, ("--concurrency", "4,8", "--prompts-per-concurrency", "8")),
     Cell("seqs", Server(4, 2048), 256, 64, ("--concurrency", "16", "--prompts-per-concurrency", "4")),
     Cell("preempt", Server(256, 2048, 160), 256, 64, ("--all-at-once", "256", "--range-ratio", "0.5")),
     Cell("preempt-long", Server(256, 2048, 160), 1024, 256, ("--all-at-once", "64", "--range-ratio", "0.5")),
