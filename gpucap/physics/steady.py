@@ -88,9 +88,10 @@ def active_line(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple
 
 
 def _on_piece(lines: Lines, a: Array, pp: int, overlap: bool = False) -> tuple[Array, Array, Array]:
-    """``t(a)`` (``step_seconds``', to rounding: here on the piece's line) and the intercept and slope of the linear piece that holds
-    ``a``, in one pass over the terms: the larger roofline of the matmuls and of attention at
-    ``a``, and, when the host overlaps the GPU, the larger of the host and the GPU."""
+    """``t(a)`` and the intercept and slope of the linear piece that holds ``a``, in one pass over
+    the terms: the larger roofline of the matmuls and of attention at ``a``, and, when the host
+    overlaps the GPU, the larger of the host and the GPU. ``t(a)`` is taken on the piece's line,
+    so it equals ``step_seconds`` to rounding."""
     k0, k1 = lines
 
     def v(row: int) -> Array:
@@ -407,12 +408,13 @@ def separated_root(
     def lines_at(lines: Lines, idx: Ints) -> Lines:
         return part(lines[0], idx), part(lines[1], idx)
 
+    one_prompt_step = full is pre  # whole chunks as the decodes see them: one prompt step, valued once
+
     def closed(a: Array, idx: Ints) -> tuple[Array, Array]:
         ch, dec, run, req = part(chunks, idx), part(decoding, idx), part(running, idx), part(t_request_s, idx)
         d, f, m = lines_at(decode_only, idx), lines_at(full, idx), lines_at(mixed, idx)
         tp, tp1 = _value_slope(lines_at(pre, idx), a, pp, overlap)
-        same = full is pre  # whole chunks as the decodes see them: one prompt step, valued once
-        at_pre = (tp, tp1) if same else None
+        at_pre = (tp, tp1) if one_prompt_step else None
         t, t1, _ = separated_step(d, f, m, a, chunks=part(share, idx), pp=pp, overlap=overlap, at_pre=at_pre)
         f = a * (ch * tp + req) + (a * dec - run) * t
         return f, ch * tp + req + a * ch * tp1 + dec * t + (a * dec - run) * t1
@@ -421,8 +423,8 @@ def separated_root(
     if not np.isfinite(rate_per_s):
         return a
     # the step a decoding sequence waits for mixes the decode-only and prompt steps, or is the
-    # averaged step, so it is never shorter than the shortest of them: the front end caps only the
-    # elements with a / that above its rate
+    # averaged step, so it is never shorter than the shortest of them: the front end can cap only
+    # the elements where a over that shortest step passes its rate
     shortest = np.minimum(step_seconds(decode_only, a, pp, overlap), step_seconds(full, a, pp, overlap))
     over = np.flatnonzero(a > rate_per_s * np.minimum(shortest, step_seconds(mixed, a, pp, overlap)))
     if over.size:
