@@ -144,8 +144,9 @@ def estimate(
     ``--mm-encoder-tp-mode`` ("weights": split by tp; "data": whole on every GPU).
     ``speculative``: draft tokens, acceptance length and drafter (``gpucap.config.Speculative``;
     the physics in ``gpucap.physics.speculative``).
-    ``lengths``: "varied" (traffic; steady state) or "fixed" (a fixed-length load test, whose
-    closed loop runs in waves and whose TTFT grows with the concurrency; ``gpucap.physics.waves``).
+    ``lengths``: "varied" (traffic; steady state) or "fixed" (a long fixed-length load test after
+    its first wave: prompts that share a step come back together, longer waves as groups that wait
+    for each other's prompt steps; ``gpucap.physics.waves``).
     ``routing_skew``: a MoE router's expert popularity as a Zipf exponent (0: uniform;
     ``gpucap.physics.routing``); an expert-parallel load balancer is ``EngineConfig(eplb=True)``.
     Prefix caching: ``prefix_tokens`` of each prompt are a system prompt that ``prefix_share`` of

@@ -3,12 +3,12 @@ step-level simulation of the same load (gpucap.queueing.simulate.run_benchmark) 
 
 - varied lengths (exponential: requests desynchronize), steady state (the simulated run's first
   requests, which all start at once, left out): ``gpucap.physics.batching.closed_loop``;
-- fixed lengths (the closed loop runs in waves): ``gpucap.physics.waves.wave_loop``.
+- fixed lengths (the first wave, then the convoy): ``gpucap.physics.waves.wave_loop`` for the
+  same run of 8 C prompts.
 
 Within 10% on throughput and 20% on mean TTFT and TPOT where the closed form applies: up to the
 concurrency at which prompts start queueing for the token budget (beyond it the steady state's
-mean TTFT runs 30-70% below the simulation, benchmarks/README.md), and, for waves, while a wave's
-prompts fill at most four budget-full steps (longer waves break up into groups that arrive apart)."""
+mean TTFT runs 30-70% below the simulation, benchmarks/README.md)."""
 
 import numpy as np
 import pytest
@@ -55,15 +55,28 @@ def test_steady_state_matches_the_simulation(setup: str, input_len: int, output_
     assert sim.stats["tpot"]["mean"] == pytest.approx(float(cf.tpot_s), rel=0.20)
 
 
+# Where the convoy's mean TTFT is more than 20% below the simulation's: a step holds eight of these
+# prompts, whose group takes 32 ms through the front end against 12 ms decode steps, so the
+# engine starts each group's prompts with the first of them to arrive, the groups fragment and
+# the simulated run queues like its first wave (benchmarks/README.md, "Waves after the first").
+FRAGMENTED = {("8B on 1 H100", 1000, 1000, 64)}
+FRAGMENTED_WHY = "groups that fragment at the front end queue like the first wave (not modelled)"
+
+
 @pytest.mark.parametrize("setup", SETUPS)
 @pytest.mark.parametrize(("input_len", "output_len"), [*SHAPES, (16000, 64)])
 @pytest.mark.parametrize("concurrency", [1, 2, 4, 16, 64])
-def test_waves_match_the_simulation(setup: str, input_len: int, output_len: int, concurrency: int) -> None:
+def test_waves_match_the_simulation(
+    setup: str, input_len: int, output_len: int, concurrency: int, request: pytest.FixtureRequest
+) -> None:
+    if (setup, input_len, output_len, concurrency) in FRAGMENTED:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=FRAGMENTED_WHY))
     hw = SETUPS[setup]
     slots = batch_slots(hw, context_tokens=input_len + output_len)
-    if concurrency > slots or concurrency * input_len > 4 * (hw.engine.max_num_batched_tokens or 8192):
-        pytest.skip("waves of more than four budget-full prefill steps break up (module docstring)")
-    wf = wave_loop(hw, COEF, Requests(input_len, output_len, max_running=slots), concurrency=concurrency)
+    if concurrency > slots:
+        pytest.skip("more requests than the KV cache holds")
+    requests = Requests(input_len, output_len, max_running=slots)
+    wf = wave_loop(hw, COEF, requests, concurrency=concurrency, num_prompts=8 * concurrency)
     sim = run_benchmark(
         hw, COEF, Load.closed_loop(concurrency, 8 * concurrency), input_len=input_len, output_len=output_len
     )

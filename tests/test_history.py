@@ -29,7 +29,10 @@ def runs(truth: Coefficients, seed: int) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def fits():
-    kw = dict(start=TRUTH, free=("u_compute", "u_hbm"), targets=("runs", "limits"), slo=SLO)
+    # fitted to the runs (the limits are shown, not fitted): with the limits as targets too, read
+    # off each noisy sweep by interpolation, u_compute scatters by 0.006 over five seeds against a
+    # standard error of 0.002 (the covariance misses it); on the runs alone the two agree
+    kw = dict(start=TRUTH, free=("u_compute", "u_hbm"), targets=("runs",), slo=SLO)
     return calibrate(runs(TRUTH, 1), **kw), calibrate(runs(TRUTH, 2), **kw), calibrate(runs(SLOWER, 3), **kw)
 
 

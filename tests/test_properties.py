@@ -132,12 +132,18 @@ def test_a_longer_prompt_never_raises_the_recommendation(
     assert short.bottleneck in BOTTLENECKS and long.bottleneck in BOTTLENECKS
     for e in (short, long):  # a limit that binds is one the limits report
         assert e.bottleneck in e.limits or e.bottleneck in ("ttft_slo", "tpot_slo")
-    if short.bottleneck != "host":
+    if short.bottleneck != "host" and lengths == "varied":
         assert long.recommended_concurrency <= short.recommended_concurrency
     # Where the HTTP server's core binds (tiny prompts and outputs), a closed loop's requests/s
     # is the core's and E2E = C / X is fixed: a longer prompt lengthens the steps, the decode
     # takes more of E2E and the wait at the core, in TTFT, less. That is Little's law, not a
     # modelling slip; the open-loop planner sees the core as a rate limit instead.
+    # Fixed lengths are left out: after the first wave the requests whose prompts shared a step
+    # come back together and pass the HTTP server one after another, and a shorter prompt puts
+    # more of them in a step, a longer burst that more groups queue behind
+    # (gpucap.physics.waves). The step-level simulation has it too: Qwen3-32B on 2 MI300X, 633
+    # output tokens, 48 in flight, mean TTFT 3.13 s with 2,329-token prompts and 1.97 s with
+    # 6,843 (benchmarks/README.md, "Waves after the first").
 
 
 # Draws that once broke the property above, each for its own reason: the search grid's points

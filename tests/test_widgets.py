@@ -261,16 +261,18 @@ def test_ticks_and_limits() -> None:
     assert Scale(0.0, 10.0, 300.0, 100.0)(2.5) == pytest.approx(250.0)  # a y axis runs upwards
 
 
-def test_fixed_lengths_show_the_waves_and_their_knee(app: EstimatorApp) -> None:
-    """The same box as a fixed-length load test: the estimate of that load (waves), the knee marked
-    on the TTFT curve and explained in the line below it, from the same curve."""
-    varied_knee = app.knee
+def test_fixed_lengths_show_their_own_estimate_and_knee(app: EstimatorApp) -> None:
+    """The same box as a fixed-length load test: the estimate of that load (its first wave, then
+    the convoy: ``gpucap.physics.waves``), the knee of its own curve marked and explained. After
+    the first wave each 3,840-token prompt waits for the one before it and takes 3,840 / (2,048 -
+    C) steps of its own, so TTFT stays within twice a lone request's until C requests' prompt steps
+    fill a whole life of 255 output steps, C x 3,840 / (2,048 - C) >= 255: C ~ 128. From there
+    every step carries prompts, and they queue for the token budget."""
     app.lengths.value = "fixed"
     expected = gpucap.estimate(LLAMA_70B, "A100-SXM-80GB", 8, tp=8, lengths="fixed", **SEED)
     assert app.result is not None and app.result.recommended_concurrency == expected.recommended_concurrency
-    assert app.knee is not None and app.knee.cause == "waves"
-    assert varied_knee is None or app.knee.concurrency < varied_knee.concurrency
-    assert "waves" in app.knee_text.value and f"{app.knee.concurrency:,.0f}" in app.knee_text.value
+    assert app.knee is not None and app.knee.cause == "token budget" and 120 <= app.knee.concurrency <= 135
+    assert f"{app.knee.concurrency:,.0f}" in app.knee_text.value
     root = ET.fromstring(app.svgs["curves"])
     assert any(el.get("class") == "knee" for el in root.iter())
     assert f" knee {app.knee.concurrency:,.0f}" in texts(app.svgs["curves"])

@@ -243,7 +243,8 @@ def _simulated(case: PreparedCase, coef: Coefficients | dict[str, Coefficients] 
 def _closed_form(group: list[PreparedCase], co: Coefficients) -> np.ndarray:
     """Whole-case output tokens/s and TTFT, TPOT, ITL (ms) of cases sharing one (hardware, load
     mode, lengths), by one vectorized call of the closed form of their load mode (rows of
-    ``ALL_METRICS``); a closed loop of fixed lengths runs in waves (``gpucap.physics.waves``)."""
+    ``ALL_METRICS``); a closed loop of fixed lengths runs in waves, the first of the run's prompts
+    and the convoy after it (``gpucap.physics.waves``)."""
     first = group[0]
     hw, mode = first.hw, first.mode
     rep = np.array([c.replicas for c in group], dtype=float)
@@ -256,7 +257,9 @@ def _closed_form(group: list[PreparedCase], co: Coefficients) -> np.ndarray:
         shape = "fixed" if first.lengths == "range" else first.lengths  # the drain's shape
         point = saturation_run(hw, co, Requests(isl, osl, max_running=cap), num_prompts=load, lengths=shape)
     elif mode in ("fixed-concurrency", "single-request") and first.lengths == "fixed":
-        point = wave_loop(hw, co, Requests(isl, osl, max_running=cap), concurrency=load)
+        # the run's prompts per replica: its first wave is C of them (``gpucap.physics.waves``)
+        sent = np.array([np.inf if c.bench is None else c.bench.num_prompts for c in group], dtype=float)
+        point = wave_loop(hw, co, Requests(isl, osl, max_running=cap), concurrency=load, num_prompts=sent)
     elif mode in ("fixed-concurrency", "single-request"):
         point = closed_loop(hw, co, Requests(isl, osl, max_running=cap), concurrency=load)
     elif mode == "static-batch":

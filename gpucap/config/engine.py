@@ -121,6 +121,12 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {v}")
 
     @property
+    def prefill_first(self) -> bool:
+        """A step that carries prompt chunks runs no decodes (SGLang's scheduler; the step-level
+        simulation's ``gpucap.queueing.scheduler.SGLANG``); vLLM and TensorRT-LLM decode beside them."""
+        return self.engine == "sglang"
+
+    @property
     def memory_basis(self) -> str:
         return "free" if self.engine == "trtllm" else "total"
 

@@ -90,7 +90,8 @@ class Workload:
     ``image_size_px``: side of a square image or (height, width); None = the encoder's native
     size (Qwen2.5-VL reads images at their own size and needs one). ``lengths``: "varied"
     (traffic whose requests differ in length: steady state) or "fixed" (a load test with one
-    length for all requests: the closed loop runs in waves, ``gpucap.physics.waves``).
+    length for all requests: the closed loop runs in waves, ``gpucap.physics.waves``, taken after
+    the first).
     """
 
     input_len: float = length("input tokens", "prompt tokens per request")
@@ -103,8 +104,8 @@ class Workload:
         "varied",
         choices=LENGTHS,
         page=Control("request lengths", choice_labels={"varied": "varied (traffic)", "fixed": "fixed (a load test)"}),
-        help="varied: traffic whose lengths differ (steady state); fixed: a load test's equal lengths (the closed "
-        "loop runs in waves)",
+        help="varied: traffic whose lengths differ (steady state); fixed: a long load test's equal lengths (the "
+        "closed loop runs in waves, which break into groups after the first)",
     )
     prefix_tokens: float = option(
         0.0,

@@ -4,18 +4,21 @@ curves, computed from the same closed-loop points it draws.
 The knee is the first concurrency at which TTFT reaches ``KNEE_FACTOR`` times its value for a
 lone request. Its cause is read off the load point there:
 
-- ``waves``: a fixed-length load test, whose C prompts arrive together; a wave's prompts fill
-  ``C x I / M`` budget-full steps (``gpucap.physics.waves``);
+- ``waves``: a fixed-length load test, whose requests start together and come back together:
+  C prompts that fit one step share it, and more come back in groups of the prompts one step
+  holds, each group waiting for the prompt steps of those before it (``gpucap.physics.waves``);
 - ``batch slots``: more requests than the engine runs at once (``max_num_seqs`` or what the KV
   cache holds): the rest wait for a slot;
 - ``token budget``: the prompt tokens that arrive per step use up ``max_num_batched_tokens``
-  beside the decodes, and prompts queue for it;
+  beside the decodes, and prompts queue for it (with fixed lengths too: every step then carries
+  prompts);
 - ``host``: the HTTP server's core is nearly full (``t_request_s`` per request);
 - ``prefill steps``: other requests' prompt steps that a new request waits behind.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,14 +65,12 @@ def ttft_knee(
     total = c * replicas
     lone = ttft[0] * 1e3
     wall = _wall(hw, coef, point, input_len=input_len, replicas=replicas, max_running=max_running, after=k)
-    if lengths == "fixed":
-        steps = c * input_len / budget
+    prompt_per_step = x * input_len * tpot
+    if lengths == "fixed" and prompt_per_step < 0.9 * (budget - batch):
         return Knee(
             total,
             "waves",
-            f"TTFT doubles from {lone:,.0f} ms by {total:,.0f} concurrent requests: in a fixed-length load test "
-            f"the requests run in waves, and a wave's {c:,.0f} prompts of {input_len:,.0f} tokens fill "
-            f"{steps:,.1f} steps of the {budget:,.0f}-token budget before the last of them gets its first token",
+            f"TTFT doubles from {lone:,.0f} ms by {total:,.0f} concurrent requests: " + _waves(c, input_len, budget),
         )
     if c > max_running:
         return Knee(
@@ -78,7 +79,6 @@ def ttft_knee(
             f"TTFT doubles from {lone:,.0f} ms by {total:,.0f} concurrent requests: the engine runs "
             f"{max_running * replicas:,.0f} at once (max_num_seqs or the KV cache) and the rest wait for a slot",
         )
-    prompt_per_step = x * input_len * tpot
     if prompt_per_step >= 0.9 * (budget - batch):
         return Knee(
             total,
@@ -99,6 +99,22 @@ def ttft_knee(
         "prefill steps",
         f"TTFT doubles from {lone:,.0f} ms by {total:,.0f} concurrent requests: a new request waits for the "
         "step in progress, more and more often another request's prompt step" + wall,
+    )
+
+
+def _waves(c: float, input_len: float, budget: float) -> str:
+    """Why a fixed-length load test's TTFT grows at ``c`` in flight (``gpucap.physics.waves``)."""
+    one_step = max(math.floor((budget - c) / max(input_len - 1.0, 1e-9)), 1)
+    if one_step >= c:
+        return (
+            f"in a fixed-length load test requests start together and come back together, and a wave's "
+            f"{c:,.0f} prompts of {input_len:,.0f} tokens share one step of the {budget:,.0f}-token budget, "
+            f"{c:,.0f} times a lone prompt's work"
+        )
+    return (
+        f"in a fixed-length load test requests come back in groups of the {one_step:,.0f} prompts of "
+        f"{input_len:,.0f} tokens that one step of the {budget:,.0f}-token budget holds, and each group "
+        "waits for the prompt steps of the groups before it"
     )
 
 
