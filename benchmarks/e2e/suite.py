@@ -15,6 +15,8 @@ Cells (each a `benchmarks/loadtest.py` run against `vllm serve` of the tiny Llam
     waves     384-token prompts, 64 output, concurrency 4 and 8, on the 512-token budget's server: a
               wave's prompts take 3 and 6 budget-full steps, so its requests get their first
               tokens steps apart (does the next wave arrive together, or spread?)
+    groups    200-token prompts, 64 output, concurrency 8 and 16, on the same server: a step holds
+              two such prompts beside the decodes, so the waves after the first come back in pairs
     seqs      --max-num-seqs 4 at concurrency 16 (requests queue for a batch slot)
     preempt   256 prompts of 128-384 / 32-96 tokens sent at once into a KV cache of 160 blocks
               (20,480 tokens, --num-gpu-blocks-override): vLLM admits prompts while their blocks
@@ -122,6 +124,7 @@ CELLS = (
     Cell("budget-512", Server(256, 512), 1920, 32, ("--concurrency", "1,4", "--prompts-per-concurrency", "4")),
     Cell("budget-8192", Server(256, 8192), 1920, 32, ("--concurrency", "1,4", "--prompts-per-concurrency", "4")),
     Cell("waves", Server(256, 512), 384, 64, ("--concurrency", "4,8", "--prompts-per-concurrency", "8")),
+    Cell("groups", Server(256, 512), 200, 64, ("--concurrency", "8,16", "--prompts-per-concurrency", "8")),
     Cell("seqs", Server(4, 2048), 256, 64, ("--concurrency", "16", "--prompts-per-concurrency", "4")),
     Cell("preempt", Server(256, 2048, 160), 256, 64, ("--all-at-once", "256", "--range-ratio", "0.5")),
     Cell("preempt-long", Server(256, 2048, 160), 1024, 256, ("--all-at-once", "64", "--range-ratio", "0.5")),
