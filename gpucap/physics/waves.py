@@ -150,13 +150,22 @@ def _first_wave(hw: Hardware, coef: Coefficients, r: Array, i: Array, o: Array, 
     return _Phase(ttft, life.total_s, r / cycle, full, life)
 
 
+def group_size(budget_tokens: ArrayLike, running: ArrayLike, input_len: ArrayLike) -> Array:
+    """Prompts of ``input_len`` tokens that one step of ``budget_tokens`` holds beside the decodes
+    of the other ``running`` requests, ``g I + (R - g) <= M``: ``floor((M - R) / (I - 1))`` within
+    [1, R] (module docstring)."""
+    r = np.asarray(running, dtype=float)
+    i = np.asarray(input_len, dtype=float)
+    return np.clip(np.floor((np.asarray(budget_tokens, dtype=float) - r) / np.maximum(i - 1.0, 1e-9)), 1.0, r)
+
+
 def _convoy(
     hw: Hardware, coef: Coefficients, r: Array, i: Array, o: Array, m: float, dec: StepTime, *, waiting: Array
 ) -> _Phase:
     """The waves after the first: groups of the prompts one step holds, each waiting for the
     prompt step of the group before it; where ``waiting`` requests queue for a slot, a slot that
     frees goes to one of them, whose prompt rides in the next step (module docstring)."""
-    g = np.clip(np.floor((m - r) / np.maximum(i - 1.0, 1e-9)), 1.0, r)
+    g = group_size(m, r, i)
     room = m - (r - g)
     own = np.maximum(g * i / room, 1.0)  # steps one group's prompts take
     chunk = np.minimum(g * i, room)

@@ -18,7 +18,6 @@ lone request. Its cause is read off the load point there:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +25,7 @@ import numpy as np
 from gpucap.config import Hardware
 from gpucap.physics.batching import LoadPoint
 from gpucap.physics.coefficients import Coefficients, front_end
+from gpucap.physics.waves import group_size
 
 KNEE_FACTOR = 2.0
 
@@ -104,7 +104,7 @@ def ttft_knee(
 
 def _waves(c: float, input_len: float, budget: float) -> str:
     """Why a fixed-length load test's TTFT grows at ``c`` in flight (``gpucap.physics.waves``)."""
-    one_step = max(math.floor((budget - c) / max(input_len - 1.0, 1e-9)), 1)
+    one_step = float(group_size(budget, c, input_len))
     if one_step >= c:
         return (
             f"in a fixed-length load test requests start together and come back together, and a wave's "
