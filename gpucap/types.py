@@ -9,6 +9,9 @@ from typing import Literal
 # Serving engines (gpucap.config.EngineConfig).
 Engine = Literal["vllm", "sglang", "trtllm"]
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "trtllm")
+# engines whose scheduler runs prompts first: a step with prompt chunks decodes nothing (SGLang,
+# ``gpucap.queueing.scheduler``); the others decode beside them
+PREFILL_FIRST_ENGINES = frozenset({"sglang"})
 
 # How requests reach the engine: through its OpenAI-compatible HTTP server ("http": vllm serve,
 # SGLang's launch_server, trtllm-serve), or handed to it in-process ("offline": trtllm-bench,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from gpucap.catalog.gpus import GPU
 from gpucap.options import Control, option
-from gpucap.types import ENGINES, FRONT_ENDS, MOE_BACKENDS, SAMPLERS
+from gpucap.types import ENGINES, FRONT_ENDS, MOE_BACKENDS, PREFILL_FIRST_ENGINES, SAMPLERS
 from gpucap.units import GiB
 
 VLLM_UTILIZATION = 0.92  # vLLM's gpu_memory_utilization default since v0.20 (vllm/config/cache.py)
@@ -122,9 +122,9 @@ class EngineConfig:
 
     @property
     def prefill_first(self) -> bool:
-        """A step that carries prompt chunks runs no decodes (SGLang's scheduler; the step-level
-        simulation's ``gpucap.queueing.scheduler.SGLANG``); vLLM and TensorRT-LLM decode beside them."""
-        return self.engine == "sglang"
+        """A step that carries prompt chunks runs no decodes (``gpucap.types.PREFILL_FIRST_ENGINES``:
+        SGLang's scheduler, as the step-level simulation's ``gpucap.queueing.scheduler`` runs it)."""
+        return self.engine in PREFILL_FIRST_ENGINES
 
     @property
     def memory_basis(self) -> str:

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpucap.types import PREFILL_FIRST_ENGINES
+
 SGLANG_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO, sglang/global_config.py
 
 
@@ -53,17 +55,27 @@ class Policy:
 
 
 VLLM_V1 = Policy(
-    "vllm", decodes_with_prompts=True, admit_whole_prompt=False, reserve_output=0.0, preempts=True,
+    "vllm",
+    decodes_with_prompts="vllm" not in PREFILL_FIRST_ENGINES,
+    admit_whole_prompt=False,
+    reserve_output=0.0,
+    preempts=True,
     resumes_from_cache=True,
-)  # fmt: skip
+)
 SGLANG = Policy(
     "sglang",
-    decodes_with_prompts=False,
+    decodes_with_prompts="sglang" not in PREFILL_FIRST_ENGINES,
     admit_whole_prompt=True,
     reserve_output=SGLANG_NEW_TOKEN_RATIO,
     preempts=True,
 )
-TRTLLM = Policy("trtllm", decodes_with_prompts=True, admit_whole_prompt=True, reserve_output=1.0, preempts=False)
+TRTLLM = Policy(
+    "trtllm",
+    decodes_with_prompts="trtllm" not in PREFILL_FIRST_ENGINES,
+    admit_whole_prompt=True,
+    reserve_output=1.0,
+    preempts=False,
+)
 POLICIES = {p.name: p for p in (VLLM_V1, SGLANG, TRTLLM)}
 
 
