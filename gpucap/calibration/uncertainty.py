@@ -79,12 +79,23 @@ def uncertainty(
 def _solve(
     residuals: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, bounds: tuple[np.ndarray, np.ndarray], loss: str
 ) -> OptimizeResult:
-    """``scipy.optimize.least_squares`` of ``residuals`` from ``x0`` within ``bounds``."""
+    """``scipy.optimize.least_squares`` of ``residuals`` from ``x0`` within ``bounds``, its trust-region
+    steps solved by LSMR with regularization (``tr_solver="lsmr"``) rather than by the SVD of the
+    Jacobian (``"exact"``).
+
+    The Jacobian is singular wherever a coefficient changes no prediction, and that is common: an
+    engine that runs its host work beside the GPU steps in ``max(t_gpu, t_overhead)``, so a
+    ``t_overhead_s`` below every step's GPU time has a zero column. There the exact solver zig-zags
+    along the valley of the other coefficients: 100 synthetic runs started from vLLM's defaults
+    (2 ms below every step) took 76 evaluations to a point that LSMR reaches in 7, and 7 with
+    ``t_overhead_s`` held fixed (benchmarks/README.md, "Speed"). One free coefficient has no valley,
+    and scipy's LSMR steps need two dimensions, so it keeps the exact solver."""
     return least_squares(
         residuals,
         x0,
         bounds=bounds,
         x_scale="jac",
+        tr_solver="lsmr" if np.size(x0) > 1 else "exact",
         diff_step=DIFF_STEP,
         max_nfev=200,
         loss=loss,
