@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpucap.calibration.fitresiduals import DIFF_STEP
 from gpucap.calibration.limits import Sweep, find_sweeps, predicted_limits
+from gpucap.calibration.uncertainty import delta_interval
 from gpucap.config import SLO
-from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
+from gpucap.physics.coefficients import Coefficients
 from gpucap.types import LIMIT_STATISTICS
 
 
@@ -61,29 +61,13 @@ def limit_table(
 ) -> pd.DataFrame:
     """Per sweep: the measured limit, the limit predicted with ``default`` and with ``fitted``
     coefficients, and the fitted limit's interval at ``level`` from the coefficients' covariance
-    (delta method on log limit: ``var = g^T cov g``, g by forward differences)."""
-    from scipy.stats import norm
-
+    (``gpucap.calibration.uncertainty.delta_interval``)."""
     before = predicted_limits(sweeps, default, slo)
-    after = predicted_limits(sweeps, fitted, slo)
-    low, high = np.full(len(sweeps), np.nan), np.full(len(sweeps), np.nan)
     if free and covariance is not None and len(sweeps):
-        base = fitted.as_dict()
-        g = np.zeros((len(sweeps), len(free)))
-        for j, name in enumerate(free):
-            info = COEFFICIENT_INFO[name]
-            h = max(abs(base[name]) * DIFF_STEP, 1e-9)
-            up = min(base[name] + h, info.upper)
-            if up == base[name]:
-                up = base[name] - h
-            shifted = predicted_limits(sweeps, Coefficients(**{**base, name: up}), slo)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                g[:, j] = (np.log(shifted) - np.log(after)) / (up - base[name])
-        cov = np.where(np.isfinite(covariance), covariance, 0.0)
-        sd = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", g, cov, g), 0.0, None))
-        z = float(norm.ppf(0.5 + level / 2))
-        ok = np.isfinite(sd) & np.isfinite(after) & (after > 0)
-        low[ok], high[ok] = after[ok] * np.exp(-z * sd[ok]), after[ok] * np.exp(z * sd[ok])
+        low, after, high = delta_interval(lambda c: predicted_limits(sweeps, c, slo), fitted, free, covariance, level)
+    else:
+        after = predicted_limits(sweeps, fitted, slo)
+        low, high = np.full(len(sweeps), np.nan), np.full(len(sweeps), np.nan)
     return pd.DataFrame(
         {
             "sweep": [s.label for s in sweeps],

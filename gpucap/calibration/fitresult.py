@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from gpucap.calibration.cases import PreparedCase
-from gpucap.calibration.fitresiduals import DIFF_STEP
+from gpucap.calibration.uncertainty import delta_interval
 from gpucap.calibration.validate import predict_prepared
 from gpucap.physics.coefficients import COEFFICIENT_INFO, Coefficients
 
@@ -319,24 +319,15 @@ class FitResult:
         self, case: PreparedCase, metric: str = "output_tok_s", level: float = 0.95
     ) -> tuple[float, float, float]:
         """(low, predicted, high) for one prepared case from the coefficients' covariance alone
-        (delta method on log prediction: ``var = g^T cov g``, g = d log(pred) / d coefficient)."""
-        from scipy.stats import norm
-
+        (``gpucap.calibration.uncertainty.delta_interval``)."""
         col = f"{metric}_predicted"
-        base = self.coefficients.as_dict()
         method = str(self.provenance.get("method", "closed-form"))
-        mid = float(predict_prepared([case], self.coefficients, method)[col].iloc[0])
-        g = np.zeros(len(self.free))
-        for j, name in enumerate(self.free):
-            info = COEFFICIENT_INFO[name]
-            h = max(abs(base[name]) * DIFF_STEP, 1e-9)
-            up = min(base[name] + h, info.upper)
-            shifted = Coefficients(**{**base, name: up})
-            val = float(predict_prepared([case], shifted, method)[col].iloc[0])
-            g[j] = (np.log(val) - np.log(mid)) / (up - base[name]) if up != base[name] else 0.0
-        sd = float(np.sqrt(max(g @ self.covariance @ g, 0.0)))
-        z = float(norm.ppf(0.5 + level / 2))
-        return mid * np.exp(-z * sd), mid, mid * np.exp(z * sd)
+
+        def predict(coef: Coefficients) -> np.ndarray:
+            return np.asarray(predict_prepared([case], coef, method)[col].to_numpy(dtype=float))
+
+        low, mid, high = delta_interval(predict, self.coefficients, self.free, self.covariance, level)
+        return float(low[0]), float(mid[0]), float(high[0])
 
 
 def format_limit(value: float, status: str = "interpolated") -> str:

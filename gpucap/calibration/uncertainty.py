@@ -76,6 +76,44 @@ def uncertainty(
     return Uncertainty(cov, se, corr, at_bound)
 
 
+def delta_interval(
+    predict: Callable[[Coefficients], np.ndarray],
+    coef: Coefficients,
+    free: tuple[str, ...],
+    covariance: np.ndarray,
+    level: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(low, mid, high)`` of the predictions ``predict(coef)`` at ``level`` from the free
+    coefficients' covariance alone, by the delta method on the log prediction:
+
+        var(log y) = g^T cov g,   g_j = d log y / d x_j,   y x exp(-+ z sd),  z = Phi^-1(1/2 + level/2),
+
+    g by forward differences of relative step ``DIFF_STEP`` (backward at a coefficient's upper
+    bound); an undetermined coefficient's infinite covariance counts as 0 (it moves no
+    prediction of the runs), and a prediction that is not positive and finite gets NaN bounds."""
+    from scipy.stats import norm
+
+    base = coef.as_dict()
+    mid = np.asarray(predict(coef), dtype=float)
+    g = np.zeros((mid.size, len(free)))
+    for j, name in enumerate(free):
+        h = max(abs(base[name]) * DIFF_STEP, 1e-9)
+        up = min(base[name] + h, COEFFICIENT_INFO[name].upper)
+        if up == base[name]:
+            up = base[name] - h
+        shifted = np.asarray(predict(Coefficients(**{**base, name: up})), dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            g[:, j] = (np.log(shifted) - np.log(mid)) / (up - base[name])
+    cov = np.where(np.isfinite(covariance), covariance, 0.0)
+    with np.errstate(invalid="ignore"):
+        sd = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", g, cov, g), 0.0, None))
+    z = float(norm.ppf(0.5 + level / 2))
+    ok = np.isfinite(sd) & np.isfinite(mid) & (mid > 0)
+    low, high = np.full(mid.size, np.nan), np.full(mid.size, np.nan)
+    low[ok], high[ok] = mid[ok] * np.exp(-z * sd[ok]), mid[ok] * np.exp(z * sd[ok])
+    return low, mid, high
+
+
 def _solve(
     residuals: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, bounds: tuple[np.ndarray, np.ndarray], loss: str
 ) -> OptimizeResult:
