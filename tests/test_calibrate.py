@@ -233,6 +233,30 @@ def test_a_fit_from_several_starts_keeps_the_lowest_minimum_and_names_an_equal_o
     assert others == []
 
 
+def test_a_coefficient_hidden_at_the_start_does_not_slow_the_fit() -> None:
+    """As vLLM's host time hides under the GPU's in ``max(t_gpu, t_overhead)``: the residuals
+    ``(a + 0.98 b - 1.5)(1 + t / 20) + 100 max(c, 3 ms) - 0.3`` (plus a 1% wiggle) do not
+    change with c below 3 ms, and it starts at 2 ms (its Jacobian column is zero), and a and b trade
+    off along a valley. The minimum is the line a + 0.98 b = 1.5 (the wiggle moves it by under
+    0.01). Trust-region steps by the SVD of the Jacobian zig-zag down the valley for 23
+    evaluations; by LSMR (``_solve``) the fit takes 6. c stays where it started."""
+    from gpucap.calibration.uncertainty import fit_least_squares
+
+    t = np.linspace(0.0, 1.0, 40)
+    free = ("u_compute", "u_hbm", "t_overhead_s")
+    bounds = (np.zeros(3), np.array([2.0, 2.0, 0.05]))
+
+    def hidden(x: np.ndarray) -> np.ndarray:
+        a, b, c = x
+        return (a + 0.98 * b - 1.5) * (1 + 0.05 * t) + 100 * np.maximum(c, 0.003) - 0.3 + 0.01 * np.sin(7 * t)
+
+    start = Coefficients(u_compute=0.2, u_hbm=0.3, t_overhead_s=0.002)
+    best, _, _ = fit_least_squares(hidden, start, free, "soft_l1", bounds)
+    assert best.x[0] + 0.98 * best.x[1] == pytest.approx(1.5, abs=0.01)
+    assert best.x[2] == 0.002
+    assert best.nfev <= 12
+
+
 @pytest.mark.parametrize("starts", [0, -1, 1.5, True])
 def test_starts_must_be_a_whole_number_of_at_least_one(starts: object) -> None:
     cases = synthetic_cases(noise=0.0).head(8)
