@@ -98,6 +98,8 @@ def test_shipped_cpu_runs_carry_the_served_engine(cpu_gpu: None) -> None:
     assert replicas == 1 and hw.gpu.key == "CPU-E2E" and hw.spec.num_layers == 6 and hw.weight_dtype == "fp32"
     assert (hw.engine.max_num_seqs, hw.engine.max_num_batched_tokens, hw.engine.block_size) == (256, 2048, 128)
     assert hw.engine.cuda_graphs is False
+    # vLLM's CPU platform turns async scheduling off (vllm/platforms/cpu.py): the host adds
+    assert engine.overlap_host is False and hw.engine.overlap_host is False
 
 
 def _cpu_cases() -> pd.DataFrame:

@@ -63,6 +63,10 @@ def server_engine(args: argparse.Namespace) -> EngineConfig:
         block_size=args.block_size,
         cuda_graphs=not args.eager,
         prefix_caching=False,  # the server runs --no-enable-prefix-caching
+        # vLLM's CPU platform turns async scheduling off whatever the flags say (vllm/platforms/cpu.py,
+        # check_and_update_config: "async scheduling is not required on CPU"): the engine schedules,
+        # runs the step, then processes its output, so the host's work adds to each step
+        overlap_host=False,
     )
     gpu = get_gpu(args.gpu)
     # the terms as gpucap's breakdown charges them (the utilization does not change them)
@@ -88,6 +92,7 @@ def as_served(cases: pd.DataFrame, engine: EngineConfig) -> pd.DataFrame:
         gpu_memory_utilization=engine.gpu_memory_utilization,
         enforce_eager=not engine.cuda_graphs,
         enable_prefix_caching=engine.prefix_caching,
+        overlap_host=engine.overlap_host,
     )
 
 
