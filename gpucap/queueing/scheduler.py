@@ -41,13 +41,17 @@ class Policy:
     """What an engine's scheduler does each step (module docstring)."""
 
     name: str
-    decodes_with_prompts: bool  # False: a step with prompt chunks runs no decodes (prefill first)
     admit_whole_prompt: bool  # KV for the whole prompt at admission (else only its first chunk)
     reserve_output: float  # share of each request's output tokens held back in the KV cache
     preempts: bool  # a request that cannot grow is preempted and recomputed
     # under the engine's prefix caching (EngineConfig.prefix_caching) a preempted request's full
     # blocks stay hashed in the free pool and hit on resume (vLLM V1: vllm/v1/core/block_pool.py)
     resumes_from_cache: bool = False
+
+    @property
+    def decodes_with_prompts(self) -> bool:
+        """False where a step with prompt chunks runs no decodes (``gpucap.types.PREFILL_FIRST_ENGINES``)."""
+        return self.name not in PREFILL_FIRST_ENGINES
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.reserve_output <= 1.0:
@@ -56,7 +60,6 @@ class Policy:
 
 VLLM_V1 = Policy(
     "vllm",
-    decodes_with_prompts="vllm" not in PREFILL_FIRST_ENGINES,
     admit_whole_prompt=False,
     reserve_output=0.0,
     preempts=True,
@@ -64,14 +67,12 @@ VLLM_V1 = Policy(
 )
 SGLANG = Policy(
     "sglang",
-    decodes_with_prompts="sglang" not in PREFILL_FIRST_ENGINES,
     admit_whole_prompt=True,
     reserve_output=SGLANG_NEW_TOKEN_RATIO,
     preempts=True,
 )
 TRTLLM = Policy(
     "trtllm",
-    decodes_with_prompts="trtllm" not in PREFILL_FIRST_ENGINES,
     admit_whole_prompt=True,
     reserve_output=1.0,
     preempts=False,
