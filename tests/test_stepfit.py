@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucap.calibration.stepfit import fit_steps, predicted_logged_s
+from gpucap.calibration.stepfit import fit_steps, predicted_logged_s, prompt_compute_share, step_compositions
 from gpucap.config import EngineConfig, hardware
 from gpucap.physics.coefficients import Coefficients
 from gpucap.telemetry.memcheck import memory_check
@@ -74,6 +74,25 @@ def test_a_host_beside_the_device_is_not_fitted_from_the_log(hw) -> None:
     log = parse_step_lines(synthetic_log(hw, TRUTH, noise=0.0))
     with pytest.raises(ValueError, match="t_overhead_s is not identified"):
         fit_steps(log, hw, free=("u_compute", "t_overhead_s"))
+
+
+def test_the_prompt_steps_time_the_compute(hw) -> None:
+    """The log was written with u_compute 0.6; its prompt steps give 0.6 back from a start of 0.4
+    (the other coefficients as written), whatever the decode-only steps say."""
+    comp = step_compositions(parse_step_lines(synthetic_log(hw, TRUTH, noise=0.0)))
+    got = prompt_compute_share(hw, dataclasses.replace(TRUTH, u_compute=0.4), comp)
+    assert got == pytest.approx(0.6, rel=0.01)
+    decode_wrong = comp.assign(logged_s=np.where(comp["prefill"] > 0, comp["logged_s"], 10 * comp["logged_s"]))
+    assert prompt_compute_share(hw, TRUTH, decode_wrong) == pytest.approx(got, rel=1e-6)
+
+
+def test_prompt_steps_that_no_u_compute_in_range_explains_are_an_error(hw) -> None:
+    comp = step_compositions(parse_step_lines(synthetic_log(hw, TRUTH, noise=0.0)))
+    with pytest.raises(ValueError, match="no step that carries a prompt"):
+        prompt_compute_share(hw, TRUTH, comp[comp["prefill"] == 0])
+    slow = comp.assign(logged_s=comp["logged_s"] * 100)  # prompt steps 100x slower than any u in range
+    with pytest.raises(ValueError, match="below its physical range"):
+        prompt_compute_share(hw, TRUTH, slow)
 
 
 CAPTURE = Path(__file__).resolve().parents[2] / "shared" / "formats" / "vllm-metrics-0.32-cpu" / "metrics_after.txt"

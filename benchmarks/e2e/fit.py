@@ -3,7 +3,7 @@ with the default coefficients and with the fitted ones.
 
     .venv/bin/python benchmarks/e2e/fit.py RESULTS_DIR --gpu-file CPU.csv --gpu CPU-E2E \\
         --model benchmarks/e2e/model/config.json --kv-cache-gib 1 --max-num-seqs 256 \\
-        --max-num-batched-tokens 2048 --block-size 128 --eager --dtype fp32 --save FIT.json
+        --max-num-batched-tokens 2048 --block-size 128 --eager --dtype fp32 [--step-log SERVER.log] --save FIT.json
 
 The engine gpucap predicts with is the one the server ran: its knobs go into each case's
 columns (max_num_seqs, max_num_batched_tokens, block_size, enforce_eager and the memory share
@@ -13,6 +13,11 @@ budget ``u x memory - weights - activations - reservation`` is exactly the serve
 float32).
 
 The CPU itself is a GPU-file row (``measure_cpu.py``), given through ``GPUCAP_GPU_FILE``.
+
+With ``--step-log`` (the server ran with ``--enable-logging-iteration-details``), u_compute is the
+rate the server's own prompt steps ran at during these runs, not a fit to them: a closed loop's
+TTFT mixes the compute rate with how the requests group into steps, and a fitted u_compute took up
+the difference (benchmarks/README.md, "The compute rate from the server's own prompt steps").
 """
 
 from __future__ import annotations
@@ -28,17 +33,20 @@ import pandas as pd
 from gpucap.calibration import validate
 from gpucap.calibration.calibrate import calibrate
 from gpucap.calibration.loadtests import cases_from_runs
+from gpucap.calibration.promptsteps import calibrate_with_prompt_steps
 from gpucap.calibration.results import read_results
 from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.config import SLO, EngineConfig, Layout
 from gpucap.physics.coefficients import Coefficients
 from gpucap.physics.memory import memory_breakdown
+from gpucap.telemetry.steplog import read_step_log
 from gpucap.units import GiB
 
 # The efficiencies, and the step's floors, which on this CPU (eager operator dispatch per layer;
-# sampling, bookkeeping and paged attention per sequence) are far above a GPU server's. The
-# scheduler's own time per step runs beside the model (vLLM's async scheduling) and hides.
+# sampling, bookkeeping and paged attention per sequence) are far above a GPU server's. With the
+# server's step log (--step-log), u_compute is not fitted to the runs but timed by the server's
+# own prompt steps (gpucap.calibration.promptsteps).
 FREE = ("u_compute", "u_hbm", "t_layer_s", "t_seq_s")
 
 
@@ -130,6 +138,13 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, required=True)
     ap.add_argument("--eager", action="store_true", help="the server ran with --enforce-eager")
     ap.add_argument("--free", default=",".join(FREE), help="coefficients to fit")
+    ap.add_argument(
+        "--step-log",
+        type=Path,
+        default=None,
+        help="the server's log with --enable-logging-iteration-details: u_compute from its prompt steps during "
+        "these runs (gpucap.calibration.promptsteps), not fitted to the runs",
+    )
     ap.add_argument("--save", type=Path, default=None, help="write the fit as JSON (never overwritten)")
     ap.add_argument(
         "--max-error",
@@ -167,14 +182,30 @@ def main() -> None:
     before = validate.validate(cases, start)
     if before["error"].notna().any():
         raise SystemExit(f"fit.py: error: cases not predicted: {before['error'].dropna().tolist()}")
-    fit = calibrate(
-        cases,
-        start=start,
-        free=free,
+    settings = dict(
         sources=sorted(map(str, args.results.glob("*.json"))),
         method="simulate",
         slo=SLO(args.ttft_slo, args.tpot_slo, "mean"),
     )
+    if args.step_log and "u_compute" in free:
+        try:
+            with_steps = calibrate_with_prompt_steps(
+                cases,
+                read_step_log(args.step_log),
+                sorted(args.results.glob("*.json")),
+                free=free,
+                start=start,
+                **{**settings, "sources": [*settings["sources"], str(args.step_log)]},
+            )
+        except ValueError as e:
+            raise SystemExit(f"fit.py: error: {e}") from None
+        fit = with_steps.fit
+        print(
+            f"fit: u_compute {with_steps.u_compute:.3f} from the {with_steps.prompt_steps} prompt steps of "
+            f"{args.step_log} during these runs (fitted to the runs: {with_steps.first.coefficients.u_compute:.3f})"
+        )
+    else:
+        fit = calibrate(cases, start=start, free=free, **settings)
     after = validate.validate(cases, fit.coefficients)
     print(fit.report())
     pd.set_option("display.width", 200)

@@ -8,6 +8,7 @@
 #   4. `vllm serve` on 127.0.0.1, always stopped on exit (trap), by its process group
 #   5. benchmarks/loadtest.py at E2E_CONCURRENCY levels
 #   6. fit.py: gpucap.calibration.results -> gpucap.calibration.calibrate, predicted vs measured before and after the fit
+#      (u_compute from the server's step log: its prompt steps during the load test)
 #
 # Everything lands in benchmarks/e2e/out/<YYYYmmdd-HHMMSS>/. Settings (environment):
 #   E2E_CONCURRENCY (1,2,4,8,16)  E2E_INPUT_LEN (256)  E2E_OUTPUT_LEN (64)  E2E_KV_GIB (1)
@@ -68,7 +69,7 @@ trap 'exit 130' INT TERM
 VLLM_CPU_KVCACHE_SPACE="$KV_GIB" VLLM_CPU_OMP_THREADS_BIND="$CORES" setsid "$VENV/bin/vllm" serve "$HERE/model" \
   --served-model-name "$NAME" --host 127.0.0.1 --port "$PORT" --dtype float32 --max-model-len 2048 \
   --max-num-seqs "$MAX_NUM_SEQS" --max-num-batched-tokens "$MAX_NUM_BATCHED_TOKENS" --block-size "$BLOCK_SIZE" \
-  --enforce-eager --no-enable-prefix-caching --seed 0 >"$RUN/server.log" 2>&1 &
+  --enforce-eager --no-enable-prefix-caching --enable-logging-iteration-details --seed 0 >"$RUN/server.log" 2>&1 &
 SERVER_PGID=$!
 say "vllm serve started (pid $SERVER_PGID, port $PORT, log $RUN/server.log); waiting until ready"
 "$MAIN_PYTHON" - "$PORT" "$SERVER_PGID" <<'PY'
@@ -101,5 +102,6 @@ say "load test done, server stopped"
 RESULTS="$(ls -d "$RUN"/loadtest/*/ | tail -n 1)"
 "$MAIN_PYTHON" "$HERE/fit.py" "$RESULTS" --gpu-file "$RUN/cpu.csv" --gpu "$KEY" --model "$HERE/model/config.json" \
   --dtype fp32 --kv-cache-gib "$KV_GIB" --max-num-seqs "$MAX_NUM_SEQS" \
-  --max-num-batched-tokens "$MAX_NUM_BATCHED_TOKENS" --block-size "$BLOCK_SIZE" --eager --save "$RUN/fit.json"
+  --max-num-batched-tokens "$MAX_NUM_BATCHED_TOKENS" --block-size "$BLOCK_SIZE" --eager --step-log "$RUN/server.log" \
+  --save "$RUN/fit.json"
 say "done; everything is in $RUN"

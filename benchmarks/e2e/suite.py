@@ -25,9 +25,10 @@ Cells (each a `benchmarks/loadtest.py` run against `vllm serve` of the tiny Llam
     preempt-long  64 prompts of 512-1536 / 128-384 tokens at once into the same cache (~16 requests'
               worth): each preempted request recomputes a long prompt
 
-gpucap's coefficients are fitted once, by simulation, on the `closed` sweep (`gpucap.calibration.calibrate`,
-free: those of `make e2e`, ``fit.FREE``); every cell is then predicted by simulating its
-benchmark run with those coefficients, untouched. The script prints and writes
+gpucap's coefficients are fitted once, by simulation, on the `closed` sweep as `make e2e` fits
+them (``gpucap.calibration.promptsteps``: u_compute from the server's own timing of the sweep's prompt
+steps, the rest of ``fit.FREE`` from the sweep's results); every cell is then predicted by
+simulating its benchmark run with those coefficients, untouched. The script prints and writes
 (``table-<time>.md``, ``cells-<time>.csv`` in the run folder) the error per cell and statistic: throughput, TTFT and TPOT mean
 and p99, measured / predicted. Everything lands in ``<out>/suite-<YYYYmmdd-HHMMSS>/``; the servers
 are always stopped. Each server logs every engine step (``--enable-logging-iteration-details``, in
@@ -61,14 +62,15 @@ sys.path.insert(0, str(HERE))
 from fit import FREE, as_served, server_engine  # noqa: E402
 
 from gpucap.calibration import validate  # noqa: E402
-from gpucap.calibration.calibrate import calibrate  # noqa: E402
 from gpucap.calibration.loadtests import cases_from_runs  # noqa: E402
+from gpucap.calibration.promptsteps import calibrate_with_prompt_steps  # noqa: E402
 from gpucap.calibration.results import read_results  # noqa: E402
 from gpucap.catalog.lookup import load_model  # noqa: E402
 from gpucap.physics.coefficients import Coefficients  # noqa: E402
 from gpucap.physics.memory import kv_bytes_per_token  # noqa: E402
 from gpucap.queueing.simulate import run_benchmark  # noqa: E402
 from gpucap.telemetry.scrape import scrape_to_folder  # noqa: E402
+from gpucap.telemetry.steplog import read_step_log  # noqa: E402
 
 KEY = "CPU-E2E"
 NAME = "tiny-llama"
@@ -334,8 +336,13 @@ def main() -> None:
     cases = {c.name: cell_cases(folders[c.name], c, fit_args) for c in wanted}
     closed = cases["closed"]
     start = Coefficients.for_engine("vllm")
-    fit = calibrate(closed, start=start, free=FREE, method="simulate")
-    print(fit.report())
+    closed_cell = next(c for c in wanted if c.name == "closed")
+    log = run / f"server-{closed_cell.server.name}.log"
+    with_steps = calibrate_with_prompt_steps(
+        closed, read_step_log(log), sorted(folders["closed"].glob("*.json")), free=FREE, start=start, method="simulate"
+    )
+    fit = with_steps.fit
+    print(with_steps.report())
     rows = pd.concat([error_rows(cases[c.name], fit.coefficients) for c in wanted], ignore_index=True)
     err = errors_table(rows)
     pd.set_option("display.width", 250)

@@ -36,8 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import brentq
 
 from gpucap.calibration.fitresiduals import robust_cost
+from gpucap.calibration.physical import device_class, physical_bounds, read_physical_ranges
 from gpucap.calibration.uncertainty import fit_least_squares, uncertainty
 from gpucap.config import Hardware
 from gpucap.physics.coefficients import Coefficients
@@ -89,6 +91,43 @@ def predicted_logged_s(hw: Hardware, coef: Coefficients, comp: pd.DataFrame) -> 
     device = np.asarray(step_time(hw, work, coef).device_s, dtype=float)
     host = coef.t_overhead_s if hw.engine.overlap_host else 0.0
     return np.maximum(device - host, MIN_STEP_S)
+
+
+def prompt_compute_share(
+    hw: Hardware, coef: Coefficients, comp: pd.DataFrame, bounds: tuple[float, float] | None = None
+) -> float:
+    """The ``u_compute`` at which the steps that carry a prompt chunk are timed right in the median,
+    every other coefficient held at ``coef``:
+
+        ``median_i log(predicted_i(u) / logged_i) = 0``,  i over the steps of ``comp`` with prefill > 0
+
+    (``predicted_logged_s``; solved by Brent's method, the median falls as u rises). A prompt step
+    is mostly multiplies, so it measures the rate the engine's compute runs at, from the engine's
+    own clock; a load test's TTFT mixes that rate with the queue, the waves and the HTTP server,
+    which a fit of u_compute to it absorbs. ``bounds``: u_compute's physical range on ``hw``
+    (``data/coefficient-ranges.csv``) when None. A log with no prompt step, or whose prompt steps
+    need a u outside the range, is an error that says so."""
+    steps = comp[comp["prefill"] > 0]
+    if steps.empty:
+        raise ValueError("the step log has no step that carries a prompt chunk: it cannot time the compute")
+    if bounds is None:
+        lo, hi = physical_bounds(("u_compute",), device_class(hw), read_physical_ranges())
+        bounds = (float(lo[0]), float(hi[0]))
+    logged = steps["logged_s"].to_numpy()
+
+    def median_log_ratio(u: float) -> float:
+        predicted = predicted_logged_s(hw, dataclasses.replace(coef, u_compute=u), steps)
+        return float(np.median(np.log(predicted / logged)))
+
+    at_lo, at_hi = median_log_ratio(bounds[0]), median_log_ratio(bounds[1])
+    if at_lo < 0 or at_hi > 0:
+        side = "below" if at_lo < 0 else "above"
+        raise ValueError(
+            f"the {len(steps)} prompt steps need a u_compute {side} its physical range [{bounds[0]:g}, {bounds[1]:g}] "
+            f"on {hw.gpu.key} with the other coefficients given (median log ratio {at_lo:+.3f} at the lower bound, "
+            f"{at_hi:+.3f} at the upper): the device row or the other coefficients are wrong"
+        )
+    return float(brentq(median_log_ratio, bounds[0], bounds[1], xtol=1e-6))
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,11 @@ class CalibrateOptions:
         "refits leaving out each sweep or each model (out of sample, with their coverage)",
     )
     save_unconverged: bool = option(False, kind="switch", help="save a fit that did not converge")
+    step_log: str | None = option(
+        None,
+        help="the server's log with --enable-logging-iteration-details (vLLM), written while these runs ran: u_compute "
+        "is taken from its prompt steps, not fitted to the runs (gpucap.calibration.promptsteps)",
+    )
 
 
 def add_parser(sub: Any) -> None:
@@ -56,7 +61,7 @@ def add_parser(sub: Any) -> None:
     add_options(c, OutputFile, helps={"out": "coefficients JSON to write (never overwritten unless --overwrite)"})
     results_options(c)
     add_options(c, FitSettings)
-    add_options(c, CalibrateOptions, ("fix", "targets"))
+    add_options(c, CalibrateOptions, ("fix", "targets", "step_log"))
     add_options(
         c,
         SLO,
@@ -170,10 +175,8 @@ def run(a: argparse.Namespace) -> int:
         for p in ([Path(arg)] if Path(arg).is_file() else sorted(Path(arg).rglob("*")))
         if p.is_file() and (p.suffix.lower() in SUFFIXES or p.name in MANIFEST_NAMES)
     ]
-    fit = calibrate(
-        cases,
+    settings = dict(
         fixed=fixed,
-        sources=sources,
         targets=targets,
         slo=SLO(**values(a, SLO)),
         intervals=a.intervals,
@@ -181,6 +184,19 @@ def run(a: argparse.Namespace) -> int:
         **values(a, FitSettings),
         progress=run.progress,
     )
+    if a.step_log:
+        from gpucap.calibration.promptsteps import calibrate_with_prompt_steps
+        from gpucap.telemetry.steplog import read_step_log
+
+        results = [p for p in sources if p.lower().endswith(".json") and Path(p).name not in MANIFEST_NAMES]
+        free = settings.pop("free")
+        with_steps = calibrate_with_prompt_steps(
+            cases, read_step_log(a.step_log), results, free=free, sources=[*sources, a.step_log], **settings
+        )
+        print(with_steps.report().splitlines()[0], file=sys.stderr)
+        fit = with_steps.fit
+    else:
+        fit = calibrate(cases, sources=sources, **settings)
     if not fit.success and not a.save_unconverged:
         print(fit.report())
         raise ValueError(f"the fit did not converge ({fit.message}); nothing written (--save-unconverged saves it)")

@@ -29,6 +29,7 @@ whenever the iteration number goes back: the server restarted) and ``line`` (1-b
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,15 @@ class StepLog:
         s = self.steps
         return s[~s["dummy"] & ((s["prompt_tokens"] + s["decode_tokens"]) > 0)]
 
+    def during(self, spans: list[tuple[float, float]]) -> StepLog:
+        """The steps whose line's clock (``clock_s``) falls within one of ``spans`` (start, end),
+        ends included. The clock has whole seconds: pad a span by a second to keep its edges."""
+        at = self.steps["clock_s"].to_numpy()
+        inside = np.zeros(len(at), dtype=bool)
+        for start, end in spans:
+            inside |= (at >= start) & (at <= end)
+        return dataclasses.replace(self, steps=self.steps[inside].reset_index(drop=True))
+
     def mean_context(self, kv_cache_tokens: float | None = None) -> np.ndarray:
         """Mean tokens each running request holds after a step was scheduled:
         ``kv_usage x kv_cache_tokens / (prompt_requests + decode_requests)``. An upper bound by
@@ -97,7 +107,7 @@ class StepLog:
             return np.where(running > 0, s["kv_usage"].to_numpy() * float(tokens) / running, 0.0)
 
 
-def _clock_s(text: str) -> float:
+def clock_s(text: str) -> float:
     """Seconds since the start of the year of a log clock ``MM-DD HH:MM:SS`` (31-day months: only
     differences within a run matter); NaN when the line has none."""
     m = _CLOCK.search(text)
@@ -132,7 +142,7 @@ def parse_step_lines(text: str, where: str = "step log") -> StepLog:
                 float(g["elapsed_ms"]) * MS,
                 float(g["kv_pct"]) / 100.0,
                 bool(g["dummy"]),
-                _clock_s(line[: m.start()]),
+                clock_s(line[: m.start()]),
                 number,
             )
         )
