@@ -105,7 +105,8 @@ def test_scrape_needs_a_folder_and_keeps_every_sample(capsys, tmp_path) -> None:
 def test_the_fit_from_telemetry_predicts_the_load_test(cpu_gpu) -> None:
     """The fit sees the scrapes and the step log only; the load test's own results (the client's
     mean TTFT, TPOT and output tokens/s at concurrency 1-16, data/telemetry/README.md) are predicted
-    within 20%, where vLLM's GPU defaults are 25-60% off on this CPU."""
+    within 20%, and each better in the median than with vLLM's GPU defaults (which, with the CPU's
+    host time added to every step as vLLM's CPU platform runs it, miss TTFT by 44% in the median)."""
     windows = cut_windows(read_scrapes(CAPTURE / "metrics"), 30)
     targets, _ = window_targets(windows, ROW, load="closed")
     assert len(targets) == 9
@@ -119,7 +120,8 @@ def test_the_fit_from_telemetry_predicts_the_load_test(cpu_gpu) -> None:
     before, after = validate(cases, start), validate(cases, tf.fit.coefficients)
     for m in ("output_tok_s", "ttft_ms", "tpot_ms"):
         assert (after[f"{m}_ratio"] - 1).abs().max() < 0.2, m
-        assert (before[f"{m}_ratio"] - 1).abs().median() > 0.2, m
+        assert (after[f"{m}_ratio"] - 1).abs().median() < (before[f"{m}_ratio"] - 1).abs().median(), m
+    assert (before["ttft_ms_ratio"] - 1).abs().median() > 0.2
     assert not tf.steps.empty and {"start_s", "fitted_s"} <= set(tf.steps.columns)
 
 

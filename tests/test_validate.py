@@ -54,6 +54,11 @@ def test_front_end_and_host_overlap_come_from_the_row() -> None:
     assert row_overlap_host(pd.Series({"engine_version": "v0.13.0"}), "vllm") is False
     assert row_overlap_host(pd.Series({"engine_version": "0.14.0"}), "vllm") is True
     assert row_overlap_host(pd.Series({"engine_version": "v0.11.0", "overlap_host": "true"}), "vllm") is True
+    # vLLM's CPU platform turns async scheduling off whatever the version (vllm/platforms/cpu.py)
+    assert row_overlap_host(pd.Series({"engine_version": "0.32.0"}), "vllm", on_cpu=True) is False
+    assert (
+        row_overlap_host(pd.Series({"engine_version": "0.32.0", "overlap_host": "true"}), "vllm", on_cpu=True) is True
+    )
 
 
 def test_sampler_follows_the_rows_vllm_version() -> None:

@@ -96,16 +96,20 @@ def row_front_end(row: pd.Series) -> str:
     return "http"
 
 
-def row_overlap_host(row: pd.Series, engine: str) -> bool | None:
+def row_overlap_host(row: pd.Series, engine: str, on_cpu: bool = False) -> bool | None:
     """The ``overlap_host`` column when given; vLLM before 0.14 did not overlap the host with the
     GPU by default (async scheduling became its default in v0.14.0, released 2026-01-17: PR
-    #27614, whose release notes and downstream ports to 0.14 say so); None (the engine's
-    default, on) otherwise."""
+    #27614, whose release notes and downstream ports to 0.14 say so), and vLLM on a CPU
+    (``on_cpu``: a measured CPU row) never does (its CPU platform turns async scheduling off
+    whatever the flags say: ``vllm/platforms/cpu.py``, ``check_and_update_config``, 0.32); None
+    (the engine's default, on) otherwise."""
     given = cell_text(row, "overlap_host").strip().lower()
     if given:
         return given in ("true", "1", "1.0", "yes")
     if engine != "vllm":
         return None
+    if on_cpu:
+        return False
     version = vllm_version(row)
     return None if version is None else version >= (0, 14)
 

@@ -99,7 +99,7 @@ def read_physical_ranges(path: str | Path | None = None) -> dict[tuple[str, str]
 
 def device_class(hw: Hardware) -> str:
     """``cpu`` for a measured CPU row (vendor "CPU"), else ``gpu``."""
-    return "cpu" if hw.gpu.vendor.strip().upper() == "CPU" else "gpu"
+    return "cpu" if hw.gpu.is_cpu else "gpu"
 
 
 def cases_device(hardware: Iterable[Hardware]) -> str:

@@ -38,6 +38,7 @@ from gpucap.calibration.cases import (
     row_utilization,
     testbed_keys,
 )
+from gpucap.catalog.gpus import get_gpu
 from gpucap.catalog.lookup import load_model
 from gpucap.config import EngineConfig, Hardware, hardware, split_of
 from gpucap.errors import DoesNotFit
@@ -131,7 +132,7 @@ def case_hardware(row: pd.Series) -> tuple[Hardware, int, list[str]]:
         block_size=cell_int(row, "block_size", 0) or None,
         gpu_memory_utilization=util,
         cuda_graphs=not eager,
-        overlap_host=row_overlap_host(row, engine),
+        overlap_host=row_overlap_host(row, engine, on_cpu=get_gpu(gpu).is_cpu),
         front_end=row_front_end(row),
         sampler=row_sampler(row, engine, spec.is_moe),
         kv_cache_memory_bytes=kv_gib * GiB if (kv_gib := cell_number(row, "kv_cache_memory_gib")) else None,

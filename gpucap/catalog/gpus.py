@@ -78,6 +78,11 @@ class GPU:
     roofline_overlap: float = 1.0
 
     @property
+    def is_cpu(self) -> bool:
+        """A CPU measured as a catalog row (vendor "CPU": ``benchmarks/e2e/measure_cpu.py``)."""
+        return self.vendor.strip().upper() == "CPU"
+
+    @property
     def is_amd(self) -> bool:
         """An AMD Instinct GPU (ROCm: its own kernels and formats in vLLM)."""
         return self.vendor.upper() == "AMD"
