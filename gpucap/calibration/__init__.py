@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gpucap.calibration.limits import sweep_table as sweep_table
     from gpucap.calibration.loadtests import cases_from_runs as cases_from_runs
     from gpucap.calibration.physical import read_physical_ranges as read_physical_ranges
+    from gpucap.calibration.promptsteps import calibrate_with_prompt_steps as calibrate_with_prompt_steps
     from gpucap.calibration.results import read_results as read_results
     from gpucap.calibration.settings import FitSettings as FitSettings
     from gpucap.calibration.stepfit import fit_steps as fit_steps
