@@ -93,3 +93,15 @@ def test_the_command_line_takes_a_step_log(cpu_gpu, tmp_path: Path, capsys) -> N
     assert saved["provenance"]["u_compute_from"]["step_log"].endswith("server-steps.log.gz")
     assert saved["coefficients"]["u_compute"]["free"] is False
     assert saved["coefficients"]["u_hbm"]["free"] is True
+
+
+def test_a_step_log_beside_a_cases_table_is_a_one_line_error(cases, tmp_path: Path, capsys) -> None:
+    """A cases CSV says nothing of when its runs ran: the step log cannot be matched to them."""
+    table = tmp_path / "cases.csv"
+    cases.to_csv(table, index=False)
+    out = tmp_path / "fit.json"
+    argv = ["calibrate", str(table), "--step-log", str(CAPTURE / "server-steps.log.gz"), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no vllm bench serve result file" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

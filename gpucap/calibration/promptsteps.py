@@ -98,7 +98,8 @@ def calibrate_with_prompt_steps(
             f"a step log times one server; the runs hold {len(deployments)} deployments "
             f"({', '.join(present)}): fit each server's runs with its own log"
         )
-    first = calibrate(cases, free=free, fixed=fixed, **kwargs)
+    # the first fit is wanted for its coefficients only: no held-out refits, no second fit within ranges
+    first = calibrate(cases, free=free, fixed=fixed, **{**kwargs, "intervals": "covariance", "compare_within": False})
     steps = step_compositions(log.during(result_spans_s(result_files)))
     hw, _, _ = case_hardware(cases.iloc[0])
     try:
