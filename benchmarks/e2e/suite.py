@@ -338,6 +338,8 @@ def main() -> None:
     start = Coefficients.for_engine("vllm")
     closed_cell = next(c for c in wanted if c.name == "closed")
     log = run / f"server-{closed_cell.server.name}.log"
+    if not log.is_file():
+        raise SystemExit(f"suite: error: {log} is missing: u_compute is taken from the closed cell's server log")
     with_steps = calibrate_with_prompt_steps(
         closed, read_step_log(log), sorted(folders["closed"].glob("*.json")), free=FREE, start=start, method="simulate"
     )
