@@ -81,6 +81,24 @@ def test_a_log_for_several_servers_or_without_runs_is_refused(cases) -> None:
         calibrate_with_prompt_steps(cases, log, RESULTS, free=("u_hbm",))
 
 
+def test_a_log_from_another_time_is_refused(cases, tmp_path: Path) -> None:
+    """Runs stamped a day after the log's last step: nothing to match, and the message gives both times
+    (the first run ended 21:49:08 after 65.07 s, less a second of slack: 21:48:01.9; the last ended
+    21:52:34, plus a second)."""
+    moved = []
+    for path in RESULTS:
+        result = json.loads(path.read_text())
+        result["date"] = "20261203" + result["date"][8:]  # the capture ran on 2 December
+        moved.append(tmp_path / path.name)
+        moved[-1].write_text(json.dumps(result))
+    log = read_step_log(CAPTURE / "server-steps.log.gz")
+    with pytest.raises(
+        ValueError,
+        match=r"no step logged while the runs ran \(12-03 21:48:01 to 12-03 21:52:35; the log runs 12-02 21:48:01 to 12-02 21:52:34\)",
+    ):
+        calibrate_with_prompt_steps(cases, log, moved, free=FREE, method="closed-form")
+
+
 def test_the_command_line_takes_a_step_log(cpu_gpu, tmp_path: Path, capsys) -> None:
     out = tmp_path / "fit.json"
     argv = [

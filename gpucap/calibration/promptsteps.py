@@ -31,7 +31,7 @@ from gpucap.calibration.calibrate import calibrate
 from gpucap.calibration.fitresult import FitResult
 from gpucap.calibration.stepfit import prompt_compute_share, step_compositions
 from gpucap.calibration.validate import case_hardware
-from gpucap.telemetry.steplog import StepLog, clock_s
+from gpucap.telemetry.steplog import StepLog, clock_s, clock_text
 
 DEPLOYMENT_COLUMNS = ("model", "gpu", "num_gpus", "tp", "pp", "engine")
 
@@ -100,7 +100,16 @@ def calibrate_with_prompt_steps(
         )
     # the first fit is wanted for its coefficients only: no held-out refits, no second fit within ranges
     first = calibrate(cases, free=free, fixed=fixed, **{**kwargs, "intervals": "covariance", "compare_within": False})
-    steps = step_compositions(log.during(result_spans_s(result_files)))
+    spans = result_spans_s(result_files)
+    during = log.during(spans)
+    if during.steps.empty:
+        logged = log.steps["clock_s"]
+        raise ValueError(
+            f"{log.path}: no step logged while the runs ran ({clock_text(min(a for a, _ in spans))} to "
+            f"{clock_text(max(b for _, b in spans))}; the log runs {clock_text(logged.min())} to "
+            f"{clock_text(logged.max())}): is it the log of these runs' server, on the same clock?"
+        )
+    steps = step_compositions(during)
     hw, _, _ = case_hardware(cases.iloc[0])
     try:
         u = prompt_compute_share(hw, first.coefficients, steps)

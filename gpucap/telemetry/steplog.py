@@ -117,6 +117,14 @@ def clock_s(text: str) -> float:
     return ((((mo - 1) * 31 + d - 1) * 24 + h) * 60 + mi) * 60.0 + s
 
 
+def clock_text(seconds: float) -> str:
+    """``MM-DD HH:MM:SS`` of a ``clock_s`` value (its inverse)."""
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    month, day = divmod(days, 31)
+    return f"{month + 1:02d}-{day + 1:02d} {s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
 def parse_step_lines(text: str, where: str = "step log") -> StepLog:
     """The steps in ``text`` (see the module docstring); ``where`` names it in messages. A text
     with no step line at all is an error that says how to get them."""
