@@ -99,7 +99,7 @@ def test_shipped_cpu_runs_carry_the_served_engine(cpu_gpu: None) -> None:
     assert (hw.engine.max_num_seqs, hw.engine.max_num_batched_tokens, hw.engine.block_size) == (256, 2048, 128)
     assert hw.engine.cuda_graphs is False
     # vLLM's CPU platform turns async scheduling off (vllm/platforms/cpu.py): the host adds
-    assert engine.overlap_host is False and hw.engine.overlap_host is False
+    assert hw.engine.overlap_host is False
 
 
 def _cpu_cases() -> pd.DataFrame:

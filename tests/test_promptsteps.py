@@ -58,9 +58,7 @@ def test_u_compute_comes_from_the_prompt_steps_and_is_held(cases) -> None:
     assert hw.engine.overlap_host is False  # vLLM's CPU platform runs no step ahead
     log = read_step_log(CAPTURE / "server-steps.log.gz")
     got = calibrate_with_prompt_steps(cases, log, RESULTS, free=FREE, method="closed-form")
-    u = got.u_compute
-    assert 0.05 < u < 1.0  # the CPU's range: its row's FLOP/s is the best matmul measured
-    assert got.fit.coefficients.u_compute == u and "u_compute" not in got.fit.free
+    assert got.fit.coefficients.u_compute == got.u_compute and "u_compute" not in got.fit.free
     assert got.fit.provenance["u_compute_from"]["prompt_steps"] == got.prompt_steps > 100
     # with the other coefficients refitted around it, the prompt steps of the runs are still timed
     # right in the median: the refit did not move what the prompt steps depend on

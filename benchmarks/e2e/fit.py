@@ -71,10 +71,8 @@ def server_engine(args: argparse.Namespace) -> EngineConfig:
         block_size=args.block_size,
         cuda_graphs=not args.eager,
         prefix_caching=False,  # the server runs --no-enable-prefix-caching
-        # vLLM's CPU platform turns async scheduling off whatever the flags say (vllm/platforms/cpu.py,
-        # check_and_update_config: "async scheduling is not required on CPU"): the engine schedules,
-        # runs the step, then processes its output, so the host's work adds to each step
-        overlap_host=False,
+        # no overlap_host here: vLLM on a CPU row never runs a step ahead, and case_hardware says so
+        # (gpucap.calibration.cases.row_overlap_host)
     )
     gpu = get_gpu(args.gpu)
     # the terms as gpucap's breakdown charges them (the utilization does not change them)
@@ -100,7 +98,6 @@ def as_served(cases: pd.DataFrame, engine: EngineConfig) -> pd.DataFrame:
         gpu_memory_utilization=engine.gpu_memory_utilization,
         enforce_eager=not engine.cuda_graphs,
         enable_prefix_caching=engine.prefix_caching,
-        overlap_host=engine.overlap_host,
     )
 
 
@@ -182,8 +179,9 @@ def main() -> None:
     before = validate.validate(cases, start)
     if before["error"].notna().any():
         raise SystemExit(f"fit.py: error: cases not predicted: {before['error'].dropna().tolist()}")
+    results = sorted(args.results.glob("*.json"))
     settings = dict(
-        sources=sorted(map(str, args.results.glob("*.json"))),
+        sources=list(map(str, results)),
         method="simulate",
         slo=SLO(args.ttft_slo, args.tpot_slo, "mean"),
     )
@@ -192,7 +190,7 @@ def main() -> None:
             with_steps = calibrate_with_prompt_steps(
                 cases,
                 read_step_log(args.step_log),
-                sorted(args.results.glob("*.json")),
+                results,
                 free=free,
                 start=start,
                 **{**settings, "sources": [*settings["sources"], str(args.step_log)]},
